@@ -1,0 +1,211 @@
+/* gemma3 — public C API of the Gemma 3 inference engine.
+ *
+ * Load a model (Hugging Face folder or GGUF file), create an engine on a backend, submit requests and receive
+ * tokens. The CLI, the server and the benchmarks all go through this API; there is no second code path.
+ * Every function that can fail returns a g3_status and fills a caller-owned g3_error with a message. */
+#ifndef GEMMA3_H
+#define GEMMA3_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status ---------------------------------------------------------------------------------------------- */
+typedef enum g3_status {
+    G3_OK = 0,
+    G3_ERR_IO,          /* file missing, unreadable, mmap failed */
+    G3_ERR_FORMAT,      /* malformed or inconsistent file contents */
+    G3_ERR_UNSUPPORTED, /* valid input that this build cannot handle (tensor type, architecture) */
+    G3_ERR_NOMEM,       /* allocation failed or a requested size is absurd */
+    G3_ERR_ARG,         /* bad argument from the caller (out-of-range token id, prompt too long, ...) */
+    G3_ERR_DEVICE,      /* GPU/driver failure */
+    G3_ERR_FULL,        /* no room (KV blocks, queue); try later */
+    G3_ERR_CANCELLED,
+} g3_status;
+
+typedef struct g3_error {
+    g3_status code;
+    char msg[1024];
+} g3_error;
+
+const char *g3_status_name(g3_status s);
+
+/* ---- tensor element types ------------------------------------------------------------------------------- */
+/* Values of the GGUF types keep GGUF's numbering so files round-trip; ours start at 100. */
+typedef enum g3_dtype {
+    G3_DTYPE_F32 = 0,
+    G3_DTYPE_F16 = 1,
+    G3_DTYPE_Q4_0 = 2,
+    G3_DTYPE_Q8_0 = 8,
+    G3_DTYPE_Q4_K = 12,
+    G3_DTYPE_Q6_K = 14,
+    G3_DTYPE_BF16 = 30,
+    G3_DTYPE_COUNT_GGUF = 40, /* GGUF type ids are below this */
+} g3_dtype;
+
+const char *g3_dtype_name(g3_dtype t);
+
+/* ---- model configuration -------------------------------------------------------------------------------- */
+#define G3_MAX_LAYERS 256
+
+typedef struct g3_config {
+    int vocab;           /* rows of the embedding table as stored (262144, or 262208 padded) */
+    int hidden;          /* model width */
+    int ffn;             /* intermediate size of the GeGLU MLP */
+    int n_layers;
+    int n_heads;         /* query heads */
+    int n_kv_heads;      /* key/value heads (GQA) */
+    int head_dim;
+    float query_pre_attn_scalar; /* attention scores are scaled by 1/sqrt(this) */
+    int sliding_window;  /* a query at p sees keys p-W+1..p on sliding layers */
+    int sliding_pattern; /* informational: layer i is global when (i+1) % pattern == 0 (0 = from layer_types) */
+    uint8_t layer_global[G3_MAX_LAYERS]; /* 1 = global (full attention) layer */
+    float rope_base_global;   /* 1e6 */
+    float rope_base_local;    /* 1e4 */
+    float rope_scale_global;  /* linear scaling factor for global layers (1 = none); positions are divided by it */
+    float rms_eps;
+    float attn_softcap;  /* 0 = none */
+    float final_softcap; /* 0 = none */
+    float embed_scale;   /* embeddings are multiplied by this (sqrt(hidden) as the reference rounds it) */
+    int max_ctx;         /* max_position_embeddings */
+    int bos_id, eos_id, eot_id, pad_id;
+    char size_name[16];  /* "270m", "1b", "4b", "12b", "27b" when the shape is a released one, else "custom" */
+} g3_config;
+
+/* ---- model ---------------------------------------------------------------------------------------------- */
+typedef struct g3_model g3_model;
+
+typedef struct g3_load_opts {
+    int progress;           /* draw a progress bar on stderr while loading (when stderr is a terminal) */
+    int ctx_hint;           /* context size the caller plans to use (for memory estimates); 0 = default */
+} g3_load_opts;
+
+/* path is a Hugging Face folder (config.json + *.safetensors) or a .gguf file. The weights are memory-mapped. */
+g3_status g3_model_load(const char *path, const g3_load_opts *opts, g3_model **out, g3_error *err);
+void g3_model_free(g3_model *m);
+const g3_config *g3_model_config(const g3_model *m);
+
+/* Random weights with the shape of a released size ("270m", "1b", "4b", "12b", "27b") or of a fixture-like tiny
+ * shape ("tiny"), every matrix stored as `type`. For benchmarks and tests. layers_override > 0 cuts the depth. */
+g3_status g3_model_random(const char *size, g3_dtype type, uint64_t seed, int layers_override, g3_model **out,
+                          g3_error *err);
+
+/* ---- sampling ------------------------------------------------------------------------------------------- */
+typedef struct g3_logit_bias {
+    int32_t token;
+    float bias;
+} g3_logit_bias;
+
+typedef struct g3_sampling {
+    float temperature;        /* 0 = greedy */
+    int top_k;                /* 0 = off */
+    float top_p;              /* 1 = off */
+    float min_p;              /* 0 = off */
+    float repetition_penalty; /* 1 = off (CTRL-style: divide positive logits, multiply negative) */
+    float presence_penalty;   /* 0 = off */
+    float frequency_penalty;  /* 0 = off */
+    int penalty_last_n;       /* window of previous tokens the penalties look at (0 = all) */
+    uint64_t seed;
+    int n_logprobs;           /* return log-probabilities with this many top alternatives (0 = none) */
+    const g3_logit_bias *logit_bias;
+    int n_logit_bias;
+} g3_sampling;
+
+void g3_sampling_default(g3_sampling *s); /* greedy, everything off */
+
+/* ---- engine --------------------------------------------------------------------------------------------- */
+typedef struct g3_engine g3_engine;
+
+typedef struct g3_engine_opts {
+    const char *backend; /* "cpu" (default), "cuda", "vulkan"; NULL = best available */
+    int n_threads;       /* CPU threads; 0 = all cores */
+    int ctx_size;        /* max tokens per sequence; 0 = min(model max, 4096) */
+    int max_seqs;        /* max sequences decoded together; 0 = 1 */
+    int kv_block;        /* tokens per KV block; 0 = 16 */
+    int n_kv_blocks;     /* blocks in the pool; 0 = enough for max_seqs full contexts */
+    int prefill_chunk;   /* max prompt rows per step; 0 = 512 */
+} g3_engine_opts;
+
+void g3_engine_opts_default(g3_engine_opts *o);
+g3_status g3_engine_create(g3_model *m, const g3_engine_opts *opts, g3_engine **out, g3_error *err);
+void g3_engine_free(g3_engine *e);
+
+typedef int64_t g3_request_id;
+
+typedef struct g3_request {
+    const int32_t *prompt; /* token ids, BOS included if wanted */
+    int n_prompt;
+    int max_tokens;        /* generated tokens at most */
+    int ignore_eos;        /* keep going past eos/end_of_turn */
+    g3_sampling sampling;
+    void *user;            /* returned in events */
+} g3_request;
+
+typedef enum g3_finish {
+    G3_FINISH_NONE = 0, /* still running */
+    G3_FINISH_STOP,     /* eos / end_of_turn */
+    G3_FINISH_LENGTH,   /* max_tokens or context */
+    G3_FINISH_CANCELLED,
+    G3_FINISH_ERROR,
+} g3_finish;
+
+typedef struct g3_token_logprob {
+    int32_t token;
+    float logprob;
+} g3_token_logprob;
+
+typedef struct g3_event {
+    g3_request_id id;
+    void *user;
+    int32_t token;          /* the new token (valid when has_token) */
+    int has_token;
+    float logprob;          /* of token, when logprobs were asked for */
+    const g3_token_logprob *top; /* n_top alternatives, valid during the callback */
+    int n_top;
+    g3_finish finish;       /* != NONE on the request's last event */
+    int n_prompt, n_generated;
+    int n_cached;           /* prompt tokens served from the prefix cache */
+} g3_event;
+
+typedef void (*g3_event_fn)(const g3_event *ev, void *ctx);
+
+/* Queues a request; the prompt is copied. Fails with G3_ERR_ARG if the prompt does not fit the context. */
+g3_status g3_engine_submit(g3_engine *e, const g3_request *r, g3_request_id *id, g3_error *err);
+void g3_engine_cancel(g3_engine *e, g3_request_id id);
+/* Runs one scheduler step (a batch of decode rows plus a chunk of prefill); calls fn for every new token and
+ * finish. Returns G3_OK with *n_active = running + waiting requests after the step. */
+g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active, g3_error *err);
+
+/* Low-level: logits for a prompt in a fresh sequence (no sampling). all_positions=0 writes vocab floats, else
+ * n_prompt*vocab (row-major). For `gemma3 logits` and parity tests. */
+g3_status g3_engine_logits(g3_engine *e, const int32_t *prompt, int n_prompt, int all_positions, float *out,
+                           g3_error *err);
+
+typedef struct g3_engine_stats {
+    int kv_blocks_total, kv_blocks_used;
+    int n_running, n_waiting;
+    int64_t prompt_tokens, generated_tokens, cached_prompt_tokens;
+} g3_engine_stats;
+void g3_engine_get_stats(const g3_engine *e, g3_engine_stats *s);
+
+/* ---- tokenizer ------------------------------------------------------------------------------------------ */
+typedef struct g3_tokenizer g3_tokenizer;
+
+/* From a model path (GGUF metadata, or tokenizer.model / tokenizer.json in an HF folder). */
+g3_status g3_tokenizer_load(const char *model_path, g3_tokenizer **out, g3_error *err);
+void g3_tokenizer_free(g3_tokenizer *t);
+/* Encodes text (no BOS added). parse_special: match <start_of_turn>, <end_of_turn> and other special pieces.
+ * *out is malloc'd; caller frees. */
+g3_status g3_tokenize(const g3_tokenizer *t, const char *text, size_t len, int parse_special, int32_t **out,
+                      int *n_out, g3_error *err);
+int g3_tokenizer_vocab(const g3_tokenizer *t);
+/* The piece text of a token (with '▁' replaced by ' ', byte pieces as their byte). */
+const char *g3_token_piece(const g3_tokenizer *t, int32_t id);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
