@@ -1,0 +1,66 @@
+/* The interface every backend implements: the whole Gemma 3 forward for a batch of rows, over a paged KV cache
+ * whose block tables the engine owns. A backend owns its weights' device copies, its buffers and its kernels.
+ *
+ * Paged KV cache: positions of a sequence are grouped in logical blocks of `kv_block` tokens (block = pos / B).
+ * Two pools of physical blocks: one for the global (full-attention) layers, one for the sliding-window layers.
+ * One physical block id covers all layers of its kind:
+ *     block storage = [n_layers_of_kind][2 (K, V)][n_kv_heads][kv_block][head_dim]   (float32 on the CPU)
+ * Each sequence slot has two block tables (global, local) of max_blocks_per_seq entries, -1 = no block.
+ * Sliding layers only read positions p-W+1..p, so the engine hands their older blocks back (sets -1). */
+#ifndef G3_BACKEND_BACKEND_H
+#define G3_BACKEND_BACKEND_H
+
+#include "gemma3.h"
+#include "model/model.h"
+
+typedef struct g3_backend g3_backend;
+
+typedef struct g3_backend_cfg {
+    int n_threads;          /* CPU threads (0 = all cores) */
+    int max_seqs;           /* sequence slots */
+    int max_rows;           /* most rows in one forward (decode rows + prefill chunk) */
+    int kv_block;           /* tokens per KV block */
+    int max_blocks_per_seq; /* block-table width = ceil(ctx / kv_block) */
+    int n_blocks_global;    /* physical blocks in the global-layer pool */
+    int n_blocks_local;     /* physical blocks in the sliding-layer pool */
+    int device;             /* GPU ordinal (GPU backends) */
+} g3_backend_cfg;
+
+typedef struct g3_batch {
+    int n_rows;
+    const int32_t *token;    /* [n_rows] */
+    const int32_t *pos;      /* [n_rows] position in its sequence */
+    const int32_t *seq;      /* [n_rows] sequence slot */
+    int n_out;               /* rows whose logits are wanted */
+    const int32_t *out_rows; /* [n_out] row indices, increasing; logits[i] belongs to out_rows[i] */
+    const int32_t *bt_global; /* [max_seqs][max_blocks_per_seq] */
+    const int32_t *bt_local;  /* [max_seqs][max_blocks_per_seq] */
+} g3_batch;
+/* Rows of one sequence appear in increasing position order, and a row's keys are those of its own sequence at
+ * positions <= its own (rows earlier in the same batch included): the backend writes K/V of every row before
+ * attending. */
+
+typedef struct g3_backend_ops {
+    const char *name;
+    g3_status (*create)(const g3_model *m, const g3_backend_cfg *cfg, g3_backend **out, g3_error *err);
+    void (*destroy)(g3_backend *b);
+    /* logits: [n_out][vocab] float32, host memory. */
+    g3_status (*forward)(g3_backend *b, const g3_batch *batch, float *logits, g3_error *err);
+    /* Copies one physical block's contents (all layers of the kind) to another: copy-on-write of shared blocks.
+     * kind 0 = global pool, 1 = local pool. */
+    g3_status (*copy_block)(g3_backend *b, int kind, int src, int dst, g3_error *err);
+    /* Bytes of one physical block of each kind (for memory planning). */
+    size_t (*block_bytes)(const g3_model *m, const g3_backend_cfg *cfg, int kind);
+} g3_backend_ops;
+
+/* Finds a backend by name ("cpu", "cuda", "vulkan"); NULL name = best available. */
+const g3_backend_ops *g3_backend_find(const char *name);
+/* Number of layers of a kind (0 = global, 1 = sliding). */
+int g3_layers_of_kind(const g3_config *c, int kind);
+
+extern const g3_backend_ops g3_backend_cpu;
+#ifdef G3_HAVE_CUDA
+extern const g3_backend_ops g3_backend_cuda;
+#endif
+
+#endif
