@@ -1,0 +1,133 @@
+/* Models with random weights in the shape of any released Gemma 3 size, for benchmarks and tests. To build a
+ * 27B-shaped model in seconds, each matrix is filled with rows picked from a small pool of quantized random rows:
+ * the bytes are as large and as spread as a real model's, which is all a speed measurement needs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "model/config.h"
+#include "model/dtype.h"
+#include "model/model.h"
+
+static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Approximately normal: sum of four uniforms, scaled to unit variance. */
+static float rng_normal(uint64_t *s) {
+    float acc = 0;
+    for (int i = 0; i < 4; i++) acc += (float)(rng_next(s) >> 40) * (1.0f / 16777216.0f);
+    return (acc - 2.0f) * 1.7320508f;
+}
+
+#define POOL_ROWS 61 /* prime, so consecutive rows do not line up with matrix sizes */
+
+typedef struct row_pool {
+    uint8_t *rows; /* POOL_ROWS rows of row_bytes */
+    size_t row_bytes;
+} row_pool;
+
+static g3_status pool_make(row_pool *p, uint32_t type, int64_t k, float stddev, uint64_t *seed, g3_error *err) {
+    p->row_bytes = g3_row_bytes(type, k);
+    if (!p->row_bytes) return g3_fail(err, G3_ERR_ARG, "row of %lld values cannot be stored as %s", (long long)k,
+                                      g3_dtype_name((g3_dtype)type));
+    p->rows = malloc(p->row_bytes * POOL_ROWS);
+    float *tmp = malloc(sizeof(float) * (size_t)k);
+    if (!p->rows || !tmp) {
+        free(tmp);
+        return g3_fail(err, G3_ERR_NOMEM, "out of memory for random rows");
+    }
+    g3_status rc = G3_OK;
+    for (int r = 0; r < POOL_ROWS && rc == G3_OK; r++) {
+        for (int64_t i = 0; i < k; i++) tmp[i] = rng_normal(seed) * stddev;
+        rc = g3_quantize_row(type, tmp, p->rows + (size_t)r * p->row_bytes, k, err);
+    }
+    free(tmp);
+    return rc;
+}
+
+static void fill(g3_weight *w, uint8_t **cursor, const row_pool *p, uint32_t type, int64_t n, int64_t k,
+                 uint64_t *seed) {
+    w->type = type, w->n = n, w->k = k, w->data = *cursor, w->nbytes = (size_t)n * p->row_bytes;
+    for (int64_t r = 0; r < n; r++)
+        memcpy(*cursor + (size_t)r * p->row_bytes, p->rows + (rng_next(seed) % POOL_ROWS) * p->row_bytes,
+               p->row_bytes);
+    *cursor += w->nbytes;
+}
+
+g3_status g3_model_random(const char *size, g3_dtype type, uint64_t seed, int layers_override, g3_model **out,
+                          g3_error *err) {
+    *out = NULL;
+    if (!g3_dtype_get(type)) return g3_fail(err, G3_ERR_ARG, "unknown weight type %d", (int)type);
+    g3_model *m = calloc(1, sizeof *m);
+    if (!m) return g3_fail(err, G3_ERR_NOMEM, "out of memory");
+    g3_status rc = g3_config_preset(&m->cfg, size, err);
+    if (rc) goto fail;
+    g3_config *c = &m->cfg;
+    if (layers_override > 0 && layers_override < c->n_layers) c->n_layers = layers_override;
+    m->source = G3_SRC_RANDOM;
+    snprintf(m->path, sizeof m->path, "random:%s:%s", size, g3_dtype_name(type));
+    int64_t H = c->hidden, F = c->ffn, D = c->head_dim, Q = (int64_t)c->n_heads * D, KV = (int64_t)c->n_kv_heads * D;
+    /* matrices grouped by input width: H (embed, q, k, v, gate, up), Q (o), F (down) */
+    size_t bh = g3_row_bytes(type, H), bq = g3_row_bytes(type, Q), bf = g3_row_bytes(type, F);
+    if (!bh || !bq || !bf) {
+        rc = g3_fail(err, G3_ERR_ARG, "shape %s cannot be stored as %s (row length not a multiple of its block)", size,
+                     g3_dtype_name(type));
+        goto fail;
+    }
+    size_t per_layer = bh * (size_t)(Q + 2 * KV + 2 * F) + bq * (size_t)H + bf * (size_t)H;
+    size_t total = bh * (size_t)c->vocab + per_layer * (size_t)c->n_layers;
+    m->owned = malloc(total);
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    m->norm_storage = malloc(sizeof(float) * ((size_t)c->n_layers * (size_t)(4 * H + 2 * D) + (size_t)H));
+    if (!m->owned || !m->layers || !m->norm_storage) {
+        rc = g3_fail(err, G3_ERR_NOMEM, "out of memory: a random %s model in %s needs %.2f GB", size,
+                     g3_dtype_name(type), (double)total / 1e9);
+        goto fail;
+    }
+    uint64_t s = seed ? seed : 1;
+    row_pool ph = {0}, pq = {0}, pf = {0}, pe = {0};
+    if ((rc = pool_make(&pe, type, H, 1.0f / sqrtf((float)H), &s, err)) ||
+        (rc = pool_make(&ph, type, H, 1.0f / sqrtf((float)H), &s, err)) ||
+        (rc = pool_make(&pq, type, Q, 1.0f / sqrtf((float)Q), &s, err)) ||
+        (rc = pool_make(&pf, type, F, 1.0f / sqrtf((float)F), &s, err))) {
+        free(pe.rows), free(ph.rows), free(pq.rows), free(pf.rows);
+        goto fail;
+    }
+    uint8_t *cur = m->owned;
+    fill(&m->embed, &cur, &pe, type, c->vocab, H, &s);
+    float *ns = m->norm_storage;
+    m->final_norm = ns, ns += H;
+    for (int64_t i = 0; i < H; i++) m->final_norm[i] = 1.0f + 0.1f * rng_normal(&s);
+    for (int l = 0; l < c->n_layers; l++) {
+        g3_layer_weights *L = &m->layers[l];
+        fill(&L->wq, &cur, &ph, type, Q, H, &s);
+        fill(&L->wk, &cur, &ph, type, KV, H, &s);
+        fill(&L->wv, &cur, &ph, type, KV, H, &s);
+        fill(&L->wo, &cur, &pq, type, H, Q, &s);
+        fill(&L->w_gate, &cur, &ph, type, F, H, &s);
+        fill(&L->w_up, &cur, &ph, type, F, H, &s);
+        fill(&L->w_down, &cur, &pf, type, H, F, &s);
+        float **norms[] = {&L->attn_norm, &L->post_attn_norm, &L->pre_ffn_norm, &L->post_ffn_norm};
+        for (int i = 0; i < 4; i++) {
+            *norms[i] = ns, ns += H;
+            for (int64_t j = 0; j < H; j++) (*norms[i])[j] = 1.0f + 0.1f * rng_normal(&s);
+        }
+        L->q_norm = ns, ns += D;
+        L->k_norm = ns, ns += D;
+        for (int64_t j = 0; j < D; j++) L->q_norm[j] = 1.0f + 0.1f * rng_normal(&s);
+        for (int64_t j = 0; j < D; j++) L->k_norm[j] = 1.0f + 0.1f * rng_normal(&s);
+    }
+    free(pe.rows), free(ph.rows), free(pq.rows), free(pf.rows);
+    m->weight_bytes = total;
+    m->n_params = (uint64_t)c->vocab * H + (uint64_t)c->n_layers * (uint64_t)(H * (Q + 2 * KV + 2 * F) + Q * H + F * H);
+    *out = m;
+    return G3_OK;
+fail:
+    g3_model_free(m);
+    return rc;
+}
