@@ -32,6 +32,7 @@ typedef struct g3_gguf_kv {
     g3_gguf_type arr_type;    /* type == ARRAY: element type */
     uint64_t arr_n;           /* type == ARRAY: element count */
     const uint8_t *arr_data;  /* type == ARRAY: first element in the mapping (strings: u64 len + bytes each) */
+    uint64_t *arr_str_off;    /* ARRAY of STRING: byte offset of element i from arr_data (malloc'd, [arr_n]) */
 } g3_gguf_kv;
 
 typedef struct g3_gguf_tensor {
@@ -52,6 +53,7 @@ typedef struct g3_gguf {
     g3_gguf_kv *kv;
     g3_gguf_tensor *tensors;
     uint64_t data_offset;
+    uint32_t *by_name;   /* [n_tensors] tensor indices sorted by name (for g3_gguf_find_tensor) */
 } g3_gguf;
 
 /* Opens and validates; on failure everything is released and err names the file, the field and the byte offset. */
@@ -65,8 +67,18 @@ int g3_gguf_get_int(const g3_gguf *g, const char *key, int64_t *out);
 int g3_gguf_get_float(const g3_gguf *g, const char *key, double *out);
 /* Copies a string value, NUL-terminated and truncated to cap. */
 int g3_gguf_get_str(const g3_gguf *g, const char *key, char *out, size_t cap);
-/* Iterates a string array: returns the i-th string (validated at open). */
+/* Iterates a string array: returns the i-th string (validated at open). {NULL, 0} when kv is not a string
+ * array or i is out of range. O(1). */
 g3_gguf_str g3_gguf_arr_str(const g3_gguf_kv *kv, uint64_t i);
+
+/* Bytes of one element of a scalar kv type (0 for STRING, ARRAY and unknown types). */
+size_t g3_gguf_type_size(uint32_t kv_type);
+/* Tensor element types known to this reader (the ggml list, removed ids excluded): name and block layout.
+ * Returns 0 for an unknown id. */
+int g3_gguf_dtype_layout(uint32_t type, const char **name, int *block, size_t *block_bytes);
+/* Bytes of a tensor of this type and shape (ne[0] contiguous); 0 if the type is unknown, ne[0] is not a
+ * multiple of the block size, a dimension is < 1, or the size overflows. */
+size_t g3_gguf_tensor_nbytes(uint32_t type, int n_dims, const int64_t *ne);
 
 /* ---- writer ---------------------------------------------------------------------------------------------- */
 typedef struct g3_gguf_writer g3_gguf_writer;
@@ -83,5 +95,21 @@ void g3_gguf_w_arr_i32(g3_gguf_writer *w, const char *key, const int32_t *v, uin
 void g3_gguf_w_tensor(g3_gguf_writer *w, const char *name, uint32_t type, int n_dims, const int64_t *ne,
                       const void *data, size_t nbytes);
 g3_status g3_gguf_writer_write(g3_gguf_writer *w, const char *path, g3_error *err);
+
+/* Additions. Setting a key that is already set replaces its value (so a copied file's keys can be overridden).
+ * Errors (bad name, size mismatch, duplicate tensor, no memory) are kept and returned by g3_gguf_writer_write. */
+void g3_gguf_w_i32(g3_gguf_writer *w, const char *key, int32_t v);
+void g3_gguf_w_u64(g3_gguf_writer *w, const char *key, uint64_t v);
+void g3_gguf_w_i64(g3_gguf_writer *w, const char *key, int64_t v);
+void g3_gguf_w_f64(g3_gguf_writer *w, const char *key, double v);
+/* Array of a scalar element type (not STRING/ARRAY); v holds n little-endian elements of that type. */
+void g3_gguf_w_arr(g3_gguf_writer *w, const char *key, g3_gguf_type elem_type, const void *v, uint64_t n);
+/* Copies a kv read by g3_gguf_open (any type), e.g. to carry a source file's metadata over. */
+void g3_gguf_w_kv(g3_gguf_writer *w, const g3_gguf_kv *kv);
+/* A tensor whose bytes are produced at write time (e.g. quantized one at a time, so that the whole output never
+ * has to sit in memory): fill(ctx, dst, nbytes, err) writes exactly nbytes into dst. */
+typedef g3_status (*g3_gguf_fill_fn)(void *ctx, void *dst, size_t nbytes, g3_error *err);
+void g3_gguf_w_tensor_fill(g3_gguf_writer *w, const char *name, uint32_t type, int n_dims, const int64_t *ne,
+                           size_t nbytes, g3_gguf_fill_fn fill, void *ctx);
 
 #endif
