@@ -190,6 +190,8 @@ typedef struct g3_engine_stats {
     int64_t prompt_tokens, generated_tokens, cached_prompt_tokens;
 } g3_engine_stats;
 void g3_engine_get_stats(const g3_engine *e, g3_engine_stats *s);
+/* Name of the backend the engine runs on ("cpu", "cuda"). */
+const char *g3_engine_backend_name(const g3_engine *e);
 
 /* ---- tokenizer ------------------------------------------------------------------------------------------ */
 typedef struct g3_tokenizer g3_tokenizer;
@@ -204,6 +206,52 @@ g3_status g3_tokenize(const g3_tokenizer *t, const char *text, size_t len, int p
 int g3_tokenizer_vocab(const g3_tokenizer *t);
 /* The piece text of a token (with '▁' replaced by ' ', byte pieces as their byte). */
 const char *g3_token_piece(const g3_tokenizer *t, int32_t id);
+/* Id of the piece whose stored text is exactly `piece` ("<end_of_turn>", "\xE2\x96\x81the", "<0x0A>"); -1 if none. */
+int32_t g3_token_id(const g3_tokenizer *t, const char *piece);
+
+typedef struct g3_special_tokens {
+    int32_t bos, eos, pad, unk; /* -1 = the vocabulary has none */
+    int32_t sot, eot;           /* <start_of_turn>, <end_of_turn> */
+} g3_special_tokens;
+void g3_tokenizer_special(const g3_tokenizer *t, g3_special_tokens *out);
+/* 1 for the tokens that end a reply: eos and <end_of_turn>. */
+int g3_token_is_eog(const g3_tokenizer *t, int32_t id);
+/* The model file's chat template (Jinja text from tokenizer_config.json, chat_template.jinja or GGUF
+ * tokenizer.chat_template), or NULL. Shown by `gemma3 info`; g3_chat_render renders Gemma's format natively. */
+const char *g3_tokenizer_chat_template(const g3_tokenizer *t);
+
+/* Text of a whole id list as sentencepiece's decode gives it: control tokens vanish, byte pieces are joined into
+ * characters (an invalid byte becomes U+FFFD), '▁' becomes ' '. *out is malloc'd and NUL-terminated. */
+g3_status g3_detokenize(const g3_tokenizer *t, const int32_t *ids, int n, char **out, size_t *len, g3_error *err);
+
+/* Streaming decode: push ids one at a time and get back only complete UTF-8 text; byte-fallback pieces are held
+ * until their character is complete. The concatenated output equals g3_detokenize of the whole list. */
+typedef struct g3_detok g3_detok;
+g3_status g3_detok_create(const g3_tokenizer *t, g3_detok **out, g3_error *err);
+void g3_detok_free(g3_detok *d);
+/* *text (*len bytes, NUL-terminated) is valid until the next call on d. Bad id -> G3_ERR_ARG, state unchanged. */
+g3_status g3_detok_push(g3_detok *d, int32_t id, const char **text, size_t *len, g3_error *err);
+/* Ends the stream: returns what was held (incomplete bytes become U+FFFD) and starts a new stream. */
+const char *g3_detok_flush(g3_detok *d, size_t *len);
+void g3_detok_reset(g3_detok *d);
+
+/* ---- chat format ---------------------------------------------------------------------------------------- */
+typedef struct g3_chat_message {
+    const char *role;    /* "system" (first message only), "user", "assistant" or "model" */
+    const char *content;
+} g3_chat_message;
+
+/* Gemma 3 prompt text, without <bos>:
+ *   <start_of_turn>user\n{system}\n\n{user}<end_of_turn>\n<start_of_turn>model\n{reply}<end_of_turn>\n...
+ * as the model's chat template renders it (contents trimmed, system folded into the first user turn, roles must
+ * alternate user/model: G3_ERR_ARG otherwise). add_generation_prompt appends "<start_of_turn>model\n".
+ * *out is malloc'd. */
+g3_status g3_chat_render(const g3_tokenizer *t, const g3_chat_message *msgs, int n, int add_generation_prompt,
+                         char **out, g3_error *err);
+/* The same prompt as ids with <bos> first: the turn markers become their special tokens, while message text is
+ * encoded with special parsing off (a user typing "<end_of_turn>" gets the literal characters). *ids is malloc'd. */
+g3_status g3_chat_tokenize(const g3_tokenizer *t, const g3_chat_message *msgs, int n, int add_generation_prompt,
+                           int32_t **ids, int *n_ids, g3_error *err);
 
 #ifdef __cplusplus
 }

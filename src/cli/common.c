@@ -1,0 +1,48 @@
+/* Shared set-up of the model-using subcommands. */
+#include "cli/common.h"
+
+#include <stdio.h>
+#include <time.h>
+
+void g3_cli_model_opts_default(g3_cli_model_opts *o) {
+    o->model = NULL;
+    o->backend = "auto";
+    o->threads = 0;
+    o->ctx_size = 0;
+    o->max_seqs = 1;
+    o->quiet = 0;
+}
+
+double g3_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int g3_cli_open(const char *cmd, const g3_cli_model_opts *o, g3_model **m, g3_engine **e) {
+    g3_error err = {0};
+    *m = NULL;
+    *e = NULL;
+    if (!o->model) {
+        fprintf(stderr, "gemma3 %s: no model given (-m MODEL: a Hugging Face folder or a .gguf file)\n", cmd);
+        return 0;
+    }
+    g3_load_opts lo = {.progress = !o->quiet, .ctx_hint = o->ctx_size};
+    if (g3_model_load(o->model, &lo, m, &err) != G3_OK) {
+        fprintf(stderr, "gemma3 %s: %s\n", cmd, err.msg);
+        return 0;
+    }
+    g3_engine_opts eo;
+    g3_engine_opts_default(&eo);
+    eo.backend = o->backend;
+    eo.n_threads = o->threads;
+    eo.ctx_size = o->ctx_size;
+    eo.max_seqs = o->max_seqs;
+    if (g3_engine_create(*m, &eo, e, &err) != G3_OK) {
+        fprintf(stderr, "gemma3 %s: %s\n", cmd, err.msg);
+        g3_model_free(*m);
+        *m = NULL;
+        return 0;
+    }
+    return 1;
+}
