@@ -39,6 +39,12 @@ g3_status g3_fail_prefix(g3_error *err, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s%s", prefix, old);
+    size_t np = strlen(prefix);
+    if (np >= sizeof err->msg) np = sizeof err->msg - 1;
+    memcpy(err->msg, prefix, np);
+    size_t rest = sizeof err->msg - 1 - np, no = strnlen(old, sizeof old);
+    if (no > rest) no = rest;
+    memcpy(err->msg + np, old, no);
+    err->msg[np + no] = 0;
     return err->code;
 }

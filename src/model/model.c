@@ -3,6 +3,8 @@
  * against the configuration. Matrices stay in the memory mapping; norm vectors are converted to float (1 + w). */
 #include "model/model.h"
 
+
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

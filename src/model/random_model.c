@@ -2,6 +2,7 @@
  * 27B-shaped model in seconds, each matrix is filled with rows picked from a small pool of quantized random rows:
  * the bytes are as large and as spread as a real model's, which is all a speed measurement needs. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
