@@ -1,0 +1,383 @@
+/* Tensor element types: the info table, row/tensor sizes, and the portable reference dequantizers and
+ * quantizers for F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K (block layouts in dtype.h, bit-compatible with
+ * GGUF/ggml). The quantizers search each block's scale(s) for the least squared error; they run at model
+ * conversion time, so they favour quality over speed. */
+#include "model/dtype.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/fp16.h"
+#include "gemma3.h"
+
+_Static_assert(sizeof(g3_block_q8_0) == 34, "Q8_0 block is 34 bytes");
+_Static_assert(sizeof(g3_block_q4_0) == 18, "Q4_0 block is 18 bytes");
+_Static_assert(sizeof(g3_block_q4_k) == 144, "Q4_K block is 144 bytes");
+_Static_assert(sizeof(g3_block_q6_k) == 210, "Q6_K block is 210 bytes");
+
+static const g3_dtype_info info_f32 = {"F32", 1, 4, 0};
+static const g3_dtype_info info_f16 = {"F16", 1, 2, 0};
+static const g3_dtype_info info_bf16 = {"BF16", 1, 2, 0};
+static const g3_dtype_info info_q8_0 = {"Q8_0", G3_QK8_0, sizeof(g3_block_q8_0), 1};
+static const g3_dtype_info info_q4_0 = {"Q4_0", G3_QK4_0, sizeof(g3_block_q4_0), 1};
+static const g3_dtype_info info_q4_k = {"Q4_K", G3_QK_K, sizeof(g3_block_q4_k), 1};
+static const g3_dtype_info info_q6_k = {"Q6_K", G3_QK_K, sizeof(g3_block_q6_k), 1};
+
+const g3_dtype_info *g3_dtype_get(uint32_t type) {
+    switch (type) {
+    case G3_DTYPE_F32: return &info_f32;
+    case G3_DTYPE_F16: return &info_f16;
+    case G3_DTYPE_BF16: return &info_bf16;
+    case G3_DTYPE_Q8_0: return &info_q8_0;
+    case G3_DTYPE_Q4_0: return &info_q4_0;
+    case G3_DTYPE_Q4_K: return &info_q4_k;
+    case G3_DTYPE_Q6_K: return &info_q6_k;
+    default: return NULL;
+    }
+}
+
+size_t g3_row_bytes(uint32_t type, int64_t k) {
+    const g3_dtype_info *t = g3_dtype_get(type);
+    if (!t || k <= 0 || k % t->block) return 0;
+    uint64_t blocks = (uint64_t)k / (uint64_t)t->block;
+    if (blocks > SIZE_MAX / t->block_bytes) return 0;
+    return (size_t)blocks * t->block_bytes;
+}
+
+size_t g3_tensor_bytes(uint32_t type, int64_t k, int64_t n_rows) {
+    size_t rb = g3_row_bytes(type, k);
+    if (!rb || n_rows <= 0 || (uint64_t)n_rows > SIZE_MAX / rb) return 0;
+    return rb * (size_t)n_rows;
+}
+
+/* ---- unpacking helpers --------------------------------------------------------------------------------- */
+
+/* Scale and min (6 bits each) of sub-block j (0..7) of a Q4_K block's 12 packed bytes:
+ * bytes 0-3 hold sc[0..3] in their low 6 bits and the top 2 bits of sc[4..7]; bytes 4-7 the same for the mins;
+ * bytes 8-11 hold the low 4 bits of sc[4..7] (low nibble) and of m[4..7] (high nibble). */
+static void q4k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+static void q4k_pack_scales(const int sc[8], const int m[8], uint8_t s[12]) {
+    memset(s, 0, 12);
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            s[j] |= (uint8_t)(sc[j] & 63);
+            s[j + 4] |= (uint8_t)(m[j] & 63);
+        } else {
+            s[j + 4] = (uint8_t)((sc[j] & 0x0F) | ((m[j] & 0x0F) << 4));
+            s[j - 4] |= (uint8_t)((sc[j] >> 4) << 6);
+            s[j] |= (uint8_t)((m[j] >> 4) << 6);
+        }
+    }
+}
+
+/* 6-bit value (0..63) of element i (0..255) of a Q6_K block. Each half of 128 values uses 64 bytes of ql and
+ * 32 of qh: element l + 32*g (l < 32, g = 0..3) takes its low 4 bits from ql[l + 32*(g&1)] (low nibble for
+ * g < 2, high nibble otherwise) and its top 2 bits from bits 2g..2g+1 of qh[l]. */
+static int q6k_get(const g3_block_q6_k *b, int i) {
+    int half = i / 128, r = i % 128, g = r / 32, l = r % 32;
+    const uint8_t *ql = b->ql + 64 * half, *qh = b->qh + 32 * half;
+    int lo = (ql[l + 32 * (g & 1)] >> (4 * (g >> 1))) & 0x0F;
+    int hi = (qh[l] >> (2 * g)) & 3;
+    return lo | (hi << 4);
+}
+
+/* ---- dequantization ------------------------------------------------------------------------------------- */
+
+void g3_dequant_row(uint32_t type, const void *src, float *dst, int64_t k) {
+    switch (type) {
+    case G3_DTYPE_F32: memcpy(dst, src, (size_t)k * 4); break;
+    case G3_DTYPE_F16: {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < k; i++) dst[i] = g3_f16_to_f32(s[i]);
+        break;
+    }
+    case G3_DTYPE_BF16: {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < k; i++) dst[i] = g3_bf16_to_f32(s[i]);
+        break;
+    }
+    case G3_DTYPE_Q8_0: {
+        const g3_block_q8_0 *b = src;
+        for (int64_t i = 0; i < k / 32; i++) {
+            float d = g3_f16_to_f32(b[i].d);
+            for (int j = 0; j < 32; j++) dst[i * 32 + j] = d * (float)b[i].qs[j];
+        }
+        break;
+    }
+    case G3_DTYPE_Q4_0: {
+        const g3_block_q4_0 *b = src;
+        for (int64_t i = 0; i < k / 32; i++) {
+            float d = g3_f16_to_f32(b[i].d);
+            for (int j = 0; j < 16; j++) {
+                dst[i * 32 + j] = d * (float)((b[i].qs[j] & 0x0F) - 8);
+                dst[i * 32 + j + 16] = d * (float)((b[i].qs[j] >> 4) - 8);
+            }
+        }
+        break;
+    }
+    case G3_DTYPE_Q4_K: {
+        const g3_block_q4_k *b = src;
+        for (int64_t i = 0; i < k / 256; i++) {
+            float d = g3_f16_to_f32(b[i].d), dmin = g3_f16_to_f32(b[i].dmin);
+            float *y = dst + i * 256;
+            for (int j = 0; j < 8; j++) {
+                int sc, m;
+                q4k_scale_min(j, b[i].scales, &sc, &m);
+                float s = d * (float)sc, mm = dmin * (float)m;
+                /* sub-blocks 2c and 2c+1 share the 32 bytes qs[32c..32c+31]: low then high nibbles */
+                const uint8_t *q = b[i].qs + 32 * (j / 2);
+                int shift = 4 * (j & 1);
+                for (int l = 0; l < 32; l++) y[32 * j + l] = s * (float)((q[l] >> shift) & 0x0F) - mm;
+            }
+        }
+        break;
+    }
+    case G3_DTYPE_Q6_K: {
+        const g3_block_q6_k *b = src;
+        for (int64_t i = 0; i < k / 256; i++) {
+            float d = g3_f16_to_f32(b[i].d);
+            for (int e = 0; e < 256; e++)
+                dst[i * 256 + e] = d * (float)b[i].scales[e / 16] * (float)(q6k_get(&b[i], e) - 32);
+        }
+        break;
+    }
+    default: memset(dst, 0, (size_t)k * sizeof(float)); break;
+    }
+}
+
+/* ---- quantization --------------------------------------------------------------------------------------- */
+
+/* Nearest integer, clamped to [lo, hi] before conversion (no UB for huge values). */
+static int qround(float v, int lo, int hi) {
+    if (!(v > (float)lo)) return lo; /* also catches NaN */
+    if (v >= (float)hi) return hi;
+    return (int)lrintf(v);
+}
+
+static void quant_q8_0(const float *x, g3_block_q8_0 *b) {
+    float amax = 0;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    b->d = g3_f32_to_f16(amax / 127.0f);
+    float d = g3_f16_to_f32(b->d);
+    float id = d > 0 ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; j++) b->qs[j] = (int8_t)qround(x[j] * id, -127, 127);
+}
+
+/* Q4_0: x = d*(q-8), q in 0..15. The value of largest magnitude anchors the scale (mapped near -8, where the
+ * range is one step longer); a few scales around that are tried and the one with least squared error kept. */
+static void quant_q4_0(const float *x, g3_block_q4_0 *b) {
+    float amax = 0, vmax = 0;
+    for (int j = 0; j < 32; j++)
+        if (fabsf(x[j]) > amax) amax = fabsf(x[j]), vmax = x[j];
+    float best_d = 0, best_err = FLT_MAX;
+    if (amax > 0) {
+        for (int t = 0; t <= 16; t++) {
+            float d = vmax / (-8.0f + 0.125f * (float)t); /* -8 .. -6 */
+            float dq = g3_f16_to_f32(g3_f32_to_f16(d));
+            if (dq == 0) continue;
+            float id = 1.0f / dq, err = 0;
+            for (int j = 0; j < 32; j++) {
+                float e = dq * (float)(qround(x[j] * id, -8, 7)) - x[j];
+                err += e * e;
+            }
+            if (err < best_err) best_err = err, best_d = dq;
+        }
+    }
+    b->d = g3_f32_to_f16(best_d);
+    float id = best_d != 0 ? 1.0f / best_d : 0.0f;
+    uint8_t q[32];
+    for (int j = 0; j < 32; j++) q[j] = (uint8_t)(qround(x[j] * id, -8, 7) + 8);
+    for (int j = 0; j < 16; j++) b->qs[j] = (uint8_t)(q[j] | (q[j + 16] << 4));
+}
+
+/* Least-squares fit x ~ a*q + b over n values for fixed integer codes q; with `nonpos_b`, b is forced <= 0.
+ * Returns the squared error. */
+static float fit_affine(const float *x, const int *q, int n, int nonpos_b, float *pa, float *pb) {
+    double sq = 0, sqq = 0, sx = 0, sxq = 0;
+    for (int i = 0; i < n; i++) {
+        sq += q[i];
+        sqq += (double)q[i] * q[i];
+        sx += x[i];
+        sxq += (double)x[i] * q[i];
+    }
+    double det = n * sqq - sq * sq, a, bb;
+    if (det > 0) {
+        a = (n * sxq - sq * sx) / det;
+        bb = (sx - a * sq) / n;
+    } else {
+        a = 0;
+        bb = sx / n;
+    }
+    if (nonpos_b && bb > 0) {
+        bb = 0;
+        a = sqq > 0 ? sxq / sqq : 0;
+    }
+    if (a < 0) a = 0;
+    double err = 0;
+    for (int i = 0; i < n; i++) {
+        double e = a * q[i] + bb - x[i];
+        err += e * e;
+    }
+    *pa = (float)a;
+    *pb = (float)bb;
+    return (float)err;
+}
+
+/* Best (scale >= 0, min >= 0) for one Q4_K sub-block of 32 values: x ~ scale*q - min, q in 0..15. Tries a range
+ * of grid spacings around (max - min)/15, refits scale and offset by least squares for each, keeps the best. */
+static void q4k_sub_fit(const float *x, float *scale, float *min) {
+    float lo = 0, hi = -FLT_MAX;
+    for (int i = 0; i < 32; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
+    if (hi <= lo) { /* constant block, at or below zero */
+        *scale = 0;
+        *min = -lo;
+        return;
+    }
+    float best_err = FLT_MAX, best_a = 0, best_b = lo;
+    int q[32];
+    for (int t = -8; t <= 12; t++) {
+        float iscale = (15.0f + 0.1f * (float)t) / (hi - lo);
+        for (int i = 0; i < 32; i++) q[i] = qround((x[i] - lo) * iscale, 0, 15);
+        float a, b;
+        float err = fit_affine(x, q, 32, 1, &a, &b);
+        if (err < best_err) best_err = err, best_a = a, best_b = b;
+    }
+    *scale = best_a;
+    *min = -best_b;
+}
+
+static void quant_q4_k(const float *x, g3_block_q4_k *b) {
+    float scale[8], min[8], max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; j++) {
+        q4k_sub_fit(x + 32 * j, &scale[j], &min[j]);
+        max_scale = fmaxf(max_scale, scale[j]);
+        max_min = fmaxf(max_min, min[j]);
+    }
+    b->d = g3_f32_to_f16(max_scale / 63.0f);
+    b->dmin = g3_f32_to_f16(max_min / 63.0f);
+    float d = g3_f16_to_f32(b->d), dmin = g3_f16_to_f32(b->dmin);
+    int sc[8], m[8];
+    for (int j = 0; j < 8; j++) {
+        sc[j] = d > 0 ? qround(scale[j] / d, 0, 63) : 0;
+        m[j] = dmin > 0 ? qround(min[j] / dmin, 0, 63) : 0;
+    }
+    q4k_pack_scales(sc, m, b->scales);
+    /* re-quantize against the scales as stored */
+    memset(b->qs, 0, sizeof b->qs);
+    for (int j = 0; j < 8; j++) {
+        float s = d * (float)sc[j], mm = dmin * (float)m[j];
+        float is = s > 0 ? 1.0f / s : 0.0f;
+        uint8_t *q = b->qs + 32 * (j / 2);
+        for (int l = 0; l < 32; l++) {
+            int v = qround((x[32 * j + l] + mm) * is, 0, 15);
+            q[l] |= (uint8_t)(v << (4 * (j & 1)));
+        }
+    }
+}
+
+/* Best signed scale for one Q6_K group of 16 values: x ~ s*q, q in -32..31. The largest-magnitude value is put
+ * near either end of the code range, and s is refit by least squares for each candidate. */
+static float q6k_sub_fit(const float *x) {
+    float amax = 0, vmax = 0;
+    for (int i = 0; i < 16; i++)
+        if (fabsf(x[i]) > amax) amax = fabsf(x[i]), vmax = x[i];
+    if (amax == 0) return 0;
+    float best_err = FLT_MAX, best_s = 0;
+    for (int t = -12; t <= 12; t++) {
+        for (int side = 0; side < 2; side++) {
+            float target = side ? -(32.0f + 0.25f * (float)t) : (31.0f + 0.25f * (float)t);
+            if (fabsf(target) < 20) continue;
+            float iscale = target / vmax;
+            double sxq = 0, sqq = 0;
+            int q[16];
+            for (int i = 0; i < 16; i++) {
+                q[i] = qround(x[i] * iscale, -32, 31);
+                sxq += (double)x[i] * q[i];
+                sqq += (double)q[i] * q[i];
+            }
+            if (sqq == 0) continue;
+            float s = (float)(sxq / sqq), err = 0;
+            for (int i = 0; i < 16; i++) {
+                float e = s * (float)q[i] - x[i];
+                err += e * e;
+            }
+            if (err < best_err) best_err = err, best_s = s;
+        }
+    }
+    return best_s;
+}
+
+static void quant_q6_k(const float *x, g3_block_q6_k *b) {
+    float s[16], amax = 0;
+    for (int j = 0; j < 16; j++) {
+        s[j] = q6k_sub_fit(x + 16 * j);
+        amax = fmaxf(amax, fabsf(s[j]));
+    }
+    b->d = g3_f32_to_f16(amax / 127.0f);
+    float d = g3_f16_to_f32(b->d);
+    for (int j = 0; j < 16; j++) b->scales[j] = (int8_t)(d > 0 ? qround(s[j] / d, -128, 127) : 0);
+    uint8_t L[256];
+    for (int j = 0; j < 16; j++) {
+        float sd = d * (float)b->scales[j];
+        float is = sd != 0 ? 1.0f / sd : 0.0f;
+        for (int i = 0; i < 16; i++) L[16 * j + i] = (uint8_t)(qround(x[16 * j + i] * is, -32, 31) + 32);
+    }
+    memset(b->ql, 0, sizeof b->ql);
+    memset(b->qh, 0, sizeof b->qh);
+    for (int e = 0; e < 256; e++) {
+        int half = e / 128, r = e % 128, g = r / 32, l = r % 32;
+        b->ql[64 * half + l + 32 * (g & 1)] |= (uint8_t)((L[e] & 0x0F) << (4 * (g >> 1)));
+        b->qh[32 * half + l] |= (uint8_t)((L[e] >> 4) << (2 * g));
+    }
+}
+
+g3_status g3_quantize_row(uint32_t type, const float *src, void *dst, int64_t k, g3_error *err) {
+    const g3_dtype_info *t = g3_dtype_get(type);
+    if (!t) return g3_fail(err, G3_ERR_UNSUPPORTED, "quantize: unknown tensor type %u", (unsigned)type);
+    if (k <= 0 || k % t->block)
+        return g3_fail(err, G3_ERR_ARG, "quantize: row of %lld values is not a multiple of the %s block (%d)",
+                       (long long)k, t->name, t->block);
+    if (t->quantized) {
+        for (int64_t i = 0; i < k; i++)
+            if (!isfinite(src[i]))
+                return g3_fail(err, G3_ERR_ARG, "quantize to %s: non-finite value %g at index %lld", t->name,
+                               (double)src[i], (long long)i);
+    }
+    switch (type) {
+    case G3_DTYPE_F32: memcpy(dst, src, (size_t)k * 4); break;
+    case G3_DTYPE_F16: {
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < k; i++) d[i] = g3_f32_to_f16(src[i]);
+        break;
+    }
+    case G3_DTYPE_BF16: {
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < k; i++) d[i] = g3_f32_to_bf16(src[i]);
+        break;
+    }
+    case G3_DTYPE_Q8_0:
+        for (int64_t i = 0; i < k / 32; i++) quant_q8_0(src + 32 * i, (g3_block_q8_0 *)dst + i);
+        break;
+    case G3_DTYPE_Q4_0:
+        for (int64_t i = 0; i < k / 32; i++) quant_q4_0(src + 32 * i, (g3_block_q4_0 *)dst + i);
+        break;
+    case G3_DTYPE_Q4_K:
+        for (int64_t i = 0; i < k / 256; i++) quant_q4_k(src + 256 * i, (g3_block_q4_k *)dst + i);
+        break;
+    case G3_DTYPE_Q6_K:
+        for (int64_t i = 0; i < k / 256; i++) quant_q6_k(src + 256 * i, (g3_block_q6_k *)dst + i);
+        break;
+    default: return g3_fail(err, G3_ERR_UNSUPPORTED, "quantize: no quantizer for %s", t->name);
+    }
+    return G3_OK;
+}
