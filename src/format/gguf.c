@@ -143,8 +143,9 @@ static g3_status read_array(rd *r, g3_gguf_kv *kv) {
     uint64_t at = r->pos;
     G3_TRY(rd_u32(r, &et));
     if (et == G3_GGUF_ARRAY)
-        return g3_fail(r->err, G3_ERR_UNSUPPORTED, "%s: %s at byte %llu: nested arrays (array of array) are not supported",
-                       r->path, r->what, (unsigned long long)at);
+        return g3_fail(r->err, G3_ERR_UNSUPPORTED,
+                       "%s: %s at byte %llu: nested arrays (array of array) are not supported", r->path, r->what,
+                       (unsigned long long)at);
     if (et > G3_GGUF_F64)
         return g3_fail(r->err, G3_ERR_FORMAT, "%s: %s at byte %llu: unknown array element type %u", r->path, r->what,
                        (unsigned long long)at, et);
@@ -327,7 +328,8 @@ static g3_status resolve_tensors(g3_gguf *g, g3_error *err) {
     uint32_t *by_off = malloc(g->n_tensors * sizeof *by_off);
     if (!g->by_name || !by_off) {
         free(by_off);
-        return g3_fail(err, G3_ERR_NOMEM, "%s: no memory to index %llu tensors", path, (unsigned long long)g->n_tensors);
+        return g3_fail(err, G3_ERR_NOMEM, "%s: no memory to index %llu tensors", path,
+                       (unsigned long long)g->n_tensors);
     }
     for (uint64_t i = 0; i < g->n_tensors; i++) g->by_name[i] = by_off[i] = (uint32_t)i;
     t_sort_g = g;
@@ -377,7 +379,8 @@ static g3_status parse(g3_gguf *g, g3_error *err) {
     snprintf(r.what, sizeof r.what, "version");
     G3_TRY(rd_u32(&r, &g->version));
     if (g->version != 2 && g->version != 3) {
-        if (g->version == 1) return g3_fail(err, G3_ERR_UNSUPPORTED, "%s: GGUF version 1 is not supported (2 or 3)", r.path);
+        if (g->version == 1)
+            return g3_fail(err, G3_ERR_UNSUPPORTED, "%s: GGUF version 1 is not supported (2 or 3)", r.path);
         if ((g->version & 0xffff) == 0 && g->version != 0)
             return g3_fail(err, G3_ERR_UNSUPPORTED, "%s: big-endian GGUF (version field 0x%08x) is not supported",
                            r.path, g->version);

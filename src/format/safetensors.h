@@ -14,7 +14,9 @@
 
 typedef struct g3_st_tensor {
     char *name;           /* malloc'd */
-    int dtype;            /* g3_dtype: F32, F16 or BF16 (others are refused with the tensor's name) */
+    int dtype;            /* g3_dtype: F32, F16 or BF16; -1 for any other dtype (kept so that a loader can skip
+                             unneeded tensors, e.g. a vision tower, and refuse a needed one by name) */
+    char dtype_name[16];  /* the dtype string as written ("BF16", "I64", "F8_E4M3", ...), truncated */
     int n_dims;
     int64_t shape[4];     /* as written: shape[0] outermost (HF weight [out, in]) */
     const uint8_t *data;  /* into the mapping */
@@ -22,6 +24,7 @@ typedef struct g3_st_tensor {
     int file;             /* index of the shard */
 } g3_st_tensor;
 
+/* tensors[] is sorted by name (g3_st_find is a binary search); names are unique across all shards. */
 typedef struct g3_safetensors {
     g3_mmap *files;
     int n_files;
