@@ -250,6 +250,20 @@ g3_status g3_config_from_gguf(g3_config *c, const g3_gguf *g, g3_error *err) {
         return g3_fail(err, G3_ERR_FORMAT, "%s: block_count %d is out of range 1..%d", g->map.path, c->n_layers,
                        G3_MAX_LAYERS);
     layers_from_pattern(c);
+    /* our own per-layer list (written by gemma3 quantize) wins over the pattern */
+    const g3_gguf_kv *lg = g3_gguf_find(g, "gemma3.attention.layer_global");
+    if (lg) {
+        if (lg->type != G3_GGUF_ARRAY || (lg->arr_type != G3_GGUF_I32 && lg->arr_type != G3_GGUF_U32) ||
+            lg->arr_n != (uint64_t)c->n_layers)
+            return g3_fail(err, G3_ERR_FORMAT, "%s: gemma3.attention.layer_global must be %d int32 values",
+                           g->map.path, c->n_layers);
+        for (int i = 0; i < c->n_layers; i++) {
+            int32_t v;
+            memcpy(&v, lg->arr_data + 4 * (size_t)i, 4);
+            c->layer_global[i] = v != 0;
+        }
+        c->sliding_pattern = 0;
+    }
     c->embed_scale = sqrtf((float)c->hidden);
     g3_status rc = g3_config_validate(c, err);
     if (rc) g3_fail_prefix(err, "%s: ", g->map.path);
