@@ -15,6 +15,8 @@
 #define GGUF_MIN_KV_BYTES 14     /* u64 key_len + 1 key byte + u32 type + 1 value byte */
 #define GGUF_MIN_TENSOR_BYTES 33 /* u64 name_len + 1 name byte + u32 n_dims + 1 ne + u32 type + u64 offset */
 #define GGUF_MAX_ALIGNMENT (1u << 24)
+#define GGUF_MAX_KV (1u << 16)      /* real files hold ~40 keys */
+#define GGUF_MAX_TENSORS (1u << 20) /* real files hold up to a few thousand tensors */
 
 /* ---- tensor element types (ggml numbering) -------------------------------------------------------------- */
 typedef struct dtype_row { const char *name; int block; int block_bytes; } dtype_row;
@@ -174,20 +176,30 @@ static g3_status read_array(rd *r, g3_gguf_kv *kv) {
         return g3_fail(r->err, G3_ERR_FORMAT,
                        "%s: %s at byte %llu: array of %llu strings cannot fit in the %llu bytes left", r->path,
                        r->what, (unsigned long long)at, (unsigned long long)kv->arr_n, (unsigned long long)left);
+    /* first pass: validate every length without allocating; second: record each element's offset */
     kv->arr_data = r->p + r->pos;
+    for (uint64_t i = 0; i < kv->arr_n; i++) {
+        uint64_t len = 0;
+        if (r->size - r->pos >= 8) memcpy(&len, r->p + r->pos, 8);
+        if (r->size - r->pos < 8 || len > r->size - r->pos - 8) {
+            size_t wl = strlen(r->what);
+            snprintf(r->what + wl, sizeof r->what - wl, " element %llu", (unsigned long long)i);
+            g3_gguf_str s;
+            g3_status rc = rd_str(r, &s); /* fails, with the message */
+            return rc != G3_OK ? rc : g3_fail(r->err, G3_ERR_FORMAT, "%s: %s: bad string", r->path, r->what);
+        }
+        r->pos += 8 + len;
+    }
     kv->arr_str_off = malloc((kv->arr_n ? kv->arr_n : 1) * sizeof(uint64_t));
     if (!kv->arr_str_off)
         return g3_fail(r->err, G3_ERR_NOMEM, "%s: %s: no memory for %llu string offsets", r->path, r->what,
                        (unsigned long long)kv->arr_n);
-    uint64_t start = r->pos;
-    size_t wl = strlen(r->what);
-    for (uint64_t i = 0; i < kv->arr_n; i++) {
-        kv->arr_str_off[i] = r->pos - start;
-        g3_gguf_str s;
-        snprintf(r->what + wl, sizeof r->what - wl, " element %llu", (unsigned long long)i);
-        G3_TRY(rd_str(r, &s));
+    for (uint64_t i = 0, off = 0; i < kv->arr_n; i++) {
+        uint64_t len;
+        memcpy(&len, kv->arr_data + off, 8);
+        kv->arr_str_off[i] = off;
+        off += 8 + len;
     }
-    r->what[wl] = 0;
     return G3_OK;
 }
 
@@ -393,11 +405,16 @@ static g3_status parse(g3_gguf *g, g3_error *err) {
     G3_TRY(rd_u64(&r, &g->n_kv));
     uint64_t left = r.size - r.pos;
     if (g->n_kv > left / GGUF_MIN_KV_BYTES || g->n_tensors > left / GGUF_MIN_TENSOR_BYTES ||
-        g->n_kv * GGUF_MIN_KV_BYTES + g->n_tensors * GGUF_MIN_TENSOR_BYTES > left || g->n_tensors > UINT32_MAX)
+        g->n_kv * GGUF_MIN_KV_BYTES + g->n_tensors * GGUF_MIN_TENSOR_BYTES > left)
         return g3_fail(err, G3_ERR_FORMAT,
                        "%s: header at byte 8 claims %llu tensors and %llu kv pairs, which cannot fit in the %llu bytes "
                        "that follow",
                        r.path, (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv, (unsigned long long)left);
+    if (g->n_kv > GGUF_MAX_KV || g->n_tensors > GGUF_MAX_TENSORS)
+        return g3_fail(err, G3_ERR_FORMAT,
+                       "%s: header at byte 8 claims %llu tensors and %llu kv pairs; this reader accepts at most %u and %u",
+                       r.path, (unsigned long long)g->n_tensors, (unsigned long long)g->n_kv, GGUF_MAX_TENSORS,
+                       GGUF_MAX_KV);
     g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv);
     g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
     if (!g->kv || !g->tensors) return g3_fail(err, G3_ERR_NOMEM, "%s: no memory for the header tables", r.path);

@@ -110,16 +110,17 @@ static char *copy_fixture(const char *name, const char *dst, size_t *n) {
     return buf;
 }
 
-/* Truncates path to every length below header_end, then to `spread` lengths between there and size-1: each must
- * fail. Returns the number of files tried. */
+/* Truncates path to `spread` lengths between header_end and size-1, then to every length below header_end: each
+ * must fail. Lengths only go down, so every file is a true prefix of the original (truncate() pads with zeros
+ * when it grows a file). Returns the number of files tried. */
 static int truncations(const char *path, size_t size, size_t header_end, int spread, int (*try_open)(const char *)) {
     int tried = 0;
-    for (size_t len = 0; len < header_end && len < size; len++, tried++) {
+    for (int i = spread; i >= 0 && header_end < size; i--, tried++) {
+        size_t len = header_end + (size - 1 - header_end) * (size_t)i / (size_t)spread;
         assert_int_equal(truncate(path, (off_t)len), 0);
         if (try_open(path)) fail_msg("%s truncated to %zu bytes opened", path, len);
     }
-    for (int i = 0; i <= spread && header_end < size; i++, tried++) {
-        size_t len = header_end + (size - 1 - header_end) * (size_t)i / (size_t)spread;
+    for (size_t len = header_end < size ? header_end : size; len-- > 0; tried++) {
         assert_int_equal(truncate(path, (off_t)len), 0);
         if (try_open(path)) fail_msg("%s truncated to %zu bytes opened", path, len);
     }
@@ -368,6 +369,19 @@ static void test_gguf_crafted(void **state) {
             fail_msg("case %zu (m=%d p=%llu): message '%s' lacks '%s'", i, c->m, (unsigned long long)c->p, err.msg,
                      c->needle);
         if (i < 12 || c->m == M_OFFSET || c->m == M_NE_OVF) print_message("  %s\n", err.msg + strlen(path) + 2);
+    }
+    /* counts that fit a large (sparse) file but exceed the reader's caps */
+    const gcase big[] = {{M_NKV, 70000, "at most"}, {M_NTENSORS, 1u << 21, "at most"}};
+    for (int i = 0; i < 2; i++, n++) {
+        ft_buf b = {0};
+        build_gguf(&b, big[i].m, big[i].p);
+        assert_true(ft_write(path, b.p, b.n));
+        free(b.p);
+        assert_int_equal(truncate(path, 100ll << 20), 0);
+        g3_gguf g;
+        g3_error err = {0};
+        assert_int_not_equal(g3_gguf_open(&g, path, &err), G3_OK);
+        if (!strstr(err.msg, big[i].needle)) fail_msg("message '%s' lacks '%s'", err.msg, big[i].needle);
     }
     print_message("gguf: %d hand-made broken files refused, %d controls opened\n", n, 4);
 }
