@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Command-line contracts, run as a user would: `run --print-ids` and `logits` against the reference outputs,
+# --help and bad flags on every subcommand, `info`, `quantize` round trips, and `chat` in a real terminal (tmux).
+# Prints one line per check and ends with "N passed, N failed".
+set -u
+cd "$(dirname "$0")/../.."
+BIN=${G3_BIN:-build/gemma3}
+PY=${PYTHON:-python3}
+pass=0; fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
+TMP=$(mktemp -d); trap 'rm -rf "$TMP"; tmux kill-session -t g3chat 2>/dev/null' EXIT
+
+fixture() { for d in tests/data/$1 ../shared/fixtures/$1; do [ -d "$d" ] && { echo "$d"; return; }; done; }
+MODEL=$(fixture t-gqa); [ -n "$MODEL" ] || MODEL=$(fixture tiny-gqa)
+if [ -z "$MODEL" ]; then echo "no test model found"; echo "0 passed, 1 failed"; exit 1; fi
+
+# --- run --print-ids: greedy ids equal to the reference up to the first small margin -------------------------
+ref_ids() { "$PY" - "$MODEL/reference.json" "$1" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); p = r["prompts"][int(sys.argv[2])]
+n = 0
+for m in p["margins"]:
+    n += 1
+    if m < 0.01: break
+print(",".join(map(str, p["ids"])), ",".join(map(str, p["generated_ids"][:n])), n)
+PY
+}
+for i in 0 1 2 3; do
+  read -r prompt want n < <(ref_ids $i)
+  got=$("$BIN" run -m "$MODEL" --prompt-ids "$prompt" -n "$n" --temp 0 --ignore-eos --print-ids 2>"$TMP/err")
+  check "run --print-ids prompt $i ($n tokens)" [ "$got" = "$want" ]
+done
+out=$("$BIN" run -m "$MODEL" --prompt-ids 2,17,33 -n 5 --temp 0 --print-ids 2>/dev/null)
+check "run --print-ids prints one line of ids only" bash -c "[[ '$out' =~ ^[0-9]+(,[0-9]+)*$ ]]"
+
+# --- logits: size and values --------------------------------------------------------------------------------
+read -r prompt _ _ < <(ref_ids 1)
+"$BIN" logits -m "$MODEL" --prompt-ids "$prompt" --out "$TMP/l.bin" 2>"$TMP/err"
+"$BIN" logits -m "$MODEL" --prompt-ids "$prompt" --out "$TMP/la.bin" --all-positions 2>>"$TMP/err"
+check "logits last + all positions match the reference" "$PY" - "$MODEL/reference.json" "$TMP/l.bin" "$TMP/la.bin" <<'PY'
+import json, struct, sys
+r = json.load(open(sys.argv[1])); p = r["prompts"][1]; V = r["config"]["vocab_size"]
+def read(path):
+    b = open(path, "rb").read(); return struct.unpack("<%df" % (len(b) // 4), b)
+last, allp = read(sys.argv[2]), read(sys.argv[3])
+assert len(last) == V, len(last)
+assert len(allp) == V * p["n_prompt"], len(allp)
+ref_last = p["last_prompt_logits"]; tol = 1e-3 * max(1, max(abs(x) for x in ref_last))
+assert max(abs(a - b) for a, b in zip(last, ref_last)) < tol
+for pos, row in enumerate(p["all_prompt_logits"]):
+    tol = 1e-3 * max(1, max(abs(x) for x in row))
+    assert max(abs(a - b) for a, b in zip(allp[pos * V:(pos + 1) * V], row)) < tol, pos
+PY
+
+# --- help and bad input ------------------------------------------------------------------------------------
+for c in run chat serve bench info logits tokenize detokenize quantize; do
+  h=$("$BIN" $c --help 2>&1); rc=$?
+  check "$c --help" bash -c "[ $rc -eq 0 ] && grep -q -- '--' <<<'$(echo "$h" | head -3 | tr -d "'")'"
+  "$BIN" $c --no-such-flag >/dev/null 2>"$TMP/err"; rc=$?
+  check "$c rejects an unknown flag with a message" bash -c "[ $rc -eq 2 ] && grep -q 'no-such-flag' '$TMP/err'"
+done
+"$BIN" run -m "$MODEL" --prompt-ids 2,17 -n abc >/dev/null 2>"$TMP/err"; rc=$?
+check "run -n abc is refused" bash -c "[ $rc -eq 2 ] && grep -q 'integer' '$TMP/err'"
+"$BIN" run -m "$MODEL" --prompt-ids 2,999999 -n 2 --print-ids >/dev/null 2>"$TMP/err"; rc=$?
+check "run with an out-of-vocabulary id names it" bash -c "[ $rc -ne 0 ] && grep -q '999999' '$TMP/err'"
+"$BIN" run -m /nonexistent --prompt-ids 2 >/dev/null 2>"$TMP/err"; rc=$?
+check "run with a missing model names the path" bash -c "[ $rc -ne 0 ] && grep -q '/nonexistent' '$TMP/err'"
+head -c 3000 "$(ls "$MODEL"/*.gguf ../shared/fixtures/tiny-gqa/model-bf16.gguf 2>/dev/null | head -1)" >"$TMP/trunc.gguf"
+"$BIN" info "$TMP/trunc.gguf" >/dev/null 2>"$TMP/err"; rc=$?
+check "info on a truncated GGUF fails with a message" bash -c "[ $rc -ne 0 ] && [ -s '$TMP/err' ]"
+
+# --- info ------------------------------------------------------------------------------------------------------
+"$BIN" info "$MODEL" >"$TMP/info" 2>&1
+check "info prints config, types, parameters, memory" bash -c "grep -q 'layers' '$TMP/info' && grep -q 'parameters:' '$TMP/info' && grep -q 'KV cache' '$TMP/info' && grep -q 'BF16' '$TMP/info'"
+
+# --- quantize: f32 GGUF gives the same greedy ids; q8_0 loads and runs ----------------------------------------
+read -r prompt want n < <(ref_ids 3)
+if "$BIN" quantize -m "$MODEL" -o "$TMP/m32.gguf" --type f32 2>"$TMP/err"; then
+  got=$("$BIN" run -m "$TMP/m32.gguf" --prompt-ids "$prompt" -n "$n" --temp 0 --ignore-eos --print-ids 2>>"$TMP/err")
+  check "quantize --type f32 round trip keeps greedy ids" [ "$got" = "$want" ]
+  "$BIN" tokenize -m "$TMP/m32.gguf" --text "Hello world" >"$TMP/t1" 2>>"$TMP/err"
+  "$BIN" tokenize -m "$MODEL" --text "Hello world" >"$TMP/t2" 2>>"$TMP/err"
+  check "quantized GGUF carries the tokenizer" cmp -s "$TMP/t1" "$TMP/t2"
+else bad "quantize --type f32"; cat "$TMP/err"; fi
+for t in q8_0 q4_0; do
+  "$BIN" quantize -m "$MODEL" -o "$TMP/m-$t.gguf" --type $t >/dev/null 2>&1 &&
+    got=$("$BIN" run -m "$TMP/m-$t.gguf" --prompt-ids 2,17,33 -n 4 --temp 0 --ignore-eos --print-ids 2>/dev/null)
+  check "quantize --type $t loads and generates" bash -c "[[ '${got:-}' =~ ^[0-9]+(,[0-9]+){3}$ ]]"
+done
+
+# --- chat in a terminal ----------------------------------------------------------------------------------------
+if command -v tmux >/dev/null; then
+  tmux kill-session -t g3chat 2>/dev/null
+  tmux new-session -d -s g3chat -x 200 -y 50 "$BIN chat -m $MODEL --temp 0 -n 12 -c 512; echo CHAT-EXITED; sleep 30"
+  wait_for() { for _ in $(seq 1 100); do tmux capture-pane -p -t g3chat | grep -q -- "$1" && return 0; sleep 0.2; done; return 1; }
+  count() { tmux capture-pane -p -t g3chat -S -200 | grep -c -- "$1"; }
+  check "chat shows its banner and prompt" wait_for "^> "
+  tmux send-keys -t g3chat "Hello there" Enter
+  check "chat answers and returns to the prompt" bash -c "$(declare -f wait_for count); for _ in \$(seq 1 100); do [ \$(count '^> ') -ge 2 ] && exit 0; sleep 0.2; done; exit 1"
+  tmux send-keys -t g3chat "/reset" Enter
+  check "chat /reset clears the conversation" wait_for "conversation cleared"
+  tmux send-keys -t g3chat "/quit" Enter
+  check "chat /quit exits" wait_for "CHAT-EXITED"
+  tmux kill-session -t g3chat 2>/dev/null
+else
+  bad "tmux is not installed (scripts/setup.sh installs it)"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
