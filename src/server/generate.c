@@ -179,12 +179,14 @@ enum MHD_Result g3_srv_generate(struct MHD_Connection *mc, g3_conn *c) {
         g3_oai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory creating the request");
         goto fail;
     }
+    atomic_fetch_add(&s->n_gen, 1); /* undone in the completed callback */
     g3_error gerr = {0};
     g3_status st = g3_worker_enqueue(s->worker, j, &gerr);
     if (st != G3_OK) {
         g3_resp_error_from_status(st, gerr.msg, &e);
         g3_resp_free(c->resp);
         c->resp = NULL;
+        atomic_fetch_sub(&s->n_gen, 1);
         goto fail;
     }
     g3_oai_request_free(&rq);

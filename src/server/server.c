@@ -234,6 +234,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     g3_conn *c = *con_cls;
     if (!c) return;
     if (c->resp) {
+        atomic_fetch_sub(&s->n_gen, 1);
         if (!c->resp->done) {
             g3_worker_cancel(s->worker, c->resp->job);
             pthread_mutex_lock(&s->metrics.mu);
@@ -325,6 +326,8 @@ void g3_server_shutdown(g3_server *s, int grace_ms) {
     /* stop accepting: MHD hands the listening socket back to us, closed after the daemon stops */
     MHD_socket lsock = s->d ? MHD_quiesce_daemon(s->d) : MHD_INVALID_SOCKET;
     if (s->worker) g3_worker_drain(s->worker, grace_ms);
+    /* every sequence has ended; give the connection threads a moment to send the last events */
+    for (int i = 0; i < 200 && atomic_load(&s->n_gen) > 0; i++) usleep(10000);
     if (s->d) MHD_stop_daemon(s->d);
     s->d = NULL;
     if (lsock != MHD_INVALID_SOCKET) close(lsock);

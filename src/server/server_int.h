@@ -21,6 +21,7 @@ struct g3_server {
     g3_worker *worker;
     atomic_int ready;          /* model attached */
     atomic_int stopping;       /* shutdown began: new requests get 503 */
+    atomic_int n_gen;          /* generation requests between admission and their completed callback */
     long long started_at;      /* unix seconds */
 };
 
