@@ -19,6 +19,9 @@ typedef struct g3_act {
     int m, k;
     const float *x;   /* [m][k] float32 (kept for float weights) */
     void *q;          /* quantized copy (quantized weights), in the scratch given to prepare */
+    int layout;       /* private: how q is laid out (kernels.h) */
+    size_t xs;        /* private: bytes between prepared rows */
+    const void *kset; /* private: the kernel set it was prepared for */
 } g3_act;
 
 /* Scratch bytes that g3_act_prepare needs for m rows of k values against weights of type wtype. */
@@ -30,5 +33,10 @@ void g3_matmul(g3_pool *p, const g3_act *a, const void *w, int n, float *y, int 
 
 /* Name of the kernel set chosen for this CPU ("avx512", "avx2", "scalar"); G3_CPU_KERNELS=scalar|avx2 forces one. */
 const char *g3_cpu_kernels_name(void);
+/* Switches the kernel set for later prepare/matmul calls (tests, benchmarks); -1 if this CPU or build lacks it.
+ * Not to be called while a matmul runs. Activations already prepared keep the set they were prepared for. */
+int g3_cpu_kernels_select(const char *name);
+/* Decodes prepared row r back to floats (what the kernels actually multiply): for tests. */
+void g3_act_dequant_row(const g3_act *a, int r, float *out);
 
 #endif

@@ -1,0 +1,280 @@
+/* AVX-512 kernels (F, BW, VL, DQ, VNNI; BF16 when the CPU has it), picked at run time.
+ *
+ *   F32/F16    zmm FMA, F16 weights widened with vcvtph2ps; 16 values per step
+ *   BF16       with AVX512-BF16: vdpbf16ps on the activations split as hi + lo bf16 parts (both products
+ *              exact in f32, so the result matches f32 math to ~1e-5); otherwise widened by a shift + FMA
+ *   Q8_0/Q4_0  one 32-value block per ymm: vpdpbusd (u8 x s8 -> i32), then scale by d_w*d_x in f32. Q8_0 reads
+ *              activations stored +128 (unsigned side) and starts each sum at -128*sum(w); Q4_0 uses its nibbles
+ *              as the unsigned side and starts at -sum(x) per lane (the -8 offset)
+ *   Q4_K/Q6_K  maddubs kernels from kern_simd.h
+ * Micro-kernels hold an MR x NR block of accumulators in registers (NR weight rows, MR activation rows). */
+#if defined(__x86_64__) || defined(__i386__)
+
+#include "backend/cpu/kern_simd.h"
+
+/* ---- float weights: F32, F16, BF16 widened ------------------------------------------------------------------ */
+
+enum { WT_F32, WT_F16, WT_BF16 };
+
+AI __m512 load_w(const uint8_t *p, const int WT) {
+    if (WT == WT_F32) return _mm512_loadu_ps(p);
+    __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    if (WT == WT_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AI __m512 load_w_tail(const uint8_t *p, __mmask16 m, const int WT) {
+    if (WT == WT_F32) return _mm512_maskz_loadu_ps(m, p);
+    __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    if (WT == WT_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AI void mk_float(const g3_tile *t, int i0, int j0, const int MR, const int NR, const int WT) {
+    const int esz = WT == WT_F32 ? 4 : 2;
+    __m512 acc[G3_MRX][G3_NRX];
+    const uint8_t *wp[G3_NRX];
+    const float *xp[G3_MRX];
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < NR; c++) wp[c] = t->w + (size_t)(j0 + c) * t->ws;
+    const size_t pf = (size_t)NR * t->ws; /* prefetch the next group's rows: too short to train the prefetcher */
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++) {
+        xp[r] = (const float *)(t->xq + (size_t)(i0 + r) * t->xs);
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) acc[r][c] = _mm512_setzero_ps();
+    }
+    int k = t->k, l = 0;
+    for (; l + 16 <= k; l += 16) {
+        __m512 w[G3_NRX];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) {
+            w[c] = load_w(wp[c] + (size_t)l * esz, WT);
+            _mm_prefetch((const char *)(wp[c] + pf + (size_t)l * esz), _MM_HINT_T0);
+        }
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < MR; r++) {
+            __m512 x = _mm512_loadu_ps(xp[r] + l);
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < NR; c++) acc[r][c] = _mm512_fmadd_ps(w[c], x, acc[r][c]);
+        }
+    }
+    if (l < k) {
+        __mmask16 m = (__mmask16)((1u << (k - l)) - 1);
+        __m512 w[G3_NRX];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) w[c] = load_w_tail(wp[c] + (size_t)l * esz, m, WT);
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < MR; r++) {
+            __m512 x = _mm512_maskz_loadu_ps(m, xp[r] + l);
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < NR; c++) acc[r][c] = _mm512_fmadd_ps(w[c], x, acc[r][c]);
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++)
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) put_y(t, i0 + r, j0 + c, _mm512_reduce_add_ps(acc[r][c]));
+}
+
+#define MK_F32(t, i, j, MR, NR) mk_float(t, i, j, MR, NR, WT_F32)
+#define MK_F16(t, i, j, MR, NR) mk_float(t, i, j, MR, NR, WT_F16)
+#define MK_BF16W(t, i, j, MR, NR) mk_float(t, i, j, MR, NR, WT_BF16)
+static void tile_f32(const g3_tile *t) { G3_TILE_WALK(t, MK_F32, 4, 4, 4); }
+static void tile_f16(const g3_tile *t) { G3_TILE_WALK(t, MK_F16, 4, 4, 4); }
+static void tile_bf16_widen(const g3_tile *t) { G3_TILE_WALK(t, MK_BF16W, 4, 4, 4); }
+
+/* ---- BF16 weights x (hi + lo) bf16 activations with vdpbf16ps ----------------------------------------------- */
+
+AI void mk_bf16x2(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
+    __m512 acc[G3_MRX][G3_NRX];
+    const uint8_t *wp[G3_NRX], *hp[G3_MRX], *lp[G3_MRX];
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < NR; c++) wp[c] = t->w + (size_t)(j0 + c) * t->ws;
+    const size_t pf = (size_t)NR * t->ws; /* prefetch the next group's rows: too short to train the prefetcher */
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++) {
+        hp[r] = t->xq + (size_t)(i0 + r) * t->xs;
+        lp[r] = t->xd + (size_t)(i0 + r) * t->xs;
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) acc[r][c] = _mm512_setzero_ps();
+    }
+    int k = t->k, l = 0;
+    for (; l + 32 <= k; l += 32) {
+        __m512bh w[G3_NRX];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) {
+            w[c] = (__m512bh)_mm512_loadu_si512(wp[c] + 2 * (size_t)l);
+            _mm_prefetch((const char *)(wp[c] + pf + 2 * (size_t)l), _MM_HINT_T0);
+        }
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < MR; r++) {
+            __m512bh hi = (__m512bh)_mm512_loadu_si512(hp[r] + 2 * (size_t)l);
+            __m512bh lo = (__m512bh)_mm512_loadu_si512(lp[r] + 2 * (size_t)l);
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < NR; c++) {
+                acc[r][c] = _mm512_dpbf16_ps(acc[r][c], hi, w[c]);
+                acc[r][c] = _mm512_dpbf16_ps(acc[r][c], lo, w[c]);
+            }
+        }
+    }
+    if (l < k) {
+        __mmask32 m = (__mmask32)((1ull << (k - l)) - 1);
+        __m512bh w[G3_NRX];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) w[c] = (__m512bh)_mm512_maskz_loadu_epi16(m, wp[c] + 2 * (size_t)l);
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < MR; r++) {
+            __m512bh hi = (__m512bh)_mm512_maskz_loadu_epi16(m, hp[r] + 2 * (size_t)l);
+            __m512bh lo = (__m512bh)_mm512_maskz_loadu_epi16(m, lp[r] + 2 * (size_t)l);
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < NR; c++) {
+                acc[r][c] = _mm512_dpbf16_ps(acc[r][c], hi, w[c]);
+                acc[r][c] = _mm512_dpbf16_ps(acc[r][c], lo, w[c]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++)
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) put_y(t, i0 + r, j0 + c, _mm512_reduce_add_ps(acc[r][c]));
+}
+
+static void tile_bf16x2(const g3_tile *t) { G3_TILE_WALK(t, mk_bf16x2, 4, 4, 4); }
+
+/* ---- Q8_0 weights x Q8U activations ------------------------------------------------------------------------- */
+
+AI void mk_q8_0(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
+    const __m256i c128 = _mm256_set1_epi8((char)0x80);
+    __m256 acc[G3_MRX][G3_NRX];
+    const uint8_t *wp[G3_NRX], *xq[G3_MRX], *xd[G3_MRX];
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < NR; c++) wp[c] = t->w + (size_t)(j0 + c) * t->ws;
+    const size_t pf = (size_t)NR * t->ws; /* prefetch the next group's rows: too short to train the prefetcher */
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++) {
+        xq[r] = t->xq + (size_t)(i0 + r) * t->xs;
+        xd[r] = t->xd + (size_t)(i0 + r) * t->xs;
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) acc[r][c] = _mm256_setzero_ps();
+    }
+    int nb = t->k / 32;
+    for (int b = 0; b < nb; b++) {
+        __m256i wq[G3_NRX], neg[G3_NRX];
+        __m256 dw[G3_NRX];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) {
+            const uint8_t *blk = wp[c] + 34 * (size_t)b;
+            wq[c] = _mm256_loadu_si256((const __m256i *)(blk + 2));
+            _mm_prefetch((const char *)(blk + pf), _MM_HINT_T0);
+            neg[c] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), c128, wq[c]));
+            dw[c] = _mm256_set1_ps(f16_at(blk));
+        }
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < MR; r++) {
+            __m256i xu = _mm256_loadu_si256((const __m256i *)(xq[r] + 32 * (size_t)b));
+            __m256 dx = _mm256_set1_ps(ld_f32(xd[r] + 4 * (size_t)b));
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < NR; c++) {
+                __m256i dot = _mm256_dpbusd_epi32(neg[c], xu, wq[c]);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), dx), dw[c], acc[r][c]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++)
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) put_y(t, i0 + r, j0 + c, hsum256(acc[r][c]));
+}
+
+static void tile_q8_0(const g3_tile *t) { G3_TILE_WALK(t, mk_q8_0, 4, 3, 4); }
+
+/* ---- Q4_0 weights x Q8S activations ------------------------------------------------------------------------- */
+
+AI void mk_q4_0(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[G3_MRX][G3_NRX];
+    const uint8_t *wp[G3_NRX], *xq[G3_MRX], *xd[G3_MRX], *xe[G3_MRX];
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < NR; c++) wp[c] = t->w + (size_t)(j0 + c) * t->ws;
+    const size_t pf = (size_t)NR * t->ws; /* prefetch the next group's rows: too short to train the prefetcher */
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++) {
+        size_t o = (size_t)(i0 + r) * t->xs;
+        xq[r] = t->xq + o, xd[r] = t->xd + o, xe[r] = t->xe + o;
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) acc[r][c] = _mm256_setzero_ps();
+    }
+    int nb = t->k / 32;
+    for (int b = 0; b < nb; b++) {
+        __m256i wn[G3_NRX];
+        __m256 dw[G3_NRX];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) {
+            const uint8_t *blk = wp[c] + 18 * (size_t)b;
+            __m128i v = _mm_loadu_si128((const __m128i *)(blk + 2));
+            _mm_prefetch((const char *)(blk + pf), _MM_HINT_T0);
+            wn[c] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
+            dw[c] = _mm256_set1_ps(f16_at(blk));
+        }
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < MR; r++) {
+            __m256i xs = _mm256_loadu_si256((const __m256i *)(xq[r] + 32 * (size_t)b));
+            int32_t ns;
+            memcpy(&ns, xe[r] + 4 * (size_t)b, 4);
+            __m256i init = _mm256_set1_epi32(ns);
+            __m256 dx = _mm256_set1_ps(ld_f32(xd[r] + 4 * (size_t)b));
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < NR; c++) {
+                __m256i dot = _mm256_dpbusd_epi32(init, wn[c], xs);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), dx), dw[c], acc[r][c]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++)
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) put_y(t, i0 + r, j0 + c, hsum256(acc[r][c]));
+}
+
+static void tile_q4_0(const g3_tile *t) { G3_TILE_WALK(t, mk_q4_0, 4, 3, 4); }
+
+G3_KQUANT_TILES(tile)
+
+static const g3_kernel_set set_avx512_bf16 = {
+    .name = "avx512",
+    .bf16_layout = G3_ACT_BF16X2,
+    .f32 = tile_f32,
+    .f16 = tile_f16,
+    .bf16 = tile_bf16x2,
+    .q8_0 = tile_q8_0,
+    .q4_0 = tile_q4_0,
+    .q4_k = tile_q4_k,
+    .q6_k = tile_q6_k,
+};
+
+static const g3_kernel_set set_avx512 = {
+    .name = "avx512",
+    .bf16_layout = G3_ACT_F32,
+    .f32 = tile_f32,
+    .f16 = tile_f16,
+    .bf16 = tile_bf16_widen,
+    .q8_0 = tile_q8_0,
+    .q4_0 = tile_q4_0,
+    .q4_k = tile_q4_k,
+    .q6_k = tile_q6_k,
+};
+
+const g3_kernel_set *g3_kernels_avx512(void) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq") ||
+        !__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+        return NULL;
+    return __builtin_cpu_supports("avx512bf16") ? &set_avx512_bf16 : &set_avx512;
+}
+
+#else
+#include "backend/cpu/kernels.h"
+const g3_kernel_set *g3_kernels_avx512(void) { return NULL; }
+#endif

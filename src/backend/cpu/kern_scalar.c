@@ -1,0 +1,168 @@
+/* Portable C reference kernels for every weight type (see kernels.h for the tile contract and activation
+ * layouts). They are the fallback on any CPU and the yardstick the SIMD kernels are tested against: integer
+ * block dot products are exact, float sums use four partial accumulators. */
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+#include "core/fp16.h"
+#include "model/dtype.h"
+
+static void put(const g3_tile *t, int i, int j, float v) {
+    float *y = t->y + (size_t)i * t->ldy + j;
+    *y = t->accumulate ? *y + v : v;
+}
+
+static float ld_f32(const uint8_t *p, int idx) {
+    float v;
+    memcpy(&v, p + 4 * (size_t)idx, 4);
+    return v;
+}
+
+static uint16_t ld_u16(const uint8_t *p, int idx) {
+    uint16_t v;
+    memcpy(&v, p + 2 * (size_t)idx, 2);
+    return v;
+}
+
+/* Float weights against float activations (BF16X2 is not used by this set). */
+static float dot_float(uint32_t wtype, const uint8_t *w, const uint8_t *x, int k) {
+    float s[4] = {0, 0, 0, 0};
+    for (int i = 0; i < k; i++) {
+        float wv = wtype == G3_DTYPE_F32 ? ld_f32(w, i)
+                   : wtype == G3_DTYPE_F16 ? g3_f16_to_f32(ld_u16(w, i))
+                                           : g3_bf16_to_f32(ld_u16(w, i));
+        s[i & 3] += wv * ld_f32(x, i);
+    }
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+#define FLOAT_TILE(name, wtype)                                                                                 \
+    static void name(const g3_tile *t) {                                                                       \
+        for (int i = 0; i < t->nx; i++)                                                                        \
+            for (int j = 0; j < t->nw; j++)                                                                    \
+                put(t, i, j, dot_float(wtype, t->w + (size_t)j * t->ws, t->xq + (size_t)i * t->xs, t->k));      \
+    }
+FLOAT_TILE(tile_f32, G3_DTYPE_F32)
+FLOAT_TILE(tile_f16, G3_DTYPE_F16)
+FLOAT_TILE(tile_bf16, G3_DTYPE_BF16)
+
+/* Q8_0 weights x Q8U activations: x = dx*(u - 128). */
+static void tile_q8_0(const g3_tile *t) {
+    int nb = t->k / 32;
+    for (int i = 0; i < t->nx; i++) {
+        const uint8_t *xq = t->xq + (size_t)i * t->xs, *xd = t->xd + (size_t)i * t->xs;
+        for (int j = 0; j < t->nw; j++) {
+            const g3_block_q8_0 *b = (const g3_block_q8_0 *)(t->w + (size_t)j * t->ws);
+            float s = 0;
+            for (int bi = 0; bi < nb; bi++) {
+                int sum = 0;
+                for (int l = 0; l < 32; l++) sum += b[bi].qs[l] * ((int)xq[32 * bi + l] - 128);
+                s += (float)sum * (g3_f16_to_f32(b[bi].d) * ld_f32(xd, bi));
+            }
+            put(t, i, j, s);
+        }
+    }
+}
+
+/* Q4_0 weights x Q8S activations. */
+static void tile_q4_0(const g3_tile *t) {
+    int nb = t->k / 32;
+    for (int i = 0; i < t->nx; i++) {
+        const int8_t *xq = (const int8_t *)(t->xq + (size_t)i * t->xs);
+        const uint8_t *xd = t->xd + (size_t)i * t->xs;
+        for (int j = 0; j < t->nw; j++) {
+            const g3_block_q4_0 *b = (const g3_block_q4_0 *)(t->w + (size_t)j * t->ws);
+            float s = 0;
+            for (int bi = 0; bi < nb; bi++) {
+                int sum = 0;
+                for (int l = 0; l < 16; l++) {
+                    sum += ((b[bi].qs[l] & 0x0F) - 8) * xq[32 * bi + l];
+                    sum += ((b[bi].qs[l] >> 4) - 8) * xq[32 * bi + l + 16];
+                }
+                s += (float)sum * (g3_f16_to_f32(b[bi].d) * ld_f32(xd, bi));
+            }
+            put(t, i, j, s);
+        }
+    }
+}
+
+/* Q4_K weights x Q8K activations: per 256 values, sum_j sc_j*dot_j*d*dx - dmin*dx*sum_j m_j*xsum_j. */
+static void tile_q4_k(const g3_tile *t) {
+    int nb = t->k / 256;
+    for (int i = 0; i < t->nx; i++) {
+        const int8_t *xq = (const int8_t *)(t->xq + (size_t)i * t->xs);
+        const uint8_t *xd = t->xd + (size_t)i * t->xs, *xe = t->xe + (size_t)i * t->xs;
+        for (int j = 0; j < t->nw; j++) {
+            const g3_block_q4_k *b = (const g3_block_q4_k *)(t->w + (size_t)j * t->ws);
+            float s = 0;
+            for (int bi = 0; bi < nb; bi++) {
+                const uint8_t *sc = b[bi].scales;
+                const int8_t *x = xq + 256 * bi;
+                int sumi = 0, summ = 0;
+                for (int sb = 0; sb < 8; sb++) {
+                    int scv, mv;
+                    if (sb < 4) scv = sc[sb] & 63, mv = sc[sb + 4] & 63;
+                    else scv = (sc[sb + 4] & 0xF) | ((sc[sb - 4] >> 6) << 4), mv = (sc[sb + 4] >> 4) | ((sc[sb] >> 6) << 4);
+                    const uint8_t *q = b[bi].qs + 32 * (sb / 2);
+                    int shift = 4 * (sb & 1), dot = 0;
+                    for (int l = 0; l < 32; l++) dot += ((q[l] >> shift) & 0x0F) * x[32 * sb + l];
+                    sumi += scv * dot;
+                    int16_t b0, b1;
+                    memcpy(&b0, xe + 2 * (size_t)(16 * bi + 2 * sb), 2);
+                    memcpy(&b1, xe + 2 * (size_t)(16 * bi + 2 * sb + 1), 2);
+                    summ += mv * (b0 + b1);
+                }
+                float dx = ld_f32(xd, bi);
+                s += dx * (g3_f16_to_f32(b[bi].d) * (float)sumi - g3_f16_to_f32(b[bi].dmin) * (float)summ);
+            }
+            put(t, i, j, s);
+        }
+    }
+}
+
+/* Q6_K weights x Q8K activations: per 256 values, d*dx*sum_j sc_j*sum_l (q-32)*x. */
+static void tile_q6_k(const g3_tile *t) {
+    int nb = t->k / 256;
+    for (int i = 0; i < t->nx; i++) {
+        const int8_t *xq = (const int8_t *)(t->xq + (size_t)i * t->xs);
+        const uint8_t *xd = t->xd + (size_t)i * t->xs;
+        for (int j = 0; j < t->nw; j++) {
+            const g3_block_q6_k *b = (const g3_block_q6_k *)(t->w + (size_t)j * t->ws);
+            float s = 0;
+            for (int bi = 0; bi < nb; bi++) {
+                const int8_t *x = xq + 256 * bi;
+                int sumi = 0;
+                for (int half = 0; half < 2; half++) {
+                    const uint8_t *ql = b[bi].ql + 64 * half, *qh = b[bi].qh + 32 * half;
+                    for (int g = 0; g < 4; g++) {
+                        int d0 = 0, d1 = 0; /* the two groups of 16 in these 32 values */
+                        for (int l = 0; l < 32; l++) {
+                            int q = ((ql[l + 32 * (g & 1)] >> (4 * (g >> 1))) & 0x0F) | (((qh[l] >> (2 * g)) & 3) << 4);
+                            int v = (q - 32) * x[128 * half + 32 * g + l];
+                            if (l < 16) d0 += v;
+                            else d1 += v;
+                        }
+                        int sidx = 8 * half + 2 * g;
+                        sumi += b[bi].scales[sidx] * d0 + b[bi].scales[sidx + 1] * d1;
+                    }
+                }
+                s += g3_f16_to_f32(b[bi].d) * ld_f32(xd, bi) * (float)sumi;
+            }
+            put(t, i, j, s);
+        }
+    }
+}
+
+static const g3_kernel_set set_scalar = {
+    .name = "scalar",
+    .bf16_layout = G3_ACT_F32,
+    .f32 = tile_f32,
+    .f16 = tile_f16,
+    .bf16 = tile_bf16,
+    .q8_0 = tile_q8_0,
+    .q4_0 = tile_q4_0,
+    .q4_k = tile_q4_k,
+    .q6_k = tile_q6_k,
+};
+
+const g3_kernel_set *g3_kernels_scalar(void) { return &set_scalar; }

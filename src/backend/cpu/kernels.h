@@ -1,0 +1,55 @@
+/* Private interface between matmul.c (threads, cache blocking, activation preparation) and the kernel sets
+ * (kern_scalar.c, kern_avx2.c, kern_avx512.c), which compute one tile: nx activation rows against nw weight rows
+ * over one chunk of k.
+ *
+ * Prepared activation layouts (one row each, rows `xs` bytes apart, 64-byte aligned):
+ *   F32     float x[k]                                   (F32/F16 weights; BF16 weights without the split)
+ *   BF16X2  u16 hi[k] | u16 lo[k]       x ~ hi + lo, both bf16: hi = bf16(x), lo = bf16(x - hi), so products
+ *                                        with bf16 weights are exact and the error is ~2^-17 relative
+ *   Q8U     u8 q[k] (= int8 + 128) | float d[k/32]                      (Q8_0 weights)   x = d*(q-128)
+ *   Q8S     i8 q[k] | float d[k/32] | i32 negsum[k/32] (= -sum(q))        (Q4_0 weights)   x = d*q
+ *   Q8K     i8 q[k] | float d[k/256] | i16 bsum[k/16] (sums of 16 q)    (Q4_K/Q6_K)      x = d*q
+ * Q8U lets VNNI's unsigned x signed dot take the activation as the unsigned side with Q8_0 weights; Q8S's
+ * negsum folds Q4_0's -8 offset into the integer accumulator's starting value. */
+#ifndef G3_BACKEND_CPU_KERNELS_H
+#define G3_BACKEND_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gemma3.h"
+
+enum g3_act_layout { G3_ACT_F32 = 0, G3_ACT_BF16X2, G3_ACT_Q8U, G3_ACT_Q8S, G3_ACT_Q8K };
+
+/* One tile: y[i][j] (+)= sum over the chunk of x_i . w_j, for i < nx, j < nw. */
+typedef struct g3_tile {
+    int k;              /* values in this chunk (a multiple of the weight block; any count for float types) */
+    const uint8_t *w;   /* weight row 0 at the chunk start */
+    size_t ws;          /* bytes between weight rows */
+    int nw;
+    const uint8_t *xq;  /* activation row 0: values at the chunk start (float, bf16 hi, or 8-bit) */
+    const uint8_t *xd;  /* row 0: float scales at the chunk start (Q8 layouts); bf16 lo (BF16X2) */
+    const uint8_t *xe;  /* row 0: negsum (Q8S) or bsum (Q8K) at the chunk start */
+    size_t xs;          /* bytes between activation rows (same for xq, xd, xe) */
+    int nx;
+    float *y;           /* y[i*ldy + j] */
+    size_t ldy;
+    int accumulate;     /* add to y (later k chunks) instead of storing */
+} g3_tile;
+
+typedef void (*g3_tile_fn)(const g3_tile *t);
+
+typedef struct g3_kernel_set {
+    const char *name;
+    int bf16_layout;    /* activation layout its BF16 kernel reads: G3_ACT_F32 or G3_ACT_BF16X2 */
+    g3_tile_fn f32, f16, bf16, q8_0, q4_0, q4_k, q6_k;
+} g3_kernel_set;
+
+/* Each returns NULL when the set is not compiled in or the CPU lacks its instructions. */
+const g3_kernel_set *g3_kernels_scalar(void);
+const g3_kernel_set *g3_kernels_avx2(void);
+const g3_kernel_set *g3_kernels_avx512(void);
+
+static inline int g3_kmin(int a, int b) { return a < b ? a : b; }
+
+#endif

@@ -1,0 +1,310 @@
+/* CPU matmul driver: picks the kernel set at run time, prepares (quantizes) activations, and runs the tiles in
+ * parallel with cache blocking.
+ *
+ * Blocking: each thread owns a contiguous range of output channels (weight rows), so every weight byte is read
+ * by one thread. For large m the k dimension is cut into chunks and the m rows into blocks so that one block of
+ * prepared activations (MB rows x KC values) stays in L2 while the thread's weight rows stream past it; inside a
+ * tile the kernel walks NR weight rows at a time (kept in L1) against MR activation rows. Decode (m = 1) is one
+ * tile per thread over the whole k: a plain streaming GEMV. */
+#include "backend/cpu/matmul.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+#include "core/fp16.h"
+#include "model/dtype.h"
+
+#define ALIGN 64
+#define L2_BUDGET (384 * 1024) /* bytes of prepared activations per block */
+#define MB_MAX 128
+
+/* ---- kernel set selection ---------------------------------------------------------------------------------- */
+
+static _Atomic(const g3_kernel_set *) g_set;
+
+static const g3_kernel_set *set_by_name(const char *name) {
+    if (!strcmp(name, "scalar")) return g3_kernels_scalar();
+    if (!strcmp(name, "avx2")) return g3_kernels_avx2();
+    if (!strcmp(name, "avx512")) return g3_kernels_avx512();
+    return NULL;
+}
+
+static const g3_kernel_set *kset(void) {
+    const g3_kernel_set *s = atomic_load_explicit(&g_set, memory_order_acquire);
+    if (s) return s;
+    const char *e = getenv("G3_CPU_KERNELS");
+    if (e && *e) s = set_by_name(e);
+    if (!s) s = g3_kernels_avx512();
+    if (!s) s = g3_kernels_avx2();
+    if (!s) s = g3_kernels_scalar();
+    atomic_store_explicit(&g_set, s, memory_order_release);
+    return s;
+}
+
+const char *g3_cpu_kernels_name(void) { return kset()->name; }
+
+int g3_cpu_kernels_select(const char *name) {
+    const g3_kernel_set *s = set_by_name(name);
+    if (!s) return -1;
+    atomic_store_explicit(&g_set, s, memory_order_release);
+    return 0;
+}
+
+static g3_tile_fn tile_fn(const g3_kernel_set *s, uint32_t wtype) {
+    switch (wtype) {
+    case G3_DTYPE_F32: return s->f32;
+    case G3_DTYPE_F16: return s->f16;
+    case G3_DTYPE_BF16: return s->bf16;
+    case G3_DTYPE_Q8_0: return s->q8_0;
+    case G3_DTYPE_Q4_0: return s->q4_0;
+    case G3_DTYPE_Q4_K: return s->q4_k;
+    case G3_DTYPE_Q6_K: return s->q6_k;
+    default: return NULL;
+    }
+}
+
+/* ---- activation layouts ------------------------------------------------------------------------------------- */
+
+static int layout_for(uint32_t wtype, const g3_kernel_set *s) {
+    switch (wtype) {
+    case G3_DTYPE_BF16: return s->bf16_layout;
+    case G3_DTYPE_Q8_0: return G3_ACT_Q8U;
+    case G3_DTYPE_Q4_0: return G3_ACT_Q8S;
+    case G3_DTYPE_Q4_K:
+    case G3_DTYPE_Q6_K: return G3_ACT_Q8K;
+    default: return G3_ACT_F32;
+    }
+}
+
+static size_t align_up(size_t v) { return (v + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+
+/* Bytes of one prepared row (0 for F32, which uses x in place). */
+static size_t layout_row_bytes(int layout, int k) {
+    size_t K = (size_t)k;
+    switch (layout) {
+    case G3_ACT_BF16X2: return align_up(4 * K);
+    case G3_ACT_Q8U: return align_up(K + 4 * (K / 32));
+    case G3_ACT_Q8S: return align_up(K + 8 * (K / 32));
+    case G3_ACT_Q8K: return align_up(K + 4 * (K / 256) + 2 * (K / 16));
+    default: return 0;
+    }
+}
+
+size_t g3_act_scratch_bytes(uint32_t wtype, int m, int k) {
+    if (m <= 0 || k <= 0) return 0;
+    int layout = wtype == G3_DTYPE_BF16 ? G3_ACT_BF16X2 : layout_for(wtype, g3_kernels_scalar());
+    size_t rb = layout_row_bytes(layout, k);
+    return rb ? rb * (size_t)m + ALIGN : 0;
+}
+
+/* Quantizes 32 (Q8U/Q8S) values: returns the scale, writes q (int8, or +128 when `offset`). */
+static float quant_block32(const float *x, uint8_t *q, int offset, int *sum) {
+    float amax = 0;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+    int s = 0;
+    for (int j = 0; j < 32; j++) {
+        float v = x[j] * id;
+        int qi = (int)(v + (v >= 0 ? 0.5f : -0.5f));
+        s += qi;
+        q[j] = (uint8_t)(qi + offset);
+    }
+    *sum = s;
+    return d;
+}
+
+static void prepare_row(int layout, const float *x, int k, uint8_t *row) {
+    switch (layout) {
+    case G3_ACT_BF16X2: {
+        uint16_t *hi = (uint16_t *)row, *lo = hi + k;
+        for (int i = 0; i < k; i++) {
+            hi[i] = g3_f32_to_bf16(x[i]);
+            lo[i] = g3_f32_to_bf16(x[i] - g3_bf16_to_f32(hi[i]));
+        }
+        break;
+    }
+    case G3_ACT_Q8U:
+    case G3_ACT_Q8S: {
+        float *d = (float *)(row + k);
+        int32_t *ns = (int32_t *)(d + k / 32);
+        for (int b = 0; b < k / 32; b++) {
+            int sum;
+            d[b] = quant_block32(x + 32 * b, row + 32 * b, layout == G3_ACT_Q8U ? 128 : 0, &sum);
+            if (layout == G3_ACT_Q8S) ns[b] = -sum;
+        }
+        break;
+    }
+    case G3_ACT_Q8K: {
+        float *d = (float *)(row + k);
+        int16_t *bs = (int16_t *)(d + k / 256);
+        int8_t *q = (int8_t *)row;
+        for (int b = 0; b < k / 256; b++) {
+            const float *xb = x + 256 * b;
+            float amax = 0;
+            for (int j = 0; j < 256; j++) amax = fmaxf(amax, fabsf(xb[j]));
+            float id = amax > 0 ? 127.0f / amax : 0.0f;
+            d[b] = amax / 127.0f;
+            for (int g = 0; g < 16; g++) {
+                int s = 0;
+                for (int j = 16 * g; j < 16 * g + 16; j++) {
+                    float v = xb[j] * id;
+                    int qi = (int)(v + (v >= 0 ? 0.5f : -0.5f));
+                    q[256 * b + j] = (int8_t)qi;
+                    s += qi;
+                }
+                bs[16 * b + g] = (int16_t)s;
+            }
+        }
+        break;
+    }
+    default: break;
+    }
+}
+
+typedef struct prep_job {
+    const g3_act *a;
+    const float *x;
+} prep_job;
+
+static void prep_task(void *arg, int ith, int nth) {
+    prep_job *j = arg;
+    long r0, r1;
+    g3_split_range(j->a->m, 1, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++)
+        prepare_row(j->a->layout, j->x + (size_t)r * j->a->k, j->a->k, (uint8_t *)j->a->q + (size_t)r * j->a->xs);
+}
+
+void g3_act_prepare(g3_pool *p, g3_act *a, uint32_t wtype, const float *x, int m, int k, void *scratch) {
+    const g3_kernel_set *s = kset();
+    a->kset = s;
+    a->wtype = wtype;
+    a->m = m;
+    a->k = k;
+    a->x = x;
+    a->layout = layout_for(wtype, s);
+    a->xs = layout_row_bytes(a->layout, k);
+    if (a->layout == G3_ACT_F32) {
+        a->q = NULL;
+        a->xs = (size_t)k * sizeof(float);
+        return;
+    }
+    a->q = (void *)(((uintptr_t)scratch + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
+    prep_job j = {a, x};
+    if ((size_t)m * (size_t)k < 65536 || m < 2) prep_task(&j, 0, 1);
+    else g3_pool_run(p, prep_task, &j);
+}
+
+void g3_act_dequant_row(const g3_act *a, int r, float *out) {
+    int k = a->k;
+    const uint8_t *row = (const uint8_t *)a->q + (size_t)r * a->xs;
+    switch (a->layout) {
+    case G3_ACT_BF16X2: {
+        const uint16_t *hi = (const uint16_t *)row, *lo = hi + k;
+        for (int i = 0; i < k; i++) out[i] = g3_bf16_to_f32(hi[i]) + g3_bf16_to_f32(lo[i]);
+        break;
+    }
+    case G3_ACT_Q8U:
+    case G3_ACT_Q8S: {
+        const float *d = (const float *)(row + k);
+        for (int i = 0; i < k; i++)
+            out[i] = d[i / 32] * (a->layout == G3_ACT_Q8U ? (float)((int)row[i] - 128) : (float)(int8_t)row[i]);
+        break;
+    }
+    case G3_ACT_Q8K: {
+        const float *d = (const float *)(row + k);
+        for (int i = 0; i < k; i++) out[i] = d[i / 256] * (float)(int8_t)row[i];
+        break;
+    }
+    default: memcpy(out, a->x + (size_t)r * k, sizeof(float) * (size_t)k); break;
+    }
+}
+
+/* ---- the parallel blocked loop ------------------------------------------------------------------------------ */
+
+typedef struct mm_job {
+    const g3_act *a;
+    const uint8_t *w;
+    size_t wrb;          /* bytes per weight row */
+    int n;
+    float *y;
+    int ldy;
+    g3_tile_fn fn;
+    int kc, mb;          /* k chunk (values) and m block (rows) */
+    int kalign;          /* values per weight block */
+    size_t kbytes_blk;   /* bytes per weight block */
+} mm_job;
+
+static void mm_task(void *arg, int ith, int nth) {
+    const mm_job *j = arg;
+    const g3_act *a = j->a;
+    long n0, n1;
+    g3_split_range(j->n, 16, ith, nth, &n0, &n1);
+    if (n0 >= n1) return;
+    int k = a->k;
+    const uint8_t *xbase = a->layout == G3_ACT_F32 ? (const uint8_t *)a->x : (const uint8_t *)a->q;
+    for (int kc0 = 0; kc0 < k; kc0 += j->kc) {
+        int kc = g3_kmin(j->kc, k - kc0);
+        g3_tile t;
+        t.k = kc;
+        t.w = j->w + (size_t)n0 * j->wrb + (size_t)(kc0 / j->kalign) * j->kbytes_blk;
+        t.ws = j->wrb;
+        t.nw = (int)(n1 - n0);
+        t.xs = a->xs;
+        t.ldy = (size_t)j->ldy;
+        t.accumulate = kc0 > 0;
+        for (int m0 = 0; m0 < a->m; m0 += j->mb) {
+            const uint8_t *row = xbase + (size_t)m0 * a->xs;
+            t.nx = g3_kmin(j->mb, a->m - m0);
+            t.y = j->y + (size_t)m0 * j->ldy + n0;
+            t.xd = t.xe = NULL;
+            switch (a->layout) {
+            case G3_ACT_F32: t.xq = row + 4 * (size_t)kc0; break;
+            case G3_ACT_BF16X2:
+                t.xq = row + 2 * (size_t)kc0;
+                t.xd = row + 2 * ((size_t)k + kc0);
+                break;
+            case G3_ACT_Q8U:
+            case G3_ACT_Q8S:
+                t.xq = row + kc0;
+                t.xd = row + k + 4 * (size_t)(kc0 / 32);
+                t.xe = row + k + 4 * (size_t)(k / 32) + 4 * (size_t)(kc0 / 32);
+                break;
+            default: /* Q8K */
+                t.xq = row + kc0;
+                t.xd = row + k + 4 * (size_t)(kc0 / 256);
+                t.xe = row + k + 4 * (size_t)(k / 256) + 2 * (size_t)(kc0 / 16);
+                break;
+            }
+            j->fn(&t);
+        }
+    }
+}
+
+void g3_matmul(g3_pool *p, const g3_act *a, const void *w, int n, float *y, int ldy) {
+    if (n <= 0 || a->m <= 0) return;
+    const g3_dtype_info *ti = g3_dtype_get(a->wtype);
+    g3_tile_fn fn = tile_fn(a->kset, a->wtype); /* the set whose layout a was prepared in */
+    if (!ti || !fn) return;
+    mm_job j = {.a = a, .w = w, .wrb = g3_row_bytes(a->wtype, a->k), .n = n, .y = y, .ldy = ldy, .fn = fn};
+    j.kalign = ti->block;
+    j.kbytes_blk = ti->block_bytes;
+    /* bytes of prepared activation per value, and the chunking that keeps an MB x KC block in L2 */
+    double xb = a->layout == G3_ACT_F32 || a->layout == G3_ACT_BF16X2 ? 4.0 : 1.25;
+    int kq = ti->block > 64 ? ti->block : 256; /* chunk granularity in values */
+    j.mb = g3_kmin(a->m, MB_MAX);
+    long kc = (long)(L2_BUDGET / (xb * j.mb));
+    if (kc >= a->k || a->m <= 8) {
+        j.kc = a->k;
+    } else {
+        if (kc < kq) kc = kq;
+        long nchunks = (a->k + kc - 1) / kc;
+        kc = (a->k + nchunks - 1) / nchunks;
+        kc = (kc + kq - 1) / kq * kq;
+        j.kc = (int)(kc < a->k ? kc : a->k);
+    }
+    if (n < 32 && a->m == 1) mm_task(&j, 0, 1); /* too small to be worth a parallel region */
+    else g3_pool_run(p, mm_task, &j);
+}
