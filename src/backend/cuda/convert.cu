@@ -1,0 +1,285 @@
+/* Weight conversion at load, on the device: raw tensors in any supported file type (F32, F16, BF16, Q8_0, Q4_0,
+ * Q4_K, Q6_K; block layouts in src/model/dtype.h) become one of the resident formats of cuda_common.cuh, either as
+ * a lossless repack of a quantized source (Q8_0 -> int8/32, Q6_K -> int8/16, Q4_0 and Q4_K -> int4/32 affine) or
+ * as a quantization of float values (bf16; int8 and fp8 per output channel; int4 affine in groups of 128).
+ * Also: deterministic random bf16 fill (benchmarks) and dequantization back to bf16/f32. */
+#include <stdarg.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+g3_status g3c_fail(g3_error *err, g3_status code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return code;
+}
+
+/* ---- source element access ---------------------------------------------------------------------------------- */
+__device__ __forceinline__ float h2f(const uint8_t *p) {
+    return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
+}
+__device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+/* Q4_K sub-block sb (0..7) of a 144-byte block: scale and min */
+__device__ __forceinline__ void q4k_sm(const uint8_t *blk, int sb, float *s, float *z) {
+    const uint8_t *sc = blk + 4;
+    int a, m;
+    if (sb < 4) {
+        a = sc[sb] & 63, m = sc[sb + 4] & 63;
+    } else {
+        a = (sc[sb + 4] & 0xF) | ((sc[sb - 4] >> 6) << 4);
+        m = (sc[sb + 4] >> 4) | ((sc[sb] >> 6) << 4);
+    }
+    *s = h2f(blk) * (float)a;
+    *z = -h2f(blk + 2) * (float)m;
+}
+__device__ __forceinline__ int q4k_q(const uint8_t *blk, int j) { /* j in 0..255 */
+    int c = j >> 6, w = j & 63;
+    uint8_t b = blk[16 + 32 * c + (w & 31)];
+    return w < 32 ? (b & 15) : (b >> 4);
+}
+__device__ __forceinline__ int q6k_q(const uint8_t *blk, int j) { /* q - 32, j in 0..255 */
+    int n = j >> 7, r = j & 127, l = r & 31, qu = r >> 5;
+    const uint8_t *ql = blk + 64 * n, *qh = blk + 128 + 32 * n;
+    int lo = (qu & 1) ? ql[l + 32] : ql[l];
+    lo = (qu & 2) ? (lo >> 4) : (lo & 15);
+    int hi = (qh[l] >> (2 * qu)) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+__device__ __forceinline__ float q6k_s(const uint8_t *blk, int j) {
+    int n = j >> 7, r = j & 127, l = r & 31, qu = r >> 5;
+    return h2f(blk + 208) * (float)(int8_t)blk[192 + 8 * n + 2 * qu + (l >> 4)];
+}
+
+__device__ float src_val(const uint8_t *row, uint32_t t, int i) {
+    switch (t) {
+    case G3_DTYPE_F32: return ((const float *)row)[i];
+    case G3_DTYPE_F16: return h2f(row + 2 * (size_t)i);
+    case G3_DTYPE_BF16: return bf2f((uint16_t)(row[2 * (size_t)i] | (row[2 * (size_t)i + 1] << 8)));
+    case G3_DTYPE_Q8_0: {
+        const uint8_t *b = row + (size_t)(i / 32) * 34;
+        return h2f(b) * (float)(int8_t)b[2 + i % 32];
+    }
+    case G3_DTYPE_Q4_0: {
+        const uint8_t *b = row + (size_t)(i / 32) * 18;
+        int j = i % 32, q = j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4);
+        return h2f(b) * (float)(q - 8);
+    }
+    case G3_DTYPE_Q4_K: {
+        const uint8_t *b = row + (size_t)(i / 256) * 144;
+        float s, z;
+        q4k_sm(b, (i % 256) / 32, &s, &z);
+        return s * (float)q4k_q(b, i % 256) + z;
+    }
+    case G3_DTYPE_Q6_K: {
+        const uint8_t *b = row + (size_t)(i / 256) * 210;
+        return q6k_s(b, i % 256) * (float)q6k_q(b, i % 256);
+    }
+    }
+    return 0.f;
+}
+
+size_t g3c_src_row_bytes(uint32_t t, int k) {
+    switch (t) {
+    case G3_DTYPE_F32: return (size_t)k * 4;
+    case G3_DTYPE_F16:
+    case G3_DTYPE_BF16: return (size_t)k * 2;
+    case G3_DTYPE_Q8_0: return (size_t)k / 32 * 34;
+    case G3_DTYPE_Q4_0: return (size_t)k / 32 * 18;
+    case G3_DTYPE_Q4_K: return (size_t)k / 256 * 144;
+    case G3_DTYPE_Q6_K: return (size_t)k / 256 * 210;
+    }
+    return 0;
+}
+
+static int is_float_type(uint32_t t) { return t == G3_DTYPE_F32 || t == G3_DTYPE_F16 || t == G3_DTYPE_BF16; }
+
+int g3c_target_format(uint32_t t, int want, int k, int *g) {
+    *g = k;
+    if (is_float_type(t)) {
+        if (want == G3Q_INT4) {
+            *g = k % 128 == 0 ? 128 : k % 64 == 0 ? 64 : k % 32 == 0 ? 32 : 0;
+            return *g ? G3Q_INT4 : -1;
+        }
+        if (want == G3Q_INT8 || want == G3Q_FP8) return k % 16 == 0 ? want : -1;
+        return k % 8 == 0 ? G3Q_BF16 : -1;
+    }
+    if (t == G3_DTYPE_Q8_0 && k % 32 == 0) return *g = 32, G3Q_INT8;
+    if (t == G3_DTYPE_Q6_K && k % 256 == 0) return *g = 16, G3Q_INT8;
+    if ((t == G3_DTYPE_Q4_0 && k % 32 == 0) || (t == G3_DTYPE_Q4_K && k % 256 == 0)) return *g = 32, G3Q_INT4;
+    return -1;
+}
+
+int g3c_can_convert(uint32_t t, int qt, int g) {
+    if (!g3c_src_row_bytes(t, 32 * 256)) return 0;
+    if (qt == G3Q_BF16) return 1;
+    if (is_float_type(t)) return qt == G3Q_INT4 ? (g % 32 == 0) : 1;
+    if (t == G3_DTYPE_Q8_0) return qt == G3Q_INT8 && g == 32;
+    if (t == G3_DTYPE_Q6_K) return qt == G3Q_INT8 && g == 16;
+    return qt == G3Q_INT4 && g == 32;
+}
+
+size_t g3c_dmat_bytes(int qt, int n, int k, int g) {
+    size_t nk = (size_t)n * k, ng = (size_t)n * (k / g);
+    switch (qt) {
+    case G3Q_BF16: return nk * 2;
+    case G3Q_INT8:
+    case G3Q_FP8: return nk + ng * 4;
+    case G3Q_INT4: return nk / 2 + ng * 8;
+    }
+    return 0;
+}
+
+/* ---- conversion kernel: one block of 256 threads per source row ----------------------------------------------- */
+__device__ __forceinline__ float block_max(float v, float *red) {
+    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int i = 1; i < (int)(blockDim.x >> 5); i++) r = fmaxf(r, red[i]);
+    __syncthreads();
+    return r;
+}
+
+__global__ void k_convert(const uint8_t *src, size_t src_rb, uint32_t t, g3_dmat d, int row0, int step) {
+    __shared__ float red[32];
+    const int k = d.k, g = d.g, ng = k / g;
+    const uint8_t *row = src + (size_t)blockIdx.x * src_rb;
+    const size_t n = (size_t)row0 + (size_t)blockIdx.x * step; /* destination row */
+    if (d.qt == G3Q_BF16) {
+        __nv_bfloat16 *o = (__nv_bfloat16 *)d.q + n * k;
+        for (int i = threadIdx.x; i < k; i += blockDim.x) o[i] = __float2bfloat16_rn(src_val(row, t, i));
+        return;
+    }
+    if (d.qt == G3Q_INT8 || d.qt == G3Q_FP8) {
+        int8_t *o = (int8_t *)d.q + n * k;
+        float *s = d.s + n * ng;
+        if (t == G3_DTYPE_Q8_0) { /* exact: q as stored, s = d per 32 */
+            for (int i = threadIdx.x; i < k; i += blockDim.x) o[i] = (int8_t)row[(size_t)(i / 32) * 34 + 2 + i % 32];
+            for (int b = threadIdx.x; b < ng; b += blockDim.x) s[b] = h2f(row + (size_t)b * 34);
+            return;
+        }
+        if (t == G3_DTYPE_Q6_K) { /* exact: q-32 per 16 values with scale d*sc */
+            for (int i = threadIdx.x; i < k; i += blockDim.x) o[i] = (int8_t)q6k_q(row + (size_t)(i / 256) * 210, i % 256);
+            for (int b = threadIdx.x; b < ng; b += blockDim.x)
+                s[b] = q6k_s(row + (size_t)(b / 16) * 210, (b % 16) * 16);
+            return;
+        }
+        /* float source, one scale per row */
+        float a = 0.f;
+        for (int i = threadIdx.x; i < k; i += blockDim.x) a = fmaxf(a, fabsf(src_val(row, t, i)));
+        a = block_max(a, red);
+        float sc = d.qt == G3Q_INT8 ? a / 127.f : a / 448.f;
+        float inv = sc > 0.f ? 1.f / sc : 0.f;
+        if (threadIdx.x == 0) s[0] = sc;
+        for (int i = threadIdx.x; i < k; i += blockDim.x) {
+            float v = src_val(row, t, i) * inv;
+            if (d.qt == G3Q_INT8) {
+                o[i] = (int8_t)fmaxf(-127.f, fminf(127.f, rintf(v)));
+            } else {
+                __nv_fp8_e4m3 f(v);
+                o[i] = (int8_t)f.__x;
+            }
+        }
+        return;
+    }
+    /* int4 */
+    uint8_t *o = (uint8_t *)d.q + n * (k / 2);
+    float *s = d.s + n * ng, *z = d.z + n * ng;
+    if (t == G3_DTYPE_Q4_0) {
+        for (int j = threadIdx.x; j < k / 2; j += blockDim.x) {
+            const uint8_t *b = row + (size_t)(j / 16) * 18;
+            int i0 = (2 * j) % 32, q0 = i0 < 16 ? (b[2 + i0] & 15) : (b[2 + i0 - 16] >> 4);
+            int i1 = i0 + 1, q1 = i1 < 16 ? (b[2 + i1] & 15) : (b[2 + i1 - 16] >> 4);
+            o[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+        for (int b = threadIdx.x; b < ng; b += blockDim.x) {
+            float dd = h2f(row + (size_t)b * 18);
+            s[b] = dd, z[b] = -8.f * dd;
+        }
+        return;
+    }
+    if (t == G3_DTYPE_Q4_K) {
+        for (int j = threadIdx.x; j < k / 2; j += blockDim.x) {
+            const uint8_t *b = row + (size_t)(j / 128) * 144;
+            int jj = (2 * j) % 256;
+            o[j] = (uint8_t)(q4k_q(b, jj) | (q4k_q(b, jj + 1) << 4));
+        }
+        for (int b = threadIdx.x; b < ng; b += blockDim.x) q4k_sm(row + (size_t)(b / 8) * 144, b % 8, &s[b], &z[b]);
+        return;
+    }
+    /* float source: affine per group, one warp per group */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int gi = warp; gi < ng; gi += nw) {
+        float lo = 3.4e38f, hi = -3.4e38f;
+        for (int i = lane; i < g; i += 32) {
+            float v = src_val(row, t, gi * g + i);
+            lo = fminf(lo, v), hi = fmaxf(hi, v);
+        }
+        for (int off = 16; off; off >>= 1) {
+            lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, off));
+            hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, off));
+        }
+        float sc = (hi - lo) / 15.f, inv = sc > 0.f ? 1.f / sc : 0.f;
+        if (lane == 0) s[gi] = sc, z[gi] = lo;
+        for (int p = lane; p < g / 2; p += 32) {
+            int i = gi * g + 2 * p;
+            int q0 = (int)fminf(15.f, fmaxf(0.f, rintf((src_val(row, t, i) - lo) * inv)));
+            int q1 = (int)fminf(15.f, fmaxf(0.f, rintf((src_val(row, t, i + 1) - lo) * inv)));
+            o[i / 2] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+cudaError_t g3c_convert_rows(const void *src, uint32_t t, int n_rows, g3_dmat *dst, int row0, int step,
+                             cudaStream_t st) {
+    if (n_rows <= 0) return cudaSuccess;
+    size_t rb = g3c_src_row_bytes(t, dst->k);
+    for (int r = 0; r < n_rows; r += 65535) { /* grid.x limit kept small for old devices */
+        int nr = n_rows - r < 65535 ? n_rows - r : 65535;
+        k_convert<<<nr, 256, 0, st>>>((const uint8_t *)src + (size_t)r * rb, rb, t, *dst, row0 + r * step, step);
+    }
+    return cudaGetLastError();
+}
+
+/* ---- random fill ------------------------------------------------------------------------------------------------ */
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+__global__ void k_fill_random(__nv_bfloat16 *dst, size_t n, float a, uint64_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ull * (i + 1));
+        float u = (float)(h >> 40) * (1.0f / 16777216.0f); /* [0,1) */
+        dst[i] = __float2bfloat16_rn((2.f * u - 1.f) * a);
+    }
+}
+cudaError_t g3c_fill_random_bf16(__nv_bfloat16 *dst, size_t n, float sd, uint64_t seed, cudaStream_t st) {
+    k_fill_random<<<4096, 256, 0, st>>>(dst, n, sd * 1.7320508f, seed);
+    return cudaGetLastError();
+}
+
+/* ---- dequantization ------------------------------------------------------------------------------------------- */
+__global__ void k_dequant_bf16(g3_dmat w, __nv_bfloat16 *dst) {
+    size_t n = (size_t)w.n * w.k;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
+        dst[e] = __float2bfloat16_rn(dmat_val(w, e / w.k, (int)(e % w.k)));
+}
+__global__ void k_dequant_f32(g3_dmat w, float *dst) {
+    size_t n = (size_t)w.n * w.k;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
+        dst[e] = dmat_val(w, e / w.k, (int)(e % w.k));
+}
+cudaError_t g3c_dequant_bf16(const g3_dmat *w, __nv_bfloat16 *dst, cudaStream_t st) {
+    k_dequant_bf16<<<4096, 256, 0, st>>>(*w, dst);
+    return cudaGetLastError();
+}
+cudaError_t g3c_dequant_f32(const g3_dmat *w, float *dst, cudaStream_t st) {
+    k_dequant_f32<<<1024, 256, 0, st>>>(*w, dst);
+    return cudaGetLastError();
+}

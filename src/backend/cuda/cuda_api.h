@@ -1,0 +1,64 @@
+/* C-callable extras of the CUDA backend beyond the g3_backend_ops table: creation with explicit options (weight
+ * format, GEMM precision, random weights generated on the device for benchmarks), greedy argmax on the device,
+ * bandwidth / tensor-core probes, and test hooks that run single kernels on host data.
+ *
+ * Environment (read by g3_backend_cuda.create, i.e. with default options):
+ *   G3_CUDA_QUANT = bf16 | int8 | int4 | fp8   resident format of float-typed weights (default bf16);
+ *                                              GGUF Q8_0/Q6_K/Q4_0/Q4_K weights keep their own family
+ *   G3_CUDA_GEMM  = split | bf16               cuBLAS activations as bf16 hi+lo (default) or plain bf16
+ *   G3_CUDA_GRAPHS = 0                         run every step eagerly (no CUDA graphs) */
+#ifndef G3_BACKEND_CUDA_API_H
+#define G3_BACKEND_CUDA_API_H
+
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct g3_cuda_opts {
+    const char *quant; /* NULL: $G3_CUDA_QUANT or "bf16" */
+    int gemm;          /* 0: $G3_CUDA_GEMM or split; 1: split (hi+lo); 2: plain bf16 */
+    int no_graphs;     /* 1: never capture graphs (also $G3_CUDA_GRAPHS=0) */
+    uint64_t seed;     /* random weights */
+} g3_cuda_opts;
+
+/* Number of CUDA devices (0 when there is no driver or no GPU). */
+int g3_cuda_device_count(void);
+/* m != NULL: that model's weights. m == NULL: random weights of the shape `shape` generated on the device. */
+g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, const g3_backend_cfg *cfg,
+                         const g3_cuda_opts *opts, g3_backend **out, g3_error *err);
+/* Like forward, but returns only the argmax token of each output row (greedy sampling on the device). */
+g3_status g3_cuda_forward_argmax(g3_backend *b, const g3_batch *batch, int32_t *ids, g3_error *err);
+/* Bytes of all resident matrices (embedding once): what one decode step reads. */
+uint64_t g3_cuda_resident_bytes(const g3_backend *b);
+/* Short description: "bf16", "int8", ... and the GEMM mode. */
+const char *g3_cuda_describe(const g3_backend *b);
+
+/* Device memory bandwidth (GB/s): read-only streaming kernel over `bytes`, and cudaMemcpy device-to-device
+ * counting read + write. Dense bf16 GEMM rate (TFLOP/s) through cuBLAS at n x n x n. */
+g3_status g3_cuda_probe(size_t bytes, int n, double *read_gbs, double *copy_gbs, double *bf16_tflops, g3_error *err);
+
+/* ---- test hooks ------------------------------------------------------------------------------------------ */
+/* Converts w (n rows of k values stored as src_type) into the resident format for `quant` and computes
+ * y = x W^T for m rows of x (float32 [m][k]) by the path the forward would use for m rows (gemm as in opts).
+ * geglu: W rows are (gate, up) pairs and y is [m][n/2]. wdeq (optional): the resident weights dequantized,
+ * [n][k] float32. */
+g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n, int k, const char *quant, int gemm,
+                              int geglu, const float *x, int m, float *y, float *wdeq, g3_error *err);
+
+typedef struct g3_cuda_attn_test {
+    int NH, NKV, D, kind, window, kv_block, mbps, n_blocks, n_layers_kind, layer_in_kind, n_splits;
+    float scale, softcap, eps;
+    const float *inv_freq; /* [D/2] */
+    const float *q_norm, *k_norm; /* [D] */
+} g3_cuda_attn_test;
+/* Runs QK-norm + RoPE + cache write, then attention, for m rows of qkv ([m][(NH+2NKV)*D]) with positions pos,
+ * unique-sequence indices useq and block tables bt ([n_u][2][mbps]); o: [m][NH*D]. */
+g3_status g3_cuda_test_attention(const g3_cuda_attn_test *t, const float *qkv, const int32_t *pos,
+                                 const int32_t *useq, const int32_t *bt, int n_u, int m, float *o, g3_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

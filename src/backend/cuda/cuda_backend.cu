@@ -1,0 +1,530 @@
+/* The CUDA backend: weights resident on the GPU (fused QKV and interleaved gate/up matrices, converted at load),
+ * every buffer allocated at create, and the whole Gemma 3 forward as a fixed sequence of launches that read the
+ * step's tokens, positions and block tables from one device parameter block. Batches with logits for every row
+ * and at most 256 rows run as CUDA graphs, one per row-count bucket (1, 2, 4, ..., 256), captured on first use
+ * and replayed; other batches (prefill chunks) run the same launches eagerly.
+ *
+ * Per layer (GEMMA3.md):  y = xn Wqkv^T -> QK-norm, RoPE, K/V into the cache -> paged attention -> o Wo^T ->
+ *   x += rms(.)*(1+w_post_attn), xn = rms(x)*(1+w_pre_ffn) -> GeGLU(xn Wgu^T) -> Wdown -> x += rms(.)*(1+w_post_ffn),
+ *   xn = rms(x)*(1+w_next).  Head: logits = softcap(xn_final E^T) for the rows asked for. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.cuh"
+extern "C" {
+#include "backend/cuda/cuda_api.h"
+}
+
+#define NBUCKET 9 /* graphs for 1, 2, 4, ..., 256 rows */
+
+typedef struct layer_dev {
+    g3_dmat qkv, o, gu, down; /* [(NH+2NKV)D][H], [H][NH D], [2F][H] (gate, up interleaved), [H][F] */
+    float *attn_norm, *q_norm, *k_norm, *post_attn, *pre_ffn, *post_ffn; /* device, as 1+w */
+    int kind, index_in_kind;
+} layer_dev;
+
+struct g3_backend {
+    g3_config c;
+    g3_backend_cfg bc;
+    int qt_req, split, graphs_on;
+    char desc[64];
+    cudaStream_t st;
+    cublasHandle_t cub;
+    void *cub_ws;
+    int n_sm;
+    g3_dmat embed;
+    layer_dev *L;
+    float *final_norm, *norms, *inv_freq; /* inv_freq: [2][D/2], kind 0 = global (scaled), 1 = sliding */
+    int n_kind[2];
+    float *pool[2];
+    size_t block_bytes[2];
+    int R;                                      /* rows per forward */
+    float *x, *xn, *y, *q, *o, *a, *part, *hx, *logy, *logits;
+    __nv_bfloat16 *xh, *oh, *ah, *hxh, *wscratch;
+    int HC;                                     /* head chunk rows */
+    int32_t *d_par, *h_par, *d_ids, *seq_map;
+    size_t par_ints;
+    cudaGraphExec_t graph[NBUCKET];
+    int graph_failed[NBUCKET];
+    uint64_t resident;
+};
+
+static size_t off_bt(const g3_backend *b) { return (size_t)4 * b->R; }
+
+static int parse_quant(const char *s) {
+    if (!s || !*s || !strcmp(s, "bf16")) return G3Q_BF16;
+    if (!strcmp(s, "int8")) return G3Q_INT8;
+    if (!strcmp(s, "int4")) return G3Q_INT4;
+    if (!strcmp(s, "fp8")) return G3Q_FP8;
+    return -1;
+}
+
+static void *dalloc(size_t bytes, int *ok) {
+    void *p = NULL;
+    if (!*ok) return NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) *ok = 0, p = NULL;
+    return p;
+}
+
+/* ---- weights ---------------------------------------------------------------------------------------------------- */
+typedef struct src_mat { const g3_weight *w; int n; } src_mat; /* w NULL: random */
+
+static g3_status alloc_dmat(g3_dmat *d, int qt, int n, int k, int g, g3_error *err) {
+    memset(d, 0, sizeof *d);
+    d->qt = qt, d->n = n, d->k = k, d->g = g;
+    size_t nk = (size_t)n * k, ng = (size_t)n * (k / g);
+    size_t qb = qt == G3Q_BF16 ? nk * 2 : qt == G3Q_INT4 ? nk / 2 : nk;
+    G3C_CK(cudaMalloc(&d->q, qb), "weight allocation");
+    if (qt != G3Q_BF16) G3C_CK(cudaMalloc((void **)&d->s, ng * 4), "scale allocation");
+    if (qt == G3Q_INT4) G3C_CK(cudaMalloc((void **)&d->z, ng * 4), "offset allocation");
+    d->bytes = g3c_dmat_bytes(qt, n, k, g);
+    return G3_OK;
+}
+
+static void free_dmat(g3_dmat *d) {
+    cudaFree(d->q), cudaFree(d->s), cudaFree(d->z);
+    memset(d, 0, sizeof *d);
+}
+
+/* Builds one resident matrix from nsrc sources stacked by rows (interleave: row i of source j -> i*nsrc + j). */
+static g3_status load_mat(g3_backend *b, g3_dmat *d, const src_mat *src, int nsrc, int k, int interleave,
+                          void *stage, size_t stage_bytes, uint64_t seed, const char *what, g3_error *err) {
+    int n = 0, qt = -1, g = 0, mixed = 0;
+    for (int j = 0; j < nsrc; j++) {
+        uint32_t t = src[j].w ? src[j].w->type : (uint32_t)G3_DTYPE_BF16;
+        if (src[j].w && (src[j].w->k != k || src[j].w->n != src[j].n || !src[j].w->data))
+            return g3c_fail(err, G3_ERR_FORMAT, "cuda: %s: source %d is [%lld][%lld], expected [%d][%d]", what, j,
+                            (long long)src[j].w->n, (long long)src[j].w->k, src[j].n, k);
+        int gj, qj = g3c_target_format(t, b->qt_req, k, &gj);
+        if (qj < 0) {
+            qj = g3c_target_format(t, G3Q_BF16, k, &gj);
+            if (qj < 0)
+                return g3c_fail(err, G3_ERR_UNSUPPORTED, "cuda: %s: tensor type %u with %d values per row is not supported",
+                                what, t, k);
+        }
+        if (j == 0) qt = qj, g = gj;
+        else if (qj != qt || gj != g) mixed = 1;
+        n += src[j].n;
+    }
+    if (mixed) qt = G3Q_BF16, g = k; /* e.g. Q4_K q/k with Q6_K v: a common lossless format */
+    G3_TRY(alloc_dmat(d, qt, n, k, g, err));
+    int row0 = 0;
+    for (int j = 0; j < nsrc; j++) {
+        uint32_t t = src[j].w ? src[j].w->type : (uint32_t)G3_DTYPE_BF16;
+        size_t rb = g3c_src_row_bytes(t, k);
+        if (!rb) return g3c_fail(err, G3_ERR_UNSUPPORTED, "cuda: %s: bad row size", what);
+        int per = (int)(stage_bytes / rb);
+        if (per < 1) return g3c_fail(err, G3_ERR_NOMEM, "cuda: %s: row of %zu bytes exceeds the staging buffer", what, rb);
+        for (int r = 0; r < src[j].n; r += per) {
+            int nr = src[j].n - r < per ? src[j].n - r : per;
+            if (src[j].w) {
+                G3C_CK(cudaMemcpyAsync(stage, (const uint8_t *)src[j].w->data + (size_t)r * rb, (size_t)nr * rb,
+                                       cudaMemcpyHostToDevice, b->st), "weight upload");
+            } else {
+                G3C_CK(g3c_fill_random_bf16((__nv_bfloat16 *)stage, (size_t)nr * k, 1.f / sqrtf((float)k),
+                                            seed * 1000003ull + (uint64_t)j * 7919 + (uint64_t)r, b->st),
+                       "random fill");
+            }
+            int dr0 = interleave ? r * nsrc + j : row0 + r;
+            G3C_CK(g3c_convert_rows(stage, t, nr, d, dr0, interleave ? nsrc : 1, b->st), "weight conversion");
+            G3C_CK(cudaStreamSynchronize(b->st), "weight conversion");
+        }
+        row0 += src[j].n;
+    }
+    b->resident += d->bytes;
+    return G3_OK;
+}
+
+static g3_status load_weights(g3_backend *b, const g3_model *m, uint64_t seed, g3_error *err) {
+    const g3_config *c = &b->c;
+    const int H = c->hidden, F = c->ffn, D = c->head_dim, NQ = c->n_heads * D, NK = c->n_kv_heads * D;
+    size_t stage_bytes = 256u << 20;
+    void *stage = NULL;
+    G3C_CK(cudaMalloc(&stage, stage_bytes), "staging allocation");
+    g3_status rc = G3_OK;
+    src_mat e = {m ? &m->embed : NULL, c->vocab};
+    rc = load_mat(b, &b->embed, &e, 1, H, 0, stage, stage_bytes, seed, "token_embd", err);
+    for (int l = 0; l < c->n_layers && rc == G3_OK; l++) {
+        const g3_layer_weights *lw = m ? &m->layers[l] : NULL;
+        layer_dev *L = &b->L[l];
+        char what[64];
+        snprintf(what, sizeof what, "layer %d qkv", l);
+        src_mat qkv[3] = {{lw ? &lw->wq : NULL, NQ}, {lw ? &lw->wk : NULL, NK}, {lw ? &lw->wv : NULL, NK}};
+        rc = load_mat(b, &L->qkv, qkv, 3, H, 0, stage, stage_bytes, seed + 10 * l + 1, what, err);
+        snprintf(what, sizeof what, "layer %d attn_output", l);
+        src_mat o = {lw ? &lw->wo : NULL, H};
+        if (rc == G3_OK) rc = load_mat(b, &L->o, &o, 1, NQ, 0, stage, stage_bytes, seed + 10 * l + 2, what, err);
+        snprintf(what, sizeof what, "layer %d gate/up", l);
+        src_mat gu[2] = {{lw ? &lw->w_gate : NULL, F}, {lw ? &lw->w_up : NULL, F}};
+        if (rc == G3_OK) rc = load_mat(b, &L->gu, gu, 2, H, 1, stage, stage_bytes, seed + 10 * l + 3, what, err);
+        snprintf(what, sizeof what, "layer %d ffn_down", l);
+        src_mat dn = {lw ? &lw->w_down : NULL, H};
+        if (rc == G3_OK) rc = load_mat(b, &L->down, &dn, 1, F, 0, stage, stage_bytes, seed + 10 * l + 4, what, err);
+    }
+    cudaFree(stage);
+    if (rc) return rc;
+    /* norms: per layer attn, q, k, post_attn, pre_ffn, post_ffn; then final */
+    size_t per = (size_t)4 * H + 2 * D, tot = per * c->n_layers + H;
+    float *h = (float *)malloc(tot * sizeof(float));
+    if (!h) return g3c_fail(err, G3_ERR_NOMEM, "cuda: out of host memory for norms");
+    for (size_t i = 0; i < tot; i++) h[i] = 1.f;
+    if (m) {
+        for (int l = 0; l < c->n_layers; l++) {
+            const g3_layer_weights *lw = &m->layers[l];
+            float *p = h + per * l;
+            memcpy(p, lw->attn_norm, H * 4), memcpy(p + H, lw->q_norm, D * 4), memcpy(p + H + D, lw->k_norm, D * 4);
+            memcpy(p + H + 2 * D, lw->post_attn_norm, H * 4), memcpy(p + 2 * H + 2 * D, lw->pre_ffn_norm, H * 4);
+            memcpy(p + 3 * H + 2 * D, lw->post_ffn_norm, H * 4);
+        }
+        memcpy(h + per * c->n_layers, m->final_norm, H * 4);
+    }
+    cudaError_t ce = cudaMalloc((void **)&b->norms, tot * 4);
+    if (ce == cudaSuccess) ce = cudaMemcpy(b->norms, h, tot * 4, cudaMemcpyHostToDevice);
+    free(h);
+    G3C_CK(ce, "norm upload");
+    for (int l = 0; l < c->n_layers; l++) {
+        float *p = b->norms + per * l;
+        layer_dev *L = &b->L[l];
+        L->attn_norm = p, L->q_norm = p + H, L->k_norm = p + H + D, L->post_attn = p + H + 2 * D;
+        L->pre_ffn = p + 2 * H + 2 * D, L->post_ffn = p + 3 * H + 2 * D;
+    }
+    b->final_norm = b->norms + per * c->n_layers;
+    return G3_OK;
+}
+
+/* ---- create / destroy ------------------------------------------------------------------------------------------ */
+static void cuda_destroy(g3_backend *b) {
+    if (!b) return;
+    cudaStreamSynchronize(b->st);
+    for (int i = 0; i < NBUCKET; i++)
+        if (b->graph[i]) cudaGraphExecDestroy(b->graph[i]);
+    free_dmat(&b->embed);
+    if (b->L)
+        for (int l = 0; l < b->c.n_layers; l++)
+            free_dmat(&b->L[l].qkv), free_dmat(&b->L[l].o), free_dmat(&b->L[l].gu), free_dmat(&b->L[l].down);
+    free(b->L);
+    void *dev[] = {b->norms, b->inv_freq, b->pool[0], b->pool[1], b->x, b->xn, b->y, b->q, b->o, b->a, b->part,
+                   b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->cub_ws};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
+    cudaFreeHost(b->h_par);
+    free(b->seq_map);
+    if (b->cub) cublasDestroy(b->cub);
+    if (b->st) cudaStreamDestroy(b->st);
+    free(b);
+}
+
+static int n_splits_for(const g3_backend *b, int m) {
+    int want = (2 * b->n_sm + m * b->c.n_kv_heads - 1) / (m * b->c.n_kv_heads);
+    return want < 1 ? 1 : want > 32 ? 32 : want;
+}
+
+static size_t kv_block_bytes(const g3_config *c, const g3_backend_cfg *cfg, int kind) {
+    int n = 0;
+    for (int l = 0; l < c->n_layers; l++) n += (c->layer_global[l] ? 0 : 1) == kind;
+    return (size_t)n * 2 * c->n_kv_heads * cfg->kv_block * c->head_dim * sizeof(float);
+}
+
+static size_t cuda_block_bytes(const g3_model *m, const g3_backend_cfg *cfg, int kind) {
+    return kv_block_bytes(&m->cfg, cfg, kind);
+}
+
+extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, const g3_backend_cfg *cfg,
+                                    const g3_cuda_opts *opts, g3_backend **out, g3_error *err) {
+    *out = NULL;
+    const g3_config *c = m ? &m->cfg : shape;
+    if (!c || !cfg) return g3c_fail(err, G3_ERR_ARG, "cuda: no model or configuration");
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)
+        return g3c_fail(err, G3_ERR_DEVICE, "cuda: no CUDA device is available");
+    if (cfg->device < 0 || cfg->device >= ndev)
+        return g3c_fail(err, G3_ERR_ARG, "cuda: device %d out of range (%d devices)", cfg->device, ndev);
+    const int H = c->hidden, D = c->head_dim, G = c->n_heads / c->n_kv_heads;
+    if (D > 256 || D % 2 || H % 32 || c->ffn % 32 || (c->n_heads * D) % 32 || (G != 1 && G != 2 && G != 4 && G != 8))
+        return g3c_fail(err, G3_ERR_UNSUPPORTED,
+                        "cuda: shape not supported (head_dim %d must be even and <= 256; hidden %d, ffn %d and "
+                        "heads*head_dim must be multiples of 32; heads/kv_heads %d must be 1, 2, 4 or 8)",
+                        D, H, c->ffn, G);
+    if (cfg->max_rows < 1 || cfg->max_seqs < 1 || cfg->kv_block < 1 || cfg->max_blocks_per_seq < 1 ||
+        cfg->n_blocks_global < 0 || cfg->n_blocks_local < 0)
+        return g3c_fail(err, G3_ERR_ARG, "cuda: bad backend configuration (rows %d, seqs %d, block %d, width %d)",
+                        cfg->max_rows, cfg->max_seqs, cfg->kv_block, cfg->max_blocks_per_seq);
+    const char *qs = opts && opts->quant ? opts->quant : getenv("G3_CUDA_QUANT");
+    int qt = parse_quant(qs);
+    if (qt < 0) return g3c_fail(err, G3_ERR_ARG, "cuda: unknown quantization \"%s\" (bf16, int8, int4 or fp8)", qs);
+    G3C_CK(cudaSetDevice(cfg->device), "cudaSetDevice");
+
+    g3_backend *b = (g3_backend *)calloc(1, sizeof *b);
+    if (!b) return g3c_fail(err, G3_ERR_NOMEM, "cuda: out of memory");
+    b->c = *c, b->bc = *cfg, b->qt_req = qt;
+    const char *gm = getenv("G3_CUDA_GEMM");
+    b->split = opts && opts->gemm ? opts->gemm == 1 : !(gm && !strcmp(gm, "bf16"));
+    const char *gr = getenv("G3_CUDA_GRAPHS");
+    b->graphs_on = !(opts && opts->no_graphs) && !(gr && !strcmp(gr, "0"));
+    snprintf(b->desc, sizeof b->desc, "%s, gemm %s", qs && *qs ? qs : "bf16", b->split ? "bf16x2" : "bf16");
+    g3_status rc = G3_OK;
+#define CK(call, what)                                                                                                 \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            rc = g3c_fail(err, G3_ERR_DEVICE, "cuda: %s: %s", what, cudaGetErrorString(e_));                           \
+            goto fail;                                                                                                 \
+        }                                                                                                              \
+    } while (0)
+    {
+        CK(cudaStreamCreateWithFlags(&b->st, cudaStreamNonBlocking), "stream");
+        CK(cudaDeviceGetAttribute(&b->n_sm, cudaDevAttrMultiProcessorCount, cfg->device), "device query");
+        if (cublasCreate(&b->cub) != CUBLAS_STATUS_SUCCESS) CK(cudaErrorUnknown, "cublasCreate");
+        size_t ws = 64u << 20;
+        CK(cudaMalloc(&b->cub_ws, ws), "cuBLAS workspace");
+        cublasSetStream(b->cub, b->st);
+        cublasSetWorkspace(b->cub, b->cub_ws, ws);
+        cublasSetMathMode(b->cub, CUBLAS_DEFAULT_MATH);
+
+        b->L = (layer_dev *)calloc((size_t)c->n_layers, sizeof *b->L);
+        if (!b->L) { rc = g3c_fail(err, G3_ERR_NOMEM, "cuda: out of memory"); goto fail; }
+        for (int l = 0; l < c->n_layers; l++) {
+            int k = c->layer_global[l] ? 0 : 1;
+            b->L[l].kind = k, b->L[l].index_in_kind = b->n_kind[k]++;
+        }
+        rc = load_weights(b, m, opts ? opts->seed : 1, err);
+        if (rc) goto fail;
+
+        /* rope tables */
+        float hf[2 * 128];
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < D / 2; i++) {
+                float base = k == 0 ? c->rope_base_global : c->rope_base_local;
+                float scale = k == 0 ? c->rope_scale_global : 1.0f;
+                hf[k * (D / 2) + i] = (1.0f / powf(base, (float)(2 * i) / (float)D)) / scale;
+            }
+        int ok = 1;
+        b->inv_freq = (float *)dalloc(sizeof(float) * D, &ok);
+        if (ok) CK(cudaMemcpy(b->inv_freq, hf, sizeof(float) * D, cudaMemcpyHostToDevice), "rope table");
+
+        /* KV pools */
+        for (int k = 0; k < 2; k++) {
+            b->block_bytes[k] = kv_block_bytes(c, cfg, k);
+            int nb = k == 0 ? cfg->n_blocks_global : cfg->n_blocks_local;
+            b->pool[k] = (float *)dalloc(b->block_bytes[k] * (size_t)nb, &ok);
+        }
+        /* activations */
+        const int R = cfg->max_rows, F = c->ffn, NQ = c->n_heads * D, NQKV = (c->n_heads + 2 * c->n_kv_heads) * D;
+        b->R = R;
+        int maxN = NQKV > 2 * F ? NQKV : 2 * F;
+        if (H > maxN) maxN = H;
+        int maxS = 0;
+        for (int mm = 1; mm <= R; mm++) {
+            int v = mm * n_splits_for(b, mm);
+            if (v > maxS) maxS = v;
+        }
+        b->HC = R < 64 ? R : 64;
+        b->x = (float *)dalloc((size_t)R * H * 4, &ok), b->xn = (float *)dalloc((size_t)R * H * 4, &ok);
+        b->y = (float *)dalloc((size_t)2 * R * maxN * 4, &ok);
+        b->q = (float *)dalloc((size_t)R * NQ * 4, &ok), b->o = (float *)dalloc((size_t)R * NQ * 4, &ok);
+        b->a = (float *)dalloc((size_t)R * F * 4, &ok);
+        b->part = (float *)dalloc(g3c_attn_part_floats(maxS, c->n_heads, D) * 4, &ok);
+        b->hx = (float *)dalloc((size_t)b->HC * H * 4, &ok);
+        b->logy = (float *)dalloc((size_t)2 * b->HC * c->vocab * 4, &ok);
+        b->logits = (float *)dalloc((size_t)R * c->vocab * 4, &ok);
+        if (R > 8) {
+            b->xh = (__nv_bfloat16 *)dalloc((size_t)2 * R * H * 2, &ok);
+            b->oh = (__nv_bfloat16 *)dalloc((size_t)2 * R * NQ * 2, &ok);
+            b->ah = (__nv_bfloat16 *)dalloc((size_t)2 * R * F * 2, &ok);
+        }
+        if (b->HC > 8) b->hxh = (__nv_bfloat16 *)dalloc((size_t)2 * b->HC * H * 2, &ok);
+        /* bf16 scratch for cuBLAS on quantized matrices, when some batch is large enough to want it */
+        size_t big = 0;
+        int anyq = 0, lim = 1 << 30;
+        const g3_dmat *all[4];
+        for (int l = 0; l <= c->n_layers; l++) {
+            int na = 0;
+            if (l == c->n_layers) all[na++] = &b->embed;
+            else all[na++] = &b->L[l].qkv, all[na++] = &b->L[l].o, all[na++] = &b->L[l].gu, all[na++] = &b->L[l].down;
+            for (int i = 0; i < na; i++)
+                if (all[i]->qt != G3Q_BF16) {
+                    anyq = 1;
+                    size_t nk = (size_t)all[i]->n * all[i]->k;
+                    if (nk > big) big = nk;
+                    if (g3c_gemv_limit(all[i]->qt) < lim) lim = g3c_gemv_limit(all[i]->qt);
+                }
+        }
+        if (anyq && R > lim) b->wscratch = (__nv_bfloat16 *)dalloc(big * 2, &ok);
+        b->par_ints = off_bt(b) + (size_t)R * 2 * cfg->max_blocks_per_seq;
+        b->d_par = (int32_t *)dalloc(b->par_ints * 4, &ok);
+        b->d_ids = (int32_t *)dalloc((size_t)R * 4, &ok);
+        if (!ok) { rc = g3c_fail(err, G3_ERR_NOMEM, "cuda: out of device memory for the KV cache or buffers"); goto fail; }
+        CK(cudaMallocHost((void **)&b->h_par, b->par_ints * 4), "pinned parameter buffer");
+        b->seq_map = (int32_t *)malloc(sizeof(int32_t) * cfg->max_seqs);
+        if (!b->seq_map) { rc = g3c_fail(err, G3_ERR_NOMEM, "cuda: out of memory"); goto fail; }
+        for (int i = 0; i < cfg->max_seqs; i++) b->seq_map[i] = -1;
+        CK(cudaStreamSynchronize(b->st), "create");
+    }
+#undef CK
+    *out = b;
+    return G3_OK;
+fail:
+    cuda_destroy(b);
+    return rc;
+}
+
+static g3_status cuda_create(const g3_model *m, const g3_backend_cfg *cfg, g3_backend **out, g3_error *err) {
+    return g3_cuda_create(m, NULL, cfg, NULL, out, err);
+}
+
+/* ---- the forward ------------------------------------------------------------------------------------------------- */
+/* Issues every launch of one forward over m rows (padded rows have useq -1) and n_out head rows; no host sync. */
+static cudaError_t record(g3_backend *b, int m, int n_out) {
+    const g3_config *c = &b->c;
+    const int H = c->hidden, D = c->head_dim, F = c->ffn, V = c->vocab;
+    const int32_t *P = b->d_par;
+    g3c_rows rows = {P, P + b->R, P + 2 * b->R, P + off_bt(b), b->bc.max_blocks_per_seq};
+    const int32_t *out_rows = P + 3 * b->R;
+    const int wide = m > 8, split = b->split;
+    g3c_mm_ctx mc = {b->cub, b->st, b->wscratch, split};
+    const float *y2;
+    int fused;
+    cudaError_t e;
+#define RUN(call)                                                                                                      \
+    if ((e = (call)) != cudaSuccess) return e
+    RUN(g3c_embed_norm(&b->embed, rows.token, c->embed_scale, b->L[0].attn_norm, c->rms_eps, m, H, b->x, b->xn,
+                       wide ? b->xh : NULL, split, b->st));
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_dev *L = &b->L[l];
+        RUN(g3c_mm(&mc, &L->qkv, b->xn, b->xh, m, b->y, &y2, 0, &fused));
+        g3c_attn_args a;
+        a.rows = rows, a.m = m, a.NH = c->n_heads, a.NKV = c->n_kv_heads, a.D = D, a.kind = L->kind;
+        a.layer_in_kind = L->index_in_kind, a.n_layers_kind = b->n_kind[L->kind], a.kv_block = b->bc.kv_block;
+        a.window = c->sliding_window, a.scale = 1.f / sqrtf(c->query_pre_attn_scalar), a.softcap = c->attn_softcap;
+        a.eps = c->rms_eps, a.inv_freq = b->inv_freq + L->kind * (D / 2), a.pool = b->pool[L->kind];
+        a.n_splits = n_splits_for(b, m);
+        RUN(g3c_qkv_post(&a, b->y, y2, L->q_norm, L->k_norm, b->q, b->st));
+        RUN(g3c_attention(&a, b->q, b->part, b->o, wide ? b->oh : NULL, split, b->st));
+        RUN(g3c_mm(&mc, &L->o, b->o, b->oh, m, b->y, &y2, 0, &fused));
+        RUN(g3c_add_norm(b->x, b->y, y2, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, wide ? b->xh : NULL,
+                         split, b->st));
+        if (g3c_mm_uses_gemv(&mc, &L->gu, m)) {
+            RUN(g3c_mm(&mc, &L->gu, b->xn, b->xh, m, b->a, &y2, 1, &fused));
+            if (wide && !g3c_mm_uses_gemv(&mc, &L->down, m)) RUN(g3c_to_bf16(b->a, m, F, b->ah, split, b->st));
+        } else {
+            RUN(g3c_mm(&mc, &L->gu, b->xn, b->xh, m, b->y, &y2, 1, &fused));
+            RUN(g3c_geglu(b->y, y2, m, F, b->a, wide ? b->ah : NULL, split, b->st));
+        }
+        RUN(g3c_mm(&mc, &L->down, b->a, b->ah, m, b->y, &y2, 0, &fused));
+        const float *next = l + 1 < c->n_layers ? b->L[l + 1].attn_norm : b->final_norm;
+        RUN(g3c_add_norm(b->x, b->y, y2, L->post_ffn, next, c->rms_eps, m, H, b->xn, wide ? b->xh : NULL, split,
+                         b->st));
+    }
+    for (int c0 = 0; c0 < n_out; c0 += b->HC) {
+        int hc = n_out - c0 < b->HC ? n_out - c0 : b->HC;
+        RUN(g3c_gather_rows(b->xn, out_rows + c0, hc, H, b->hx, b->st));
+        if (!g3c_mm_uses_gemv(&mc, &b->embed, hc)) RUN(g3c_to_bf16(b->hx, hc, H, b->hxh, split, b->st));
+        RUN(g3c_mm(&mc, &b->embed, b->hx, b->hxh, hc, b->logy, &y2, 0, &fused));
+        RUN(g3c_finish_logits(b->logy, y2, hc, V, c->final_softcap, b->logits + (size_t)c0 * V, b->st));
+    }
+#undef RUN
+    return cudaSuccess;
+}
+
+static int bucket_of(int m) {
+    for (int i = 0; i < NBUCKET; i++)
+        if (m <= (1 << i)) return i;
+    return -1;
+}
+
+/* Validates the batch, fills and uploads the parameter block, runs the step (graph or eager). */
+static g3_status run_step(g3_backend *b, const g3_batch *bt, g3_error *err) {
+    const int M = bt->n_rows, R = b->R, W = b->bc.max_blocks_per_seq;
+    if (M < 1 || M > R) return g3c_fail(err, G3_ERR_ARG, "cuda: batch of %d rows (1..%d allowed)", M, R);
+    if (bt->n_out < 0 || bt->n_out > M) return g3c_fail(err, G3_ERR_ARG, "cuda: n_out %d of %d rows", bt->n_out, M);
+    int32_t *h = b->h_par;
+    int n_u = 0;
+    g3_status rc = G3_OK;
+    for (int r = 0; r < M; r++) {
+        int t = bt->token[r], p = bt->pos[r], s = bt->seq[r];
+        if (t < 0 || t >= b->c.vocab) rc = g3c_fail(err, G3_ERR_ARG, "cuda: row %d: token %d out of range", r, t);
+        else if (s < 0 || s >= b->bc.max_seqs) rc = g3c_fail(err, G3_ERR_ARG, "cuda: row %d: sequence slot %d", r, s);
+        else if (p < 0 || p >= W * b->bc.kv_block) rc = g3c_fail(err, G3_ERR_ARG, "cuda: row %d: position %d", r, p);
+        if (rc) break;
+        if (b->seq_map[s] < 0) {
+            b->seq_map[s] = n_u;
+            memcpy(h + off_bt(b) + (size_t)n_u * 2 * W, bt->bt_global + (size_t)s * W, sizeof(int32_t) * W);
+            memcpy(h + off_bt(b) + ((size_t)n_u * 2 + 1) * W, bt->bt_local + (size_t)s * W, sizeof(int32_t) * W);
+            n_u++;
+        }
+        h[r] = t, h[R + r] = p, h[2 * R + r] = b->seq_map[s];
+    }
+    for (int r = 0; r < M; r++) b->seq_map[bt->seq[r] >= 0 && bt->seq[r] < b->bc.max_seqs ? bt->seq[r] : 0] = -1;
+    b->seq_map[0] = -1;
+    if (rc) return rc;
+    for (int i = 0; i < bt->n_out; i++) {
+        int o = bt->out_rows[i];
+        if (o < 0 || o >= M || (i > 0 && o <= bt->out_rows[i - 1]))
+            return g3c_fail(err, G3_ERR_ARG, "cuda: out_rows[%d] = %d invalid", i, o);
+        h[3 * R + i] = o;
+    }
+    int bk = bt->n_out == M && b->graphs_on ? bucket_of(M) : -1;
+    if (bk >= 0 && ((1 << bk) > R || b->graph_failed[bk])) bk = -1;
+    int mrun = bk >= 0 ? 1 << bk : M;
+    for (int r = M; r < mrun; r++) h[r] = 0, h[R + r] = 0, h[2 * R + r] = -1, h[3 * R + r] = r;
+    G3C_CK(cudaMemcpyAsync(b->d_par, h, (off_bt(b) + (size_t)n_u * 2 * W) * 4, cudaMemcpyHostToDevice, b->st),
+           "parameter upload");
+    if (bk >= 0 && !b->graph[bk]) {
+        cudaGraph_t g = NULL;
+        cudaError_t e = cudaStreamBeginCapture(b->st, cudaStreamCaptureModeThreadLocal);
+        cudaError_t e2 = e == cudaSuccess ? record(b, mrun, mrun) : e;
+        if (e == cudaSuccess) e = cudaStreamEndCapture(b->st, &g);
+        if (e == cudaSuccess && e2 == cudaSuccess) e = cudaGraphInstantiate(&b->graph[bk], g, 0);
+        if (g) cudaGraphDestroy(g);
+        if (e != cudaSuccess || e2 != cudaSuccess) {
+            b->graph[bk] = NULL, b->graph_failed[bk] = 1, bk = -1, mrun = M;
+            cudaGetLastError();
+        }
+    }
+    if (bk >= 0) G3C_CK(cudaGraphLaunch(b->graph[bk], b->st), "graph launch");
+    else G3C_CK(record(b, mrun, bt->n_out), "forward");
+    return G3_OK;
+}
+
+static g3_status cuda_forward(g3_backend *b, const g3_batch *batch, float *logits, g3_error *err) {
+    G3_TRY(run_step(b, batch, err));
+    if (batch->n_out > 0 && logits)
+        G3C_CK(cudaMemcpyAsync(logits, b->logits, (size_t)batch->n_out * b->c.vocab * 4, cudaMemcpyDeviceToHost, b->st),
+               "logits download");
+    G3C_CK(cudaStreamSynchronize(b->st), "forward");
+    return G3_OK;
+}
+
+extern "C" g3_status g3_cuda_forward_argmax(g3_backend *b, const g3_batch *batch, int32_t *ids, g3_error *err) {
+    G3_TRY(run_step(b, batch, err));
+    if (batch->n_out > 0) {
+        G3C_CK(g3c_argmax(b->logits, batch->n_out, b->c.vocab, b->d_ids, b->st), "argmax");
+        G3C_CK(cudaMemcpyAsync(ids, b->d_ids, (size_t)batch->n_out * 4, cudaMemcpyDeviceToHost, b->st), "ids download");
+    }
+    G3C_CK(cudaStreamSynchronize(b->st), "forward");
+    return G3_OK;
+}
+
+static g3_status cuda_copy_block(g3_backend *b, int kind, int src, int dst, g3_error *err) {
+    int nb = kind == 0 ? b->bc.n_blocks_global : b->bc.n_blocks_local;
+    if (kind < 0 || kind > 1 || src < 0 || dst < 0 || src >= nb || dst >= nb)
+        return g3c_fail(err, G3_ERR_ARG, "cuda: copy_block kind %d %d -> %d out of range (%d blocks)", kind, src, dst, nb);
+    size_t bb = b->block_bytes[kind];
+    G3C_CK(cudaMemcpyAsync((char *)b->pool[kind] + dst * bb, (char *)b->pool[kind] + src * bb, bb,
+                           cudaMemcpyDeviceToDevice, b->st), "copy_block");
+    return G3_OK;
+}
+
+extern "C" uint64_t g3_cuda_resident_bytes(const g3_backend *b) { return b->resident; }
+extern "C" const char *g3_cuda_describe(const g3_backend *b) { return b->desc; }
+extern "C" int g3_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" const g3_backend_ops g3_backend_cuda = {
+    "cuda", cuda_create, cuda_destroy, cuda_forward, cuda_copy_block, cuda_block_bytes,
+};

@@ -1,0 +1,162 @@
+/* Shared declarations of the CUDA backend: the resident matrix formats, error helpers and the launchers that
+ * cuda_backend.cu strings together. Internal to src/backend/cuda (C++ linkage); the C-callable extras are in
+ * cuda_api.h.
+ *
+ * Resident matrix formats (W: n rows = output channels, k values per row, row-major):
+ *   G3Q_BF16  bf16 w[n][k]
+ *   G3Q_INT8  int8 q[n][k], float s[n][k/g]                      w = s*q          (g = k: per channel)
+ *   G3Q_INT4  u8 q[n][k/2] (byte j: lo nibble = value 2j, hi = 2j+1), float s[n][k/g], z[n][k/g]   w = s*q + z
+ *   G3Q_FP8   e4m3 q[n][k], float s[n][k/g]                      w = s*float(q)   (g = k)
+ * Activations entering a matrix product are float32 [m][k] for the GEMV kernels (m <= 8) and bf16 for cuBLAS
+ * (optionally split as hi + lo so that the product keeps ~16 mantissa bits of the activations). */
+#ifndef G3_CUDA_COMMON_CUH
+#define G3_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+
+extern "C" {
+#include "gemma3.h"
+}
+
+enum { G3Q_BF16 = 0, G3Q_INT8 = 1, G3Q_INT4 = 2, G3Q_FP8 = 3 };
+
+typedef struct g3_dmat {
+    int qt;       /* G3Q_* */
+    int n, k;     /* rows (outputs), values per row */
+    int g;        /* group size of the scales (k for per-channel) */
+    void *q;      /* payload, layout per qt */
+    float *s;     /* [n][k/g] scales (quantized types) */
+    float *z;     /* [n][k/g] offsets (int4) */
+    size_t bytes; /* device bytes of q + s + z */
+} g3_dmat;
+
+/* Element i of row r of a resident matrix, dequantized. */
+static __device__ __forceinline__ float dmat_val(const g3_dmat &w, size_t r, int i) {
+    size_t gi = r * (w.k / w.g) + i / w.g;
+    switch (w.qt) {
+    case G3Q_BF16: return __bfloat162float(((const __nv_bfloat16 *)w.q)[r * w.k + i]);
+    case G3Q_INT8: return w.s[gi] * (float)((const int8_t *)w.q)[r * w.k + i];
+    case G3Q_FP8: {
+        __nv_fp8_e4m3 f;
+        f.__x = ((const __nv_fp8_storage_t *)w.q)[r * w.k + i];
+        return w.s[gi] * (float)f;
+    }
+    default: {
+        uint8_t b = ((const uint8_t *)w.q)[(r * w.k + i) / 2];
+        int q = (i & 1) ? (b >> 4) : (b & 15);
+        return w.s[gi] * (float)q + w.z[gi];
+    }
+    }
+}
+/* Fills err and returns G3_ERR_DEVICE when a CUDA call failed. */
+g3_status g3c_fail(g3_error *err, g3_status code, const char *fmt, ...);
+#define G3C_CK(call, what)                                                                                             \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess)                                                                                         \
+            return g3c_fail(err, G3_ERR_DEVICE, "cuda: %s failed (%s:%d): %s", what, __FILE__, __LINE__,               \
+                            cudaGetErrorString(e_));                                                                   \
+    } while (0)
+
+/* ---- conversion at load (convert.cu) ---------------------------------------------------------------------- */
+/* Converts rows [0, n_rows) of a raw source tensor (GGUF/our dtype `src_type`, k values per row, already on the
+ * device) into rows dst_row0 + i*dst_step of dst. `exact` picks the lossless repack of a quantized source. */
+cudaError_t g3c_convert_rows(const void *src, uint32_t src_type, int n_rows, g3_dmat *dst, int dst_row0, int dst_step,
+                             cudaStream_t st);
+/* Fills n*k bf16 values with uniform random numbers of standard deviation sd (deterministic in seed). */
+cudaError_t g3c_fill_random_bf16(__nv_bfloat16 *dst, size_t n, float sd, uint64_t seed, cudaStream_t st);
+/* Dequantizes the whole matrix to bf16 [n][k] (for cuBLAS on quantized weights). */
+cudaError_t g3c_dequant_bf16(const g3_dmat *w, __nv_bfloat16 *dst, cudaStream_t st);
+/* Row-wise dequantization to float32 [n][k] (tests). */
+cudaError_t g3c_dequant_f32(const g3_dmat *w, float *dst, cudaStream_t st);
+/* Format chosen for a source type when the user asked for `want` (float sources) — quantized sources keep
+ * their own family: Q8_0 -> int8/32, Q6_K -> int8/16, Q4_0 and Q4_K -> int4/32. Returns -1 if unsupported. */
+int g3c_target_format(uint32_t src_type, int want, int k, int *group);
+/* 1 when src_type converts into (qt, g) losslessly or as a requested quantization (is the pair supported). */
+int g3c_can_convert(uint32_t src_type, int qt, int g);
+/* Bytes of a source row of k values of a file type; 0 if unsupported. */
+size_t g3c_src_row_bytes(uint32_t t, int k);
+size_t g3c_dmat_bytes(int qt, int n, int k, int g);
+
+/* ---- matrix products (gemv.cu) ---------------------------------------------------------------------------- */
+/* y[i][j] = sum_k x[i][k] * W[j][k] for i < m (m <= 8), x float32 with row stride ldx, y row stride ldy.
+ * geglu: W rows come in (gate, up) pairs and y[i][j/2] = gelu_tanh(gate) * up for each pair instead. */
+cudaError_t g3c_gemv(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu, cudaStream_t st);
+
+/* ---- matrix products on any path (matmul.cu) -------------------------------------------------------------- */
+#include <cublas_v2.h>
+struct g3c_mm_ctx {
+    cublasHandle_t cub;
+    cudaStream_t st;
+    __nv_bfloat16 *wscratch; /* bf16 copy of a quantized matrix for cuBLAS (NULL: quantized matrices use GEMV) */
+    int split;               /* cuBLAS activations as bf16 hi + lo (two stacked row blocks) */
+};
+/* Largest m for which the GEMV kernels beat dequantize + cuBLAS, per resident format. */
+int g3c_gemv_limit(int qt);
+/* 1 when g3c_mm takes the GEMV path for m rows of w. */
+int g3c_mm_uses_gemv(const g3c_mm_ctx *c, const g3_dmat *w, int m);
+/* y = x W^T for m rows. x: float32 [m][k]; xh: bf16 copy ([m][k] hi, then [m][k] lo when split), needed when
+ * m > g3c_gemv_limit(w->qt). y: [m][n] float32 (GEMV) or [2m][n] when the split cuBLAS path ran; *y2 is then the
+ * lo half (NULL otherwise). geglu: the GEMV path fuses GeGLU (y: [m][n/2], *y2 NULL, *fused = 1); the cuBLAS path
+ * leaves the pairs for g3c_geglu (*fused = 0). */
+cudaError_t g3c_mm(const g3c_mm_ctx *c, const g3_dmat *w, const float *x, const __nv_bfloat16 *xh, int m, float *y,
+                   const float **y2, int geglu, int *fused);
+
+/* ---- elementwise / norm kernels (kernels.cu) -------------------------------------------------------------- */
+struct g3c_rows { /* per-forward row parameters in device memory */
+    const int32_t *token; /* [R] */
+    const int32_t *pos;   /* [R] */
+    const int32_t *useq;  /* [R] index into bt (unique sequence of the batch), -1 = padding row */
+    const int32_t *bt;    /* [n_u][2][mbps]: global table then local table of each unique sequence */
+    int mbps;
+};
+
+/* x[r] = E[token[r]] * scale; xn[r] = rms(x[r]) * w. Writes xh (bf16 hi rows, lo at +m rows when split). */
+cudaError_t g3c_embed_norm(const g3_dmat *E, const int32_t *token, float scale, const float *w, float eps, int m,
+                           int H, float *x, float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st);
+/* x[r] += rms(y[r] (+ y2[r])) * w1; xn[r] = rms(x[r]) * w2 (+ bf16 copies). */
+cudaError_t g3c_add_norm(float *x, const float *y, const float *y2, const float *w1, const float *w2, float eps, int m,
+                         int H, float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st);
+/* a[r][i] = gelu_tanh(y[r][2i]) * y[r][2i+1] over interleaved (gate, up) rows (+ y2); bf16 copies. */
+cudaError_t g3c_geglu(const float *y, const float *y2, int m, int F, float *a, __nv_bfloat16 *ah, int split,
+                      cudaStream_t st);
+/* f32 [m][n] -> bf16 hi [m][n] (+ lo at +m rows). */
+cudaError_t g3c_to_bf16(const float *x, int m, int n, __nv_bfloat16 *xh, int split, cudaStream_t st);
+/* dst[i] = src[rows[i]] for i < n (rows of width n_cols). */
+cudaError_t g3c_gather_rows(const float *src, const int32_t *rows, int n, int n_cols, float *dst, cudaStream_t st);
+/* logits[i][v] = softcap(y[i][v] (+ y2)) */
+cudaError_t g3c_finish_logits(const float *y, const float *y2, int m, int V, float cap, float *out, cudaStream_t st);
+/* ids[i] = argmax_v logits[i][v] */
+cudaError_t g3c_argmax(const float *logits, int m, int V, int32_t *ids, cudaStream_t st);
+
+/* ---- attention (attention.cu) ----------------------------------------------------------------------------- */
+struct g3c_attn_args {
+    g3c_rows rows;
+    int m;            /* rows */
+    int NH, NKV, D;
+    int kind;         /* 0 global, 1 sliding */
+    int layer_in_kind, n_layers_kind;
+    int kv_block;
+    int window;       /* sliding window (kind 1) */
+    float scale;      /* 1/sqrt(query_pre_attn_scalar) */
+    float softcap;    /* 0 = none */
+    float eps;
+    const float *inv_freq; /* [D/2] for this kind */
+    float *pool;      /* KV pool of this kind */
+    int n_splits;
+};
+/* QK-norm + RoPE of q and k, and the K/V write into the paged cache, from qkv = y (+ y2) [m][(NH+2NKV)*D];
+ * q goes to qout [m][NH*D]. */
+cudaError_t g3c_qkv_post(const g3c_attn_args *a, const float *y, const float *y2, const float *qn, const float *kn,
+                         float *qout, cudaStream_t st);
+/* o[m][NH*D] = softmax(q k^T) v over the paged cache (flash-decoding with a_splits partials in part). */
+cudaError_t g3c_attention(const g3c_attn_args *a, const float *q, float *part, float *o, __nv_bfloat16 *oh, int split,
+                          cudaStream_t st);
+size_t g3c_attn_part_floats(int rows_x_splits, int NH, int D);
+
+#endif

@@ -1,0 +1,187 @@
+/* Matrix-vector products for decode (m <= 8 activation rows, float32) against resident weights in bf16, int8,
+ * int4 or fp8: the weights are streamed once from device memory with 16-byte loads, decoded in registers and
+ * multiplied with float32 activations, accumulating in float32. Bandwidth-bound by design.
+ *
+ * Work split: a block of 4 warps; KS of them (1, 2 or 4, by row length) form a row group that owns R consecutive
+ * output rows and takes interleaved 16-byte chunks of each row (lane l of warp j of the group reads chunk
+ * l + 32*j + 32*KS*i); the group's partial sums are combined in shared memory. */
+#include "backend/cuda/cuda_common.cuh"
+
+template <int QT> struct qtraits;
+template <> struct qtraits<G3Q_BF16> { static constexpr int C = 8; };  /* values per 16-byte chunk */
+template <> struct qtraits<G3Q_INT8> { static constexpr int C = 16; };
+template <> struct qtraits<G3Q_FP8> { static constexpr int C = 16; };
+template <> struct qtraits<G3Q_INT4> { static constexpr int C = 32; };
+
+__device__ __forceinline__ float magic_byte(uint32_t w, int b) { /* 2^23 + byte b of w, as float */
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u + b));
+}
+
+/* 8 consecutive weights (sub-chunk j of a 16-byte chunk) as floats, before scaling. */
+template <int QT> __device__ __forceinline__ void decode8(const uint4 &v, int j, float f[8]) {
+    const uint32_t wd[4] = {v.x, v.y, v.z, v.w};
+    if constexpr (QT == G3Q_BF16) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) f[2 * i] = __uint_as_float(wd[i] << 16), f[2 * i + 1] = __uint_as_float(wd[i] & 0xffff0000u);
+    } else if constexpr (QT == G3Q_INT8) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t u = wd[2 * j + h] ^ 0x80808080u;
+#pragma unroll
+            for (int b = 0; b < 4; b++) f[4 * h + b] = magic_byte(u, b) - 8388736.f;
+        }
+    } else if constexpr (QT == G3Q_FP8) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t u = wd[2 * j + h];
+#pragma unroll
+            for (int p = 0; p < 2; p++) {
+                __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u >> (16 * p)), __NV_E4M3);
+                float2 ff = __half22float2(*(__half2 *)&hr);
+                f[4 * h + 2 * p] = ff.x, f[4 * h + 2 * p + 1] = ff.y;
+            }
+        }
+    } else { /* int4: word j holds values 8j..8j+7, byte b = (2b lo, 2b+1 hi) */
+        uint32_t t = wd[j] & 0x0F0F0F0Fu, u = (wd[j] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+        for (int b = 0; b < 4; b++) f[2 * b] = magic_byte(t, b) - 8388608.f, f[2 * b + 1] = magic_byte(u, b) - 8388608.f;
+    }
+}
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+    return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+template <int QT, int M, int R>
+__global__ void __launch_bounds__(128) k_gemv(g3_dmat w, const float *__restrict__ x, int ldx, int m,
+                                              float *__restrict__ y, int ldy, int geglu, int KS) {
+    constexpr int C = qtraits<QT>::C;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = warp / KS, ks = warp % KS;
+    const int n0 = (blockIdx.x * (4 / KS) + grp) * R, K = w.k, nch = K / C;
+    const size_t row_bytes = QT == G3Q_BF16 ? (size_t)K * 2 : QT == G3Q_INT4 ? (size_t)K / 2 : (size_t)K;
+    const uint4 *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int nr = min(n0 + r, w.n - 1);
+        wr[r] = (const uint4 *)((const uint8_t *)w.q + (size_t)nr * row_bytes);
+    }
+    const float *xr[M];
+#pragma unroll
+    for (int i = 0; i < M; i++) xr[i] = x + (size_t)min(i, m - 1) * ldx;
+    const int ngr = K / w.g;
+    float acc[R][M];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int i = 0; i < M; i++) acc[r][i] = 0.f;
+
+#pragma unroll 2
+    for (int c = lane + 32 * ks; c < nch; c += 32 * KS) {
+        uint4 wv[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) wv[r] = __ldg(wr[r] + c);
+        float part[R][M], sx[M];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int i = 0; i < M; i++) part[r][i] = 0.f;
+#pragma unroll
+        for (int i = 0; i < M; i++) sx[i] = 0.f;
+#pragma unroll
+        for (int j = 0; j < C / 8; j++) {
+            float wf[R][8];
+#pragma unroll
+            for (int r = 0; r < R; r++) decode8<QT>(wv[r], j, wf[r]);
+#pragma unroll
+            for (int i = 0; i < M; i++) {
+                const float4 *xp = (const float4 *)(xr[i] + (size_t)c * C + 8 * j);
+                float4 a = xp[0], b = xp[1];
+                float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+                if constexpr (QT == G3Q_INT4) sx[i] += ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float s = part[r][i];
+#pragma unroll
+                    for (int e = 0; e < 8; e++) s = fmaf(wf[r][e], xv[e], s);
+                    part[r][i] = s;
+                }
+            }
+        }
+        if constexpr (QT == G3Q_BF16) {
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int i = 0; i < M; i++) acc[r][i] += part[r][i];
+        } else {
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                size_t gi = (size_t)min(n0 + r, w.n - 1) * ngr + (size_t)c * C / w.g;
+                float s = __ldg(w.s + gi), z = QT == G3Q_INT4 ? __ldg(w.z + gi) : 0.f;
+#pragma unroll
+                for (int i = 0; i < M; i++) {
+                    acc[r][i] = fmaf(s, part[r][i], acc[r][i]);
+                    if constexpr (QT == G3Q_INT4) acc[r][i] = fmaf(z, sx[i], acc[r][i]);
+                }
+            }
+        }
+    }
+    __shared__ float red[4][R][M];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int i = 0; i < M; i++) {
+            float v = acc[r][i];
+#pragma unroll
+            for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) red[warp][r][i] = v;
+        }
+    __syncthreads();
+    if (ks != 0) return; /* the first warp of each row group sums its group's partials */
+    if (!geglu) {
+        for (int t = lane; t < R * M; t += 32) {
+            int r = t / M, i = t % M;
+            float v = 0.f;
+            for (int j = 0; j < KS; j++) v += red[warp + j][r][i];
+            if (n0 + r < w.n && i < m) y[(size_t)i * ldy + n0 + r] = v;
+        }
+    } else {
+        for (int t = lane; t < (R / 2) * M; t += 32) {
+            int p = t / M, i = t % M, r = 2 * p;
+            float g = 0.f, u = 0.f;
+            for (int j = 0; j < KS; j++) g += red[warp + j][r][i], u += red[warp + j][r + 1][i];
+            if (n0 + r + 1 < w.n && i < m) y[(size_t)i * ldy + (n0 + r) / 2] = gelu_tanh(g) * u;
+        }
+    }
+}
+
+template <int QT, int M> static void launch(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy,
+                                            int geglu, cudaStream_t st) {
+    constexpr int R = M <= 2 ? 2 : 4;
+    /* warps per row group: enough chunks per lane for long rows, whole warps per row group for short ones */
+    const int nch = w->k / qtraits<QT>::C, KS = nch >= 512 ? 4 : nch >= 192 ? 2 : 1, rows_blk = (4 / KS) * R;
+    k_gemv<QT, M, R><<<(w->n + rows_blk - 1) / rows_blk, 128, 0, st>>>(*w, x, ldx, m, y, ldy, geglu, KS);
+}
+
+template <int QT> static void launch_m(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
+                                       cudaStream_t st) {
+    if (m <= 1) launch<QT, 1>(w, x, ldx, m, y, ldy, geglu, st);
+    else if (m <= 2) launch<QT, 2>(w, x, ldx, m, y, ldy, geglu, st);
+    else if (m <= 4) launch<QT, 4>(w, x, ldx, m, y, ldy, geglu, st);
+    else launch<QT, 8>(w, x, ldx, m, y, ldy, geglu, st);
+}
+
+cudaError_t g3c_gemv(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu, cudaStream_t st) {
+    for (int i0 = 0; i0 < m; i0 += 8) {
+        int mm = m - i0 < 8 ? m - i0 : 8;
+        const float *xi = x + (size_t)i0 * ldx;
+        float *yi = y + (size_t)i0 * ldy;
+        switch (w->qt) {
+        case G3Q_BF16: launch_m<G3Q_BF16>(w, xi, ldx, mm, yi, ldy, geglu, st); break;
+        case G3Q_INT8: launch_m<G3Q_INT8>(w, xi, ldx, mm, yi, ldy, geglu, st); break;
+        case G3Q_INT4: launch_m<G3Q_INT4>(w, xi, ldx, mm, yi, ldy, geglu, st); break;
+        case G3Q_FP8: launch_m<G3Q_FP8>(w, xi, ldx, mm, yi, ldy, geglu, st); break;
+        default: return cudaErrorInvalidValue;
+        }
+    }
+    return cudaGetLastError();
+}

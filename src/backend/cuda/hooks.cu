@@ -1,0 +1,200 @@
+/* Probes of the device's ceilings (streaming read bandwidth, device-to-device copy, dense bf16 GEMM rate) and the
+ * test hooks of cuda_api.h that run single kernels of the backend on host data. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.cuh"
+extern "C" {
+#include "backend/cuda/cuda_api.h"
+}
+
+__global__ void k_read(const uint4 *p, size_t n, unsigned *sink) {
+    uint32_t acc = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint4 v = __ldg(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x12345678u) *sink = acc; /* keeps the loads alive */
+}
+
+#define CKE(call, what)                                                                                                \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            rc = g3c_fail(err, G3_ERR_DEVICE, "cuda: %s: %s", what, cudaGetErrorString(e_));                           \
+            goto out;                                                                                                  \
+        }                                                                                                              \
+    } while (0)
+
+extern "C" g3_status g3_cuda_probe(size_t bytes, int n, double *read_gbs, double *copy_gbs, double *tflops,
+                                   g3_error *err) {
+    g3_status rc = G3_OK;
+    void *a = NULL, *b = NULL, *c = NULL;
+    unsigned *sink = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    cublasHandle_t h = NULL;
+    float ms = 0;
+    int sms = 0;
+    bytes &= ~(size_t)15;
+    CKE(cudaMalloc(&a, bytes), "probe allocation");
+    CKE(cudaMalloc(&b, bytes), "probe allocation");
+    CKE(cudaMalloc((void **)&sink, 4), "probe allocation");
+    CKE(cudaMemset(a, 1, bytes), "memset");
+    CKE(cudaEventCreate(&e0), "event");
+    CKE(cudaEventCreate(&e1), "event");
+    CKE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attribute");
+    for (int it = 0; it < 2; it++) { /* warm-up, then timed */
+        const int reps = 10;
+        CKE(cudaEventRecord(e0), "event");
+        for (int r = 0; r < reps; r++) k_read<<<sms * 8, 512>>>((const uint4 *)a, bytes / 16, sink);
+        CKE(cudaEventRecord(e1), "event");
+        CKE(cudaEventSynchronize(e1), "read probe");
+        CKE(cudaEventElapsedTime(&ms, e0, e1), "event");
+        *read_gbs = (double)bytes * reps / (ms * 1e-3) / 1e9;
+        CKE(cudaEventRecord(e0), "event");
+        for (int r = 0; r < reps; r++) CKE(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice), "copy");
+        CKE(cudaEventRecord(e1), "event");
+        CKE(cudaEventSynchronize(e1), "copy probe");
+        CKE(cudaEventElapsedTime(&ms, e0, e1), "event");
+        *copy_gbs = 2.0 * (double)bytes * reps / (ms * 1e-3) / 1e9;
+    }
+    cudaFree(b), b = NULL;
+    if (n > 0) {
+        size_t nn = (size_t)n * n;
+        CKE(cudaMalloc(&b, nn * 2), "gemm allocation");
+        CKE(cudaMalloc(&c, nn * 2), "gemm allocation");
+        CKE(g3c_fill_random_bf16((__nv_bfloat16 *)a, nn, 1.f, 1, 0), "fill");
+        CKE(g3c_fill_random_bf16((__nv_bfloat16 *)b, nn, 1.f, 2, 0), "fill");
+        if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) CKE(cudaErrorUnknown, "cublasCreate");
+        const float al = 1.f, be = 0.f;
+        for (int it = 0; it < 2; it++) {
+            const int reps = it ? 10 : 3;
+            CKE(cudaEventRecord(e0), "event");
+            for (int r = 0; r < reps; r++)
+                if (cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &al, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, &be,
+                                 c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+                    CKE(cudaErrorUnknown, "cublasGemmEx");
+            CKE(cudaEventRecord(e1), "event");
+            CKE(cudaEventSynchronize(e1), "gemm probe");
+            CKE(cudaEventElapsedTime(&ms, e0, e1), "event");
+            *tflops = 2.0 * n * (double)n * n * reps / (ms * 1e-3) / 1e12;
+        }
+    }
+out:
+    if (h) cublasDestroy(h);
+    cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(sink);
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    return rc;
+}
+
+static int parse_q(const char *s) {
+    if (!s || !strcmp(s, "bf16")) return G3Q_BF16;
+    if (!strcmp(s, "int8")) return G3Q_INT8;
+    if (!strcmp(s, "int4")) return G3Q_INT4;
+    if (!strcmp(s, "fp8")) return G3Q_FP8;
+    return -1;
+}
+
+extern "C" g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n, int k, const char *quant, int gemm,
+                                         int geglu, const float *x, int m, float *y, float *wdeq, g3_error *err) {
+    g3_status rc = G3_OK;
+    g3_dmat d;
+    memset(&d, 0, sizeof d);
+    void *src = NULL;
+    float *dx = NULL, *dy = NULL, *dw = NULL, *ha = NULL;
+    __nv_bfloat16 *dxh = NULL, *scr = NULL;
+    cublasHandle_t h = NULL;
+    const float *y2 = NULL;
+    int g, fused = 0, want = parse_q(quant), qt = g3c_target_format(src_type, want, k, &g);
+    size_t rb = g3c_src_row_bytes(src_type, k), ny = (size_t)(2 * m) * n;
+    if (want < 0 || qt < 0 || !rb) return g3c_fail(err, G3_ERR_UNSUPPORTED, "cuda test: type %u / %s", src_type, quant);
+    d.qt = qt, d.n = n, d.k = k, d.g = g;
+    size_t nk = (size_t)n * k, ng = (size_t)n * (k / g);
+    CKE(cudaMalloc(&d.q, qt == G3Q_BF16 ? nk * 2 : qt == G3Q_INT4 ? nk / 2 : nk), "alloc");
+    CKE(cudaMalloc((void **)&d.s, ng * 4), "alloc");
+    CKE(cudaMalloc((void **)&d.z, ng * 4), "alloc");
+    CKE(cudaMalloc(&src, rb * n), "alloc");
+    CKE(cudaMemcpy(src, w, rb * n, cudaMemcpyHostToDevice), "upload");
+    CKE(g3c_convert_rows(src, src_type, n, &d, 0, 1, 0), "convert");
+    CKE(cudaMalloc((void **)&dx, (size_t)m * k * 4), "alloc");
+    CKE(cudaMalloc((void **)&dxh, (size_t)2 * m * k * 2), "alloc");
+    CKE(cudaMalloc((void **)&dy, ny * 4 + 64), "alloc");
+    CKE(cudaMalloc((void **)&scr, nk * 2), "alloc");
+    CKE(cudaMemcpy(dx, x, (size_t)m * k * 4, cudaMemcpyHostToDevice), "upload");
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) CKE(cudaErrorUnknown, "cublasCreate");
+    {
+        g3c_mm_ctx mc = {h, 0, scr, gemm != 2};
+        int outw = geglu ? n / 2 : n;
+        CKE(g3c_to_bf16(dx, m, k, dxh, mc.split, 0), "to_bf16");
+        CKE(g3c_mm(&mc, &d, dx, dxh, m, dy, &y2, geglu, &fused), "matmul");
+        if (geglu && !fused) {
+            float *da = NULL;
+            CKE(cudaMalloc((void **)&da, (size_t)m * outw * 4), "alloc");
+            cudaError_t e = g3c_geglu(dy, y2, m, n / 2, da, NULL, 0, 0);
+            if (e == cudaSuccess) e = cudaMemcpy(y, da, (size_t)m * outw * 4, cudaMemcpyDeviceToHost);
+            cudaFree(da);
+            CKE(e, "geglu");
+        } else {
+            CKE(cudaMemcpy(y, dy, (size_t)m * outw * 4, cudaMemcpyDeviceToHost), "download");
+            if (y2) {
+                ha = (float *)malloc((size_t)m * outw * 4);
+                CKE(cudaMemcpy(ha, y2, (size_t)m * outw * 4, cudaMemcpyDeviceToHost), "download");
+                for (size_t i = 0; i < (size_t)m * outw; i++) y[i] += ha[i];
+            }
+        }
+        if (wdeq) {
+            CKE(cudaMalloc((void **)&dw, nk * 4), "alloc");
+            CKE(g3c_dequant_f32(&d, dw, 0), "dequant");
+            CKE(cudaMemcpy(wdeq, dw, nk * 4, cudaMemcpyDeviceToHost), "download");
+        }
+        CKE(cudaDeviceSynchronize(), "sync");
+    }
+out:
+    if (h) cublasDestroy(h);
+    free(ha);
+    cudaFree(d.q), cudaFree(d.s), cudaFree(d.z), cudaFree(src), cudaFree(dx), cudaFree(dxh), cudaFree(dy),
+        cudaFree(scr), cudaFree(dw);
+    return rc;
+}
+
+extern "C" g3_status g3_cuda_test_attention(const g3_cuda_attn_test *t, const float *qkv, const int32_t *pos,
+                                            const int32_t *useq, const int32_t *bt, int n_u, int m, float *o,
+                                            g3_error *err) {
+    g3_status rc = G3_OK;
+    const int D = t->D, NQKV = (t->NH + 2 * t->NKV) * D;
+    float *dqkv = NULL, *dq = NULL, *dpart = NULL, *dout = NULL, *pool = NULL, *dnorm = NULL;
+    int32_t *dpar = NULL;
+    size_t pool_floats = (size_t)t->n_blocks * t->n_layers_kind * 2 * t->NKV * t->kv_block * D;
+    size_t ni = (size_t)3 * m + (size_t)n_u * 2 * t->mbps;
+    CKE(cudaMalloc((void **)&dqkv, (size_t)m * NQKV * 4), "alloc");
+    CKE(cudaMalloc((void **)&dq, (size_t)m * t->NH * D * 4), "alloc");
+    CKE(cudaMalloc((void **)&dout, (size_t)m * t->NH * D * 4), "alloc");
+    CKE(cudaMalloc((void **)&dpart, g3c_attn_part_floats(m * t->n_splits, t->NH, D) * 4), "alloc");
+    CKE(cudaMalloc((void **)&pool, pool_floats * 4), "alloc");
+    CKE(cudaMemset(pool, 0xff, pool_floats * 4), "poison"); /* NaNs: reading an unwritten slot shows */
+    CKE(cudaMalloc((void **)&dnorm, (size_t)(3 * D) * 4), "alloc");
+    CKE(cudaMalloc((void **)&dpar, ni * 4), "alloc");
+    CKE(cudaMemcpy(dqkv, qkv, (size_t)m * NQKV * 4, cudaMemcpyHostToDevice), "upload");
+    CKE(cudaMemcpy(dnorm, t->q_norm, D * 4, cudaMemcpyHostToDevice), "upload");
+    CKE(cudaMemcpy(dnorm + D, t->k_norm, D * 4, cudaMemcpyHostToDevice), "upload");
+    CKE(cudaMemcpy(dnorm + 2 * D, t->inv_freq, D / 2 * 4, cudaMemcpyHostToDevice), "upload");
+    CKE(cudaMemcpy(dpar + m, pos, m * 4, cudaMemcpyHostToDevice), "upload");
+    CKE(cudaMemcpy(dpar + 2 * m, useq, m * 4, cudaMemcpyHostToDevice), "upload");
+    CKE(cudaMemcpy(dpar + 3 * m, bt, (size_t)n_u * 2 * t->mbps * 4, cudaMemcpyHostToDevice), "upload");
+    {
+        g3c_attn_args a;
+        a.rows.token = dpar, a.rows.pos = dpar + m, a.rows.useq = dpar + 2 * m, a.rows.bt = dpar + 3 * m;
+        a.rows.mbps = t->mbps;
+        a.m = m, a.NH = t->NH, a.NKV = t->NKV, a.D = D, a.kind = t->kind, a.layer_in_kind = t->layer_in_kind;
+        a.n_layers_kind = t->n_layers_kind, a.kv_block = t->kv_block, a.window = t->window, a.scale = t->scale;
+        a.softcap = t->softcap, a.eps = t->eps, a.inv_freq = dnorm + 2 * D, a.pool = pool, a.n_splits = t->n_splits;
+        CKE(g3c_qkv_post(&a, dqkv, NULL, dnorm, dnorm + D, dq, 0), "qkv_post");
+        CKE(g3c_attention(&a, dq, dpart, dout, NULL, 0, 0), "attention");
+        CKE(cudaMemcpy(o, dout, (size_t)m * t->NH * D * 4, cudaMemcpyDeviceToHost), "download");
+        CKE(cudaDeviceSynchronize(), "sync");
+    }
+out:
+    cudaFree(dqkv), cudaFree(dq), cudaFree(dpart), cudaFree(dout), cudaFree(pool), cudaFree(dnorm), cudaFree(dpar);
+    return rc;
+}
