@@ -127,6 +127,7 @@ typedef struct g3_engine_opts {
     int kv_block;        /* tokens per KV block; 0 = 16 */
     int n_kv_blocks;     /* blocks in the pool; 0 = enough for max_seqs full contexts */
     int prefill_chunk;   /* max prompt rows per step; 0 = 512 */
+    int prefix_cache;    /* 0 = reuse KV blocks of shared prompt prefixes (default), -1 = off */
 } g3_engine_opts;
 
 void g3_engine_opts_default(g3_engine_opts *o);
@@ -186,8 +187,10 @@ g3_status g3_engine_logits(g3_engine *e, const int32_t *prompt, int n_prompt, in
 
 typedef struct g3_engine_stats {
     int kv_blocks_total, kv_blocks_used;
+    int kv_blocks_cached;   /* of the used blocks, those held by the prefix cache (reclaimable) */
     int n_running, n_waiting;
     int64_t prompt_tokens, generated_tokens, cached_prompt_tokens;
+    int64_t n_preempted;    /* sequences sent back to the queue for lack of KV blocks */
 } g3_engine_stats;
 void g3_engine_get_stats(const g3_engine *e, g3_engine_stats *s);
 /* Name of the backend the engine runs on ("cpu", "cuda"). */

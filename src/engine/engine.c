@@ -1,8 +1,10 @@
-/* The engine: requests, the scheduler (continuous batching with chunked prefill) and the KV block bookkeeping,
- * driving one backend. Each step batches one decode row of every running sequence with as many pending prompt
- * rows as fit in max_rows, runs one forward, and samples the rows that end a prompt or decode a token.
- * Admission reserves the KV blocks a request can need (prompt + max_tokens, windows for sliding layers), so a
- * running sequence never runs out of blocks; requests that do not fit wait in order. */
+/* The engine: requests, the scheduler (continuous batching with chunked prefill), the KV block bookkeeping and
+ * the prefix cache, driving one backend. Each step batches one decode row of every running sequence with as many
+ * pending prompt rows as fit, runs one forward, and samples the rows that end a prompt or decode a token.
+ * Blocks are mapped as positions are reached. Waiting requests are admitted in order while a free slot and the
+ * blocks of their first chunk exist (evicting prefix-cache entries if needed). If a running sequence cannot get a
+ * block, cache entries go first, then the most recently admitted other sequence is preempted: its blocks are freed
+ * and it goes back to the queue to recompute its tokens later (its generated tokens are kept, nothing is re-sent). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include "backend/backend.h"
 #include "core/status.h"
 #include "engine/kv_cache.h"
+#include "engine/prefix_cache.h"
 #include "sample/sampler.h"
 
 typedef enum req_state { REQ_WAITING, REQ_RUNNING, REQ_DONE } req_state;
@@ -21,11 +24,13 @@ typedef struct req {
     int32_t *tokens;      /* prompt then generated tokens, capacity cap */
     int cap;
     int n_prompt, n_tokens;
-    int n_computed;       /* tokens whose K/V are in the cache */
+    int n_computed;       /* tokens whose K/V are in the cache; rows feed tokens[n_computed..n_tokens) */
     int max_tokens, ignore_eos;
     int slot;
-    int reserve[2];       /* KV blocks reserved per kind */
+    uint64_t admitted;    /* admission order (preemption takes the newest) */
     int cancelled;
+    int n_cached;         /* prompt tokens served from the prefix cache */
+    int in_batch;         /* has rows in the step being built (never preempted then) */
     g3_sampler *sampler;
     int n_logprobs;
     void *user;
@@ -38,8 +43,10 @@ struct g3_engine {
     g3_backend *be;
     g3_engine_opts opts;
     g3_kv kv;
+    g3_prefix_cache pc;
     int ctx;
-    int reserved[2];
+    int keep_prompt;      /* sliding blocks of a prompt's first keep_prompt tokens stay until it finishes */
+    uint64_t admit_clock;
     req **slots;          /* [max_seqs] running request per slot */
     req *queue_head, *queue_tail; /* waiting, in order */
     g3_request_id next_id;
@@ -81,7 +88,9 @@ g3_status g3_engine_create(g3_model *m, const g3_engine_opts *opts, g3_engine **
     int bps = ceil_div(e->ctx, o->kv_block);
     int has[2] = {g3_layers_of_kind(c, 0) > 0, g3_layers_of_kind(c, 1) > 0};
     int n_global = o->n_kv_blocks > 0 ? o->n_kv_blocks : o->max_seqs * bps;
-    int n_local = o->n_kv_blocks > 0 ? o->n_kv_blocks : o->max_seqs * local_blocks_per_seq(e);
+    e->keep_prompt = o->prefix_cache < 0 ? 0 : (e->ctx < 1024 ? e->ctx : 1024);
+    int n_local = o->n_kv_blocks > 0 ? o->n_kv_blocks
+                                     : o->max_seqs * (local_blocks_per_seq(e) + ceil_div(e->keep_prompt, o->kv_block));
     if (!has[0]) n_global = 0;
     if (!has[1]) n_local = 0;
     g3_status rc = g3_kv_init(&e->kv, o->kv_block, o->max_seqs, bps, n_global, n_local, c->sliding_window, has[0],
@@ -89,6 +98,11 @@ g3_status g3_engine_create(g3_model *m, const g3_engine_opts *opts, g3_engine **
     if (rc) {
         free(e);
         return rc;
+    }
+    if (!g3_pc_init(&e->pc, o->prefix_cache < 0 ? 0 : 4 * o->max_seqs + 4)) {
+        g3_kv_deinit(&e->kv);
+        free(e);
+        return g3_fail(err, G3_ERR_NOMEM, "out of memory");
     }
     int max_rows = o->prefill_chunk + o->max_seqs;
     e->slots = calloc((size_t)o->max_seqs, sizeof *e->slots);
@@ -142,6 +156,7 @@ void g3_engine_free(g3_engine *e) {
         req_free(r);
         r = n;
     }
+    g3_pc_deinit(&e->pc, &e->kv);
     g3_kv_deinit(&e->kv);
     free(e->slots), free(e->b_token), free(e->b_pos), free(e->b_seq), free(e->b_out), free(e->b_out_req);
     free(e->logits);
@@ -152,11 +167,12 @@ const char *g3_engine_backend_name(const g3_engine *e) { return e->ops->name; }
 
 /* ---- requests ------------------------------------------------------------------------------------------------- */
 
-static void compute_reserve(const g3_engine *e, int total_tokens, int reserve[2]) {
-    int full = ceil_div(total_tokens, e->opts.kv_block);
-    int local = local_blocks_per_seq(e);
-    reserve[0] = e->kv.has_kind[0] ? full : 0;
-    reserve[1] = e->kv.has_kind[1] ? (full < local ? full : local) : 0;
+/* Most blocks of each kind one sequence of `total` tokens holds at once. */
+static void blocks_needed(const g3_engine *e, int total, int need[2]) {
+    int full = ceil_div(total, e->opts.kv_block);
+    int local = local_blocks_per_seq(e) + ceil_div(e->keep_prompt, e->opts.kv_block);
+    need[0] = e->kv.has_kind[0] ? full : 0;
+    need[1] = e->kv.has_kind[1] ? (full < local ? full : local) : 0;
 }
 
 g3_status g3_engine_submit(g3_engine *e, const g3_request *r, g3_request_id *id, g3_error *err) {
@@ -169,16 +185,22 @@ g3_status g3_engine_submit(g3_engine *e, const g3_request *r, g3_request_id *id,
         if (r->prompt[i] < 0 || r->prompt[i] >= c->vocab)
             return g3_fail(err, G3_ERR_ARG, "prompt token %d (at %d) is outside the vocabulary 0..%d", r->prompt[i], i,
                            c->vocab - 1);
-    req *q = calloc(1, sizeof *q);
-    if (!q) return g3_fail(err, G3_ERR_NOMEM, "out of memory");
     int max_tokens = r->max_tokens > 0 ? r->max_tokens : e->ctx - r->n_prompt;
     if (max_tokens > e->ctx - r->n_prompt) max_tokens = e->ctx - r->n_prompt;
+    int need[2];
+    blocks_needed(e, r->n_prompt + max_tokens, need);
+    if (need[0] > e->kv.n_blocks[0] || need[1] > e->kv.n_blocks[1])
+        return g3_fail(err, G3_ERR_ARG, "the request needs %d+%d KV blocks; the whole pool has %d+%d", need[0], need[1],
+                       e->kv.n_blocks[0], e->kv.n_blocks[1]);
+    req *q = calloc(1, sizeof *q);
+    if (!q) return g3_fail(err, G3_ERR_NOMEM, "out of memory");
     q->cap = r->n_prompt + max_tokens;
     q->tokens = malloc(sizeof(int32_t) * (size_t)q->cap);
     q->sampler = g3_sampler_create(&r->sampling, c->vocab, err);
     if (!q->tokens || !q->sampler) {
+        int had_msg = q->tokens && !q->sampler;
         req_free(q);
-        return err && err->code ? err->code : g3_fail(err, G3_ERR_NOMEM, "out of memory");
+        return had_msg && err ? err->code : g3_fail(err, G3_ERR_NOMEM, "out of memory");
     }
     memcpy(q->tokens, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
     q->n_prompt = q->n_tokens = r->n_prompt;
@@ -187,11 +209,6 @@ g3_status g3_engine_submit(g3_engine *e, const g3_request *r, g3_request_id *id,
     q->n_logprobs = r->sampling.n_logprobs < 0 ? 0 : (r->sampling.n_logprobs > 64 ? 64 : r->sampling.n_logprobs);
     q->user = r->user;
     q->slot = -1;
-    compute_reserve(e, q->cap, q->reserve);
-    if (q->reserve[0] > e->kv.n_blocks[0] || q->reserve[1] > e->kv.n_blocks[1]) {
-        req_free(q);
-        return g3_fail(err, G3_ERR_ARG, "the request needs more KV blocks than the whole pool holds");
-    }
     q->id = e->next_id++;
     q->state = REQ_WAITING;
     if (e->queue_tail) e->queue_tail->next = q;
@@ -209,25 +226,69 @@ void g3_engine_cancel(g3_engine *e, g3_request_id id) {
         if (r->id == id) r->cancelled = 1;
 }
 
-static void emit_finish(g3_engine *e, req *r, g3_finish f, g3_event_fn fn, void *ctx) {
+static void emit_finish(req *r, g3_finish f, g3_event_fn fn, void *ctx) {
     g3_event ev = {.id = r->id, .user = r->user, .finish = f, .n_prompt = r->n_prompt,
-                   .n_generated = r->n_tokens - r->n_prompt};
+                   .n_generated = r->n_tokens - r->n_prompt, .n_cached = r->n_cached};
     if (fn) fn(&ev, ctx);
-    (void)e;
 }
 
-static void retire(g3_engine *e, req *r) {
-    if (r->slot >= 0) {
-        g3_kv_release(&e->kv, r->slot);
-        e->slots[r->slot] = NULL;
-        e->reserved[0] -= r->reserve[0];
-        e->reserved[1] -= r->reserve[1];
-        e->stats.n_running--;
-    }
+/* Frees a slot; with keep, its computed prefix goes to the prefix cache first. */
+static void vacate(g3_engine *e, req *r, int keep) {
+    if (r->slot < 0) return;
+    if (keep) g3_pc_insert(&e->pc, &e->kv, r->slot, r->tokens, r->n_computed);
+    g3_kv_release(&e->kv, r->slot);
+    e->slots[r->slot] = NULL;
+    r->slot = -1;
+    e->stats.n_running--;
+}
+
+static void retire(g3_engine *e, req *r, int keep) {
+    vacate(e, r, keep);
     req_free(r);
 }
 
-/* Moves waiting requests into free slots while their reservation fits; cancelled ones finish here. */
+static void queue_push_front(g3_engine *e, req *r) {
+    r->next = e->queue_head;
+    e->queue_head = r;
+    if (!e->queue_tail) e->queue_tail = r;
+    e->stats.n_waiting++;
+}
+
+/* Sends a running request back to the front of the queue: it recomputes its tokens when readmitted. */
+static void requeue(g3_engine *e, req *r) {
+    vacate(e, r, 1); /* its computed blocks go to the cache: the readmission may reuse them */
+    r->n_computed = 0;
+    r->state = REQ_WAITING;
+    queue_push_front(e, r);
+    e->stats.n_preempted++;
+}
+
+/* Preempts the most recently admitted running request that has no rows in this step, other than `keep`. */
+static int preempt_one(g3_engine *e, const req *keep) {
+    req *victim = NULL;
+    for (int s = 0; s < e->opts.max_seqs; s++) {
+        req *r = e->slots[s];
+        if (r && r != keep && !r->in_batch && (!victim || r->admitted > victim->admitted)) victim = r;
+    }
+    if (!victim) return 0;
+    requeue(e, victim);
+    return 1;
+}
+
+/* Maps positions [from, to] of r, making room by evicting cache entries and then preempting others. */
+static g3_status map_or_make_room(g3_engine *e, req *r, int from, int to, g3_error *err) {
+    for (;;) {
+        int miss[2];
+        g3_kv_missing(&e->kv, r->slot, from, to, miss);
+        if (miss[0] <= e->kv.n_free[0] && miss[1] <= e->kv.n_free[1]) return g3_kv_map(&e->kv, r->slot, from, to, err);
+        if (g3_pc_evict_one(&e->pc, &e->kv)) continue;
+        if (!preempt_one(e, r))
+            return g3_fail(err, G3_ERR_FULL, "the KV pool (%d+%d blocks) cannot hold one sequence of %d tokens",
+                           e->kv.n_blocks[0], e->kv.n_blocks[1], to + 1);
+    }
+}
+
+/* Moves waiting requests into free slots while the blocks of their first chunk exist. */
 static void admit(g3_engine *e, g3_event_fn fn, void *ctx) {
     while (e->queue_head) {
         req *r = e->queue_head;
@@ -235,7 +296,7 @@ static void admit(g3_engine *e, g3_event_fn fn, void *ctx) {
             e->queue_head = r->next;
             if (!e->queue_head) e->queue_tail = NULL;
             e->stats.n_waiting--;
-            emit_finish(e, r, G3_FINISH_CANCELLED, fn, ctx);
+            emit_finish(r, G3_FINISH_CANCELLED, fn, ctx);
             req_free(r);
             continue;
         }
@@ -243,19 +304,50 @@ static void admit(g3_engine *e, g3_event_fn fn, void *ctx) {
         for (int s = 0; s < e->opts.max_seqs && slot < 0; s++)
             if (!e->slots[s]) slot = s;
         if (slot < 0) break;
-        if (e->reserved[0] + r->reserve[0] > e->kv.n_blocks[0] || e->reserved[1] + r->reserve[1] > e->kv.n_blocks[1])
-            break;
+        int entry = -1, reuse = g3_pc_lookup(&e->pc, &e->kv, r->tokens, r->n_tokens, &entry);
+        /* the blocks of the first chunk, plus one for each running sequence's next decode position */
+        int end = r->n_tokens - 1 < reuse + e->opts.prefill_chunk - 1 ? r->n_tokens - 1 : reuse + e->opts.prefill_chunk - 1;
+        int need[2] = {ceil_div(end + 1, e->opts.kv_block) - reuse / e->opts.kv_block, 0};
+        need[1] = need[0] < local_blocks_per_seq(e) ? need[0] : local_blocks_per_seq(e);
+        for (int k = 0; k < 2; k++) need[k] = e->kv.has_kind[k] ? need[k] + e->stats.n_running : 0;
+        while ((need[0] > e->kv.n_free[0] || need[1] > e->kv.n_free[1]) && e->pc.n > (entry >= 0 ? 1 : 0)) {
+            /* evict other entries first; the one we reuse goes last */
+            int oldest = -1;
+            for (int i = 0; i < e->pc.n; i++)
+                if (i != entry && (oldest < 0 || e->pc.e[i].stamp < e->pc.e[oldest].stamp)) oldest = i;
+            if (oldest < 0) break;
+            uint64_t keep_stamp = entry >= 0 ? e->pc.e[entry].stamp : 0;
+            e->pc.e[oldest].stamp = 0;
+            g3_pc_evict_one(&e->pc, &e->kv);
+            if (entry >= 0) /* the array was compacted: find our entry again */
+                for (int i = 0; i < e->pc.n; i++)
+                    if (e->pc.e[i].stamp == keep_stamp) entry = i;
+        }
+        if (need[0] > e->kv.n_free[0] || need[1] > e->kv.n_free[1]) {
+            if (e->stats.n_running > 0) break; /* wait for blocks to come back */
+            if (entry >= 0) { /* nothing runs: drop the reuse too and start fresh */
+                g3_pc_evict_one(&e->pc, &e->kv);
+                continue;
+            }
+        }
         e->queue_head = r->next;
         if (!e->queue_head) e->queue_tail = NULL;
         r->next = NULL;
         r->slot = slot;
         r->state = REQ_RUNNING;
+        r->admitted = ++e->admit_clock;
         e->slots[slot] = r;
-        e->reserved[0] += r->reserve[0];
-        e->reserved[1] += r->reserve[1];
+        if (reuse > 0 && entry >= 0) {
+            g3_pc_adopt(&e->pc, &e->kv, entry, slot, reuse);
+            r->n_computed = reuse;
+            if (r->n_cached == 0 && reuse <= r->n_prompt) {
+                r->n_cached = reuse;
+                e->stats.cached_prompt_tokens += reuse;
+            }
+        }
         e->stats.n_waiting--;
         e->stats.n_running++;
-        e->stats.prompt_tokens += r->n_prompt;
+        if (r->n_tokens == r->n_prompt) e->stats.prompt_tokens += r->n_prompt;
     }
 }
 
@@ -267,43 +359,64 @@ g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active,
     for (int s = 0; s < e->opts.max_seqs; s++) {
         req *r = e->slots[s];
         if (r && r->cancelled) {
-            emit_finish(e, r, G3_FINISH_CANCELLED, fn, ctx);
-            retire(e, r);
+            emit_finish(r, G3_FINISH_CANCELLED, fn, ctx);
+            retire(e, r, 0);
         }
     }
     admit(e, fn, ctx);
     int max_rows = e->opts.prefill_chunk + e->opts.max_seqs;
     int n = 0, n_out = 0;
-    /* decode rows: every sequence whose prompt is done feeds its last token */
+    /* decode rows: every sequence with exactly one pending token (its last sampled one) */
     for (int s = 0; s < e->opts.max_seqs; s++) {
         req *r = e->slots[s];
-        if (!r || r->n_computed < r->n_prompt) continue;
+        if (!r || r->n_tokens - r->n_computed != 1) continue;
         int pos = r->n_tokens - 1;
-        G3_TRY(g3_kv_map(&e->kv, s, pos, pos, err));
+        g3_status rc = map_or_make_room(e, r, pos, pos, err);
+        if (rc == G3_ERR_FULL && e->stats.n_running > 1) { /* the others hold the pool: this one waits */
+            requeue(e, r);
+            continue;
+        }
+        if (rc) return rc;
+        r->in_batch = 1;
+    }
+    for (int s = 0; s < e->opts.max_seqs; s++) {
+        req *r = e->slots[s];
+        if (!r || !r->in_batch) continue;
+        int pos = r->n_tokens - 1;
         e->b_token[n] = r->tokens[pos], e->b_pos[n] = pos, e->b_seq[n] = s;
         e->b_out[n_out] = n, e->b_out_req[n_out++] = r;
         n++;
     }
-    /* prefill rows: pending prompt tokens, in slot order, up to the chunk budget */
+    /* prefill rows: pending tokens of the other sequences, oldest admission first, up to the chunk budget */
     int budget = e->opts.prefill_chunk;
-    for (int s = 0; s < e->opts.max_seqs && budget > 0 && n < max_rows; s++) {
-        req *r = e->slots[s];
-        if (!r || r->n_computed >= r->n_prompt) continue;
-        int take = r->n_prompt - r->n_computed;
+    while (budget > 0 && n < max_rows) {
+        req *r = NULL;
+        for (int s = 0; s < e->opts.max_seqs; s++) {
+            req *q = e->slots[s];
+            if (q && !q->in_batch && q->n_tokens - q->n_computed > 1 && (!r || q->admitted < r->admitted)) r = q;
+        }
+        if (!r) break;
+        int take = r->n_tokens - r->n_computed;
         if (take > budget) take = budget;
         if (take > max_rows - n) take = max_rows - n;
-        G3_TRY(g3_kv_map(&e->kv, s, r->n_computed, r->n_computed + take - 1, err));
+        g3_status rc = map_or_make_room(e, r, r->n_computed, r->n_computed + take - 1, err);
+        if (rc == G3_ERR_FULL && (n > 0 || e->stats.n_running > 1)) break; /* others first; it goes on later */
+        if (rc) return rc;
+        r->in_batch = 1;
         for (int i = 0; i < take; i++) {
             int pos = r->n_computed + i;
-            e->b_token[n] = r->tokens[pos], e->b_pos[n] = pos, e->b_seq[n] = s;
+            e->b_token[n] = r->tokens[pos], e->b_pos[n] = pos, e->b_seq[n] = r->slot;
             n++;
         }
-        r->n_computed += take;
         budget -= take;
-        if (r->n_computed == r->n_prompt) e->b_out[n_out] = n - 1, e->b_out_req[n_out++] = r;
+        int completes = r->n_computed + take == r->n_tokens;
+        if (completes) e->b_out[n_out] = n - 1, e->b_out_req[n_out++] = r;
+        r->n_computed += completes ? take - 1 : take; /* a completing chunk's last row counts when sampled */
     }
+    for (int s = 0; s < e->opts.max_seqs; s++)
+        if (e->slots[s]) e->slots[s]->in_batch = 0;
     if (n > 0) {
-        /* out rows must be increasing: decode rows come first, prefill ends after them, so they are. */
+        /* out rows are increasing: decode rows come first, then each prefill's last row in batch order */
         g3_batch b = {.n_rows = n, .token = e->b_token, .pos = e->b_pos, .seq = e->b_seq, .n_out = n_out,
                       .out_rows = e->b_out, .bt_global = e->kv.table[0], .bt_local = e->kv.table[1]};
         G3_TRY(e->ops->forward(e->be, &b, e->logits, err));
@@ -314,23 +427,24 @@ g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active,
             int n_top = 0;
             int32_t tok = g3_sampler_sample(r->sampler, lg, &lp, e->top, &n_top);
             g3_sampler_accept(r->sampler, tok);
+            r->n_computed = r->n_tokens; /* every fed token now has its K/V */
             r->tokens[r->n_tokens++] = tok;
-            r->n_computed = r->n_tokens - 1; /* the new token's K/V come with the next step */
             e->stats.generated_tokens++;
             g3_finish f = G3_FINISH_NONE;
             if (!r->ignore_eos && is_stop_token(c, tok)) f = G3_FINISH_STOP;
             else if (r->n_tokens - r->n_prompt >= r->max_tokens || r->n_tokens >= e->ctx) f = G3_FINISH_LENGTH;
             g3_event ev = {.id = r->id, .user = r->user, .token = tok, .has_token = 1, .logprob = lp,
                            .top = e->top, .n_top = r->n_logprobs ? n_top : 0, .finish = f,
-                           .n_prompt = r->n_prompt, .n_generated = r->n_tokens - r->n_prompt};
+                           .n_prompt = r->n_prompt, .n_generated = r->n_tokens - r->n_prompt,
+                           .n_cached = r->n_cached};
             if (fn) fn(&ev, ctx);
-            if (f != G3_FINISH_NONE) retire(e, r);
-            else g3_kv_trim_window(&e->kv, r->slot, r->n_tokens - 1);
+            if (f != G3_FINISH_NONE) retire(e, r, 1);
         }
-        /* sequences still in prefill can give back sliding blocks behind their window */
-        for (int s = 0; s < e->opts.max_seqs; s++)
-            if (e->slots[s] && e->slots[s]->n_computed < e->slots[s]->n_prompt)
-                g3_kv_trim_window(&e->kv, s, e->slots[s]->n_computed);
+        /* sliding layers give back what no later query sees (a prompt's first keep_prompt tokens excepted) */
+        for (int s = 0; s < e->opts.max_seqs; s++) {
+            req *r = e->slots[s];
+            if (r) g3_kv_trim_window(&e->kv, s, r->n_computed, r->n_prompt < e->keep_prompt ? r->n_prompt : e->keep_prompt);
+        }
     }
     if (n_active) *n_active = e->stats.n_running + e->stats.n_waiting;
     return G3_OK;
@@ -340,8 +454,8 @@ g3_status g3_engine_logits(g3_engine *e, const int32_t *prompt, int n_prompt, in
                            g3_error *err) {
     const g3_config *c = &e->model->cfg;
     if (n_prompt <= 0) return g3_fail(err, G3_ERR_ARG, "the prompt is empty");
-    if (n_prompt > e->ctx) return g3_fail(err, G3_ERR_ARG, "the prompt has %d tokens; the context holds %d", n_prompt,
-                                          e->ctx);
+    if (n_prompt > e->ctx)
+        return g3_fail(err, G3_ERR_ARG, "the prompt has %d tokens; the context holds %d", n_prompt, e->ctx);
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= c->vocab)
             return g3_fail(err, G3_ERR_ARG, "prompt token %d (at %d) is outside the vocabulary 0..%d", prompt[i], i,
@@ -350,14 +464,15 @@ g3_status g3_engine_logits(g3_engine *e, const int32_t *prompt, int n_prompt, in
     for (int s = 0; s < e->opts.max_seqs && slot < 0; s++)
         if (!e->slots[s]) slot = s;
     if (slot < 0) return g3_fail(err, G3_ERR_FULL, "no free sequence slot");
-    int reserve[2];
-    compute_reserve(e, n_prompt, reserve);
-    if (e->reserved[0] + reserve[0] > e->kv.n_blocks[0] || e->reserved[1] + reserve[1] > e->kv.n_blocks[1])
-        return g3_fail(err, G3_ERR_FULL, "not enough free KV blocks");
     g3_status rc = G3_OK;
     int chunk = e->opts.prefill_chunk;
     for (int done = 0; done < n_prompt && rc == G3_OK;) {
         int take = n_prompt - done < chunk ? n_prompt - done : chunk;
+        for (;;) { /* room: evict cache entries if needed (running requests are not preempted here) */
+            int miss[2];
+            g3_kv_missing(&e->kv, slot, done, done + take - 1, miss);
+            if ((miss[0] <= e->kv.n_free[0] && miss[1] <= e->kv.n_free[1]) || !g3_pc_evict_one(&e->pc, &e->kv)) break;
+        }
         rc = g3_kv_map(&e->kv, slot, done, done + take - 1, err);
         if (rc) break;
         for (int i = 0; i < take; i++) {
@@ -372,11 +487,10 @@ g3_status g3_engine_logits(g3_engine *e, const int32_t *prompt, int n_prompt, in
             rc = e->ops->forward(e->be, &b, out + (size_t)done * (size_t)c->vocab, err);
         } else {
             b.n_out = last ? 1 : 0, b.out_rows = e->b_out + take - 1;
-            e->b_out[take - 1] = take - 1;
             rc = e->ops->forward(e->be, &b, out, err);
         }
         done += take;
-        g3_kv_trim_window(&e->kv, slot, done);
+        g3_kv_trim_window(&e->kv, slot, done, 0);
     }
     g3_kv_release(&e->kv, slot);
     return rc;
@@ -385,4 +499,5 @@ g3_status g3_engine_logits(g3_engine *e, const int32_t *prompt, int n_prompt, in
 void g3_engine_get_stats(const g3_engine *e, g3_engine_stats *s) {
     *s = e->stats;
     s->kv_blocks_used = g3_kv_used(&e->kv, 0) + g3_kv_used(&e->kv, 1);
+    s->kv_blocks_cached = g3_pc_blocks(&e->pc);
 }

@@ -62,11 +62,33 @@ g3_status g3_kv_map(g3_kv *kv, int slot, int from, int to, g3_error *err) {
     return G3_OK;
 }
 
-void g3_kv_trim_window(g3_kv *kv, int slot, int next_pos) {
+void g3_kv_trim_window(g3_kv *kv, int slot, int next_pos, int keep_below) {
     if (!kv->has_kind[1]) return;
     int32_t *tab = kv->table[1] + (size_t)slot * (size_t)kv->blocks_per_seq;
     int first_visible = next_pos - kv->window + 1;
-    for (int b = 0; (b + 1) * kv->block - 1 < first_visible && b < kv->blocks_per_seq; b++) unref(kv, 1, &tab[b]);
+    for (int b = 0; (b + 1) * kv->block - 1 < first_visible && b < kv->blocks_per_seq; b++)
+        if (b * kv->block >= keep_below) unref(kv, 1, &tab[b]);
+}
+
+void g3_kv_adopt(g3_kv *kv, int kind, int slot, int block_index, int id) {
+    int32_t *e = kv->table[kind] + (size_t)slot * (size_t)kv->blocks_per_seq + block_index;
+    unref(kv, kind, e);
+    kv->refs[kind][id]++;
+    *e = id;
+}
+
+void g3_kv_unref_id(g3_kv *kv, int kind, int id) {
+    int32_t e = id;
+    if (id >= 0) unref(kv, kind, &e);
+}
+
+void g3_kv_missing(const g3_kv *kv, int slot, int from, int to, int missing[2]) {
+    for (int k = 0; k < 2; k++) {
+        missing[k] = 0;
+        if (!kv->has_kind[k]) continue;
+        const int32_t *tab = kv->table[k] + (size_t)slot * (size_t)kv->blocks_per_seq;
+        for (int b = from / kv->block; b <= to / kv->block && b < kv->blocks_per_seq; b++) missing[k] += tab[b] < 0;
+    }
 }
 
 void g3_kv_release(g3_kv *kv, int slot) {

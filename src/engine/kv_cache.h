@@ -27,8 +27,15 @@ g3_status g3_kv_init(g3_kv *kv, int block, int max_seqs, int blocks_per_seq, int
 void g3_kv_deinit(g3_kv *kv);
 /* Maps blocks so that positions [from, to] of a slot have storage in every kind. Fails with G3_ERR_FULL. */
 g3_status g3_kv_map(g3_kv *kv, int slot, int from, int to, g3_error *err);
-/* Gives back the sliding-layer blocks that a query at position >= next_pos cannot see. */
-void g3_kv_trim_window(g3_kv *kv, int slot, int next_pos);
+/* Gives back the sliding-layer blocks that a query at position >= next_pos cannot see, except blocks that
+ * start below keep_below (a prompt's blocks kept for prefix reuse). */
+void g3_kv_trim_window(g3_kv *kv, int slot, int next_pos, int keep_below);
+/* Puts an existing block into a slot's table and takes a reference to it (prefix sharing). */
+void g3_kv_adopt(g3_kv *kv, int kind, int slot, int block_index, int id);
+/* Drops one reference to a block id (not through a table). */
+void g3_kv_unref_id(g3_kv *kv, int kind, int id);
+/* Blocks needed to map positions [from, to] of a slot that are not mapped yet, per kind. */
+void g3_kv_missing(const g3_kv *kv, int slot, int from, int to, int missing[2]);
 /* Releases every block of a slot. */
 void g3_kv_release(g3_kv *kv, int slot);
 int g3_kv_used(const g3_kv *kv, int kind);

@@ -32,9 +32,12 @@ static void on_ev(const g3_event *ev, void *ctx) {
     if (ev->finish != G3_FINISH_NONE) c->fin[i] = ev->finish;
 }
 
+static int g_prefix_cache = 0;
+
 static g3_engine *engine(g3_model *m, int max_seqs, int ctx, int chunk, int n_blocks) {
     g3_engine_opts o;
     g3_engine_opts_default(&o);
+    o.prefix_cache = g_prefix_cache;
     o.backend = "cpu";
     o.max_seqs = max_seqs;
     o.ctx_size = ctx;
@@ -114,7 +117,7 @@ static void test_batching_equals_alone(void **state) {
     }
     g3_engine_stats st;
     g3_engine_get_stats(e2, &st);
-    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.kv_blocks_used, st.kv_blocks_cached); /* what is left belongs to the prefix cache */
     assert_int_equal(st.n_running + st.n_waiting, 0);
     printf("  %d requests: batched greedy tokens identical to running alone\n", N);
     g3_engine_free(e1);
@@ -129,7 +132,9 @@ static void test_sliding_blocks_released(void **state) {
     (void)state;
     g3_model *m = tiny();
     const g3_config *c = g3_model_config(m);
+    g_prefix_cache = -1; /* pure trimming: no prompt blocks kept for reuse */
     g3_engine *e = engine(m, 1, 256, 4, 0);
+    g_prefix_cache = 0;
     int32_t p[40];
     make_prompt(p, 40, 3, c->vocab);
     collect *col = calloc(1, sizeof *col);
@@ -153,23 +158,20 @@ static void test_sliding_blocks_released(void **state) {
     g3_model_free(m);
 }
 
-/* A pool too small for everyone: requests queue and all finish; cancellation frees blocks. */
-static void test_admission_and_cancel(void **state) {
+/* A pool too small for everyone: sequences are preempted and recomputed, all finish with the tokens they would
+ * have had alone; cancellation (running or waiting) frees everything. */
+static void test_preemption_and_cancel(void **state) {
     (void)state;
     g3_model *m = tiny();
     int V = g3_model_config(m)->vocab;
-    g3_engine *e = engine(m, 4, 64, 512, 8); /* 8 blocks per pool: two 64-token requests at a time */
+    g3_engine *e = engine(m, 4, 64, 512, 8); /* 8 blocks per pool: not enough for four 60-token sequences */
     collect *col = calloc(1, sizeof *col);
     int32_t p[20];
     make_prompt(p, 20, 9, V);
     for (int i = 0; i < 6; i++) submit(e, col, p, 20, 40);
-    g3_engine_stats st;
     int active;
     g3_error err = {0};
     assert_int_equal(g3_engine_step(e, on_ev, col, &active, &err), G3_OK);
-    g3_engine_get_stats(e, &st);
-    assert_int_equal(st.n_running, 2);
-    assert_int_equal(st.n_waiting, 4);
     g3_engine_cancel(e, col->ids[0]);
     g3_engine_cancel(e, col->ids[5]);
     run_all(e, col);
@@ -181,10 +183,57 @@ static void test_admission_and_cancel(void **state) {
         assert_int_equal(col->n[i], 40);
         assert_memory_equal(col->toks[i], col->toks[1], sizeof(int32_t) * 40);
     }
+    g3_engine_stats st;
     g3_engine_get_stats(e, &st);
-    assert_int_equal(st.kv_blocks_used, 0);
+    printf("  preemptions: %lld, prompt tokens from the prefix cache: %lld\n", (long long)st.n_preempted,
+           (long long)st.cached_prompt_tokens);
+    assert_true(st.n_preempted > 0);
+    assert_int_equal(st.kv_blocks_used, st.kv_blocks_cached);
     g3_engine_free(e);
     free(col);
+    g3_model_free(m);
+}
+
+/* Prefix reuse: a second request sharing a long prefix (past the sliding window) reuses its blocks, and its
+ * greedy tokens equal those of a fresh engine without a cache. */
+static void test_prefix_reuse(void **state) {
+    (void)state;
+    g3_model *m = tiny();
+    int V = g3_model_config(m)->vocab;
+    int32_t a[90], b[90];
+    make_prompt(a, 90, 4, V);
+    memcpy(b, a, sizeof a);
+    for (int i = 70; i < 90; i++) b[i] = 200 + i; /* shares 70 tokens, then differs */
+    collect *c1 = calloc(1, sizeof *c1), *c2 = calloc(1, sizeof *c2);
+    g3_engine *e = engine(m, 2, 256, 512, 0);
+    submit(e, c1, a, 90, 10);
+    run_all(e, c1);
+    submit(e, c1, b, 90, 10);
+    run_all(e, c1);
+    g3_engine_stats st;
+    g3_engine_get_stats(e, &st);
+    printf("  cached prompt tokens: %lld of %lld\n", (long long)st.cached_prompt_tokens, (long long)st.prompt_tokens);
+    assert_int_equal(st.cached_prompt_tokens, 64); /* 70 shared, cut to the 16-token block boundary */
+    g_prefix_cache = -1;
+    g3_engine *f = engine(m, 1, 256, 512, 0);
+    g_prefix_cache = 0;
+    submit(f, c2, b, 90, 10);
+    run_all(f, c2);
+    assert_memory_equal(c1->toks[1], c2->toks[0], sizeof(int32_t) * 10);
+    /* a continuation of the whole first conversation (prompt + reply) reuses nearly all of it */
+    int32_t cont[110];
+    memcpy(cont, a, sizeof a);
+    memcpy(cont + 90, c1->toks[0], sizeof(int32_t) * 10);
+    for (int i = 100; i < 110; i++) cont[i] = 150 + i;
+    int64_t before = st.cached_prompt_tokens;
+    submit(e, c1, cont, 110, 5);
+    run_all(e, c1);
+    g3_engine_get_stats(e, &st);
+    assert_true(st.cached_prompt_tokens - before >= 96);
+    g3_engine_free(e);
+    g3_engine_free(f);
+    free(c1);
+    free(c2);
     g3_model_free(m);
 }
 
@@ -238,7 +287,7 @@ static void test_random_shapes(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batching_equals_alone), cmocka_unit_test(test_sliding_blocks_released),
-        cmocka_unit_test(test_admission_and_cancel),  cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_preemption_and_cancel), cmocka_unit_test(test_prefix_reuse),  cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_random_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
