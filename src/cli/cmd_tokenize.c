@@ -32,7 +32,7 @@ static void detokenize_help(FILE *f) {
             "such as <bos> print nothing, byte pieces are joined into characters.\n"
             "\n"
             "  -m, --model MODEL   .gguf file or Hugging Face folder (tokenizer.model, else tokenizer.json)\n"
-            "  --ids LIST          token ids separated by commas and/or spaces\n"
+            "  --ids LIST          token ids separated by commas and/or spaces (required, no default)\n"
             "  -h, --help          this text\n");
 }
 
