@@ -51,6 +51,10 @@ typedef struct g3_backend_ops {
     g3_status (*copy_block)(g3_backend *b, int kind, int src, int dst, g3_error *err);
     /* Bytes of one physical block of each kind (for memory planning). */
     size_t (*block_bytes)(const g3_model *m, const g3_backend_cfg *cfg, int kind);
+    /* Optional (NULL = absent): the forward with a greedy pick on the device, so only token ids come back:
+     * tokens[i] = argmax of the logits of out_rows[i] (ties -> lowest id). Used when every sampled row is greedy
+     * with no penalties, bias or logprobs. */
+    g3_status (*forward_argmax)(g3_backend *b, const g3_batch *batch, int32_t *tokens, g3_error *err);
 } g3_backend_ops;
 
 /* Finds a backend by name ("cpu", "cuda", "vulkan"); NULL name = best available. */

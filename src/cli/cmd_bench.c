@@ -53,6 +53,7 @@ int g3_cli_bench(int argc, char **argv) {
         {"reps", 'r', G3_ARG_INT, &reps, "repetitions of the prefill measurement (the best is kept)"},
         {"bw", 0, G3_ARG_FLOAT, &bw, "measured memory read bandwidth in GB/s, to print decode as a ratio of it"},
         {"backend", 0, G3_ARG_STR, &mo.backend, "cpu, cuda or auto"},
+        {"quant", 0, G3_ARG_STR, &mo.quant, "weights on the GPU: bf16, int8, int4 or fp8 (cuda backend)"},
         {"threads", 't', G3_ARG_INT, &mo.threads, "CPU threads (0 = all cores)"},
     };
     int rc = g3_args_parse("bench", "Measure prefill and decode speed.", args, sizeof args / sizeof args[0], argc, argv);
@@ -81,6 +82,10 @@ int g3_cli_bench(int argc, char **argv) {
     g3_model *m = NULL;
     g3_engine *e = NULL;
     int status = 1;
+    if (!g3_cli_apply_quant("bench", &mo)) {
+        free(batches);
+        return 2;
+    }
     double t0 = g3_now();
     if (random) {
         g3_dtype t;

@@ -85,6 +85,7 @@ int g3_cli_chat(int argc, char **argv) {
         {"seed", 's', G3_ARG_INT, &seed, "random seed (-1 = from the clock)"},
         {"verbose", 'v', G3_ARG_FLAG, &verbose, "print speed after each reply"},
         {"backend", 0, G3_ARG_STR, &mo.backend, "cpu, cuda or auto"},
+        {"quant", 0, G3_ARG_STR, &mo.quant, "weights on the GPU: bf16, int8, int4 or fp8 (cuda backend)"},
         {"threads", 't', G3_ARG_INT, &mo.threads, "CPU threads (0 = all cores)"},
         {"ctx-size", 'c', G3_ARG_INT, &mo.ctx_size, "context size in tokens (0 = min(model, 4096))"},
     };

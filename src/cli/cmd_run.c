@@ -94,6 +94,7 @@ int g3_cli_run(int argc, char **argv) {
         {"ignore-eos", 0, G3_ARG_FLAG, &ignore_eos, "keep generating past <eos> / <end_of_turn>"},
         {"print-ids", 0, G3_ARG_FLAG, &print_ids, "print only the generated ids, comma-separated"},
         {"backend", 0, G3_ARG_STR, &mo.backend, "cpu, cuda or auto"},
+        {"quant", 0, G3_ARG_STR, &mo.quant, "weights on the GPU: bf16, int8, int4 or fp8 (cuda backend)"},
         {"threads", 't', G3_ARG_INT, &mo.threads, "CPU threads (0 = all cores)"},
         {"ctx-size", 'c', G3_ARG_INT, &mo.ctx_size, "context size in tokens (0 = min(model, 4096))"},
     };

@@ -2,6 +2,8 @@
 #include "cli/common.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 void g3_cli_model_opts_default(g3_cli_model_opts *o) {
@@ -11,6 +13,7 @@ void g3_cli_model_opts_default(g3_cli_model_opts *o) {
     o->ctx_size = 0;
     o->max_seqs = 1;
     o->quiet = 0;
+    o->quant = NULL;
 }
 
 double g3_now(void) {
@@ -19,10 +22,28 @@ double g3_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+int g3_cli_apply_quant(const char *cmd, const g3_cli_model_opts *o) {
+    if (!o->quant) return 1;
+    static const char *ok[] = {"bf16", "int8", "int4", "fp8"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        if (!strcmp(o->quant, ok[i])) {
+            if (o->backend && !strcmp(o->backend, "cpu")) {
+                fprintf(stderr, "gemma3 %s: --quant converts weights on the GPU (cuda backend); for the CPU write a "
+                                "quantized file with gemma3 quantize\n", cmd);
+                return 0;
+            }
+            setenv("G3_CUDA_QUANT", o->quant, 1); /* read by the CUDA backend at create */
+            return 1;
+        }
+    fprintf(stderr, "gemma3 %s: --quant must be bf16, int8, int4 or fp8 (got '%s')\n", cmd, o->quant);
+    return 0;
+}
+
 int g3_cli_open(const char *cmd, const g3_cli_model_opts *o, g3_model **m, g3_engine **e) {
     g3_error err = {0};
     *m = NULL;
     *e = NULL;
+    if (!g3_cli_apply_quant(cmd, o)) return 0;
     if (!o->model) {
         fprintf(stderr, "gemma3 %s: no model given (-m MODEL: a Hugging Face folder or a .gguf file)\n", cmd);
         return 0;

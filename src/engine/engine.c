@@ -31,6 +31,7 @@ typedef struct req {
     int cancelled;
     int n_cached;         /* prompt tokens served from the prefix cache */
     int in_batch;         /* has rows in the step being built (never preempted then) */
+    int pure_greedy;      /* argmax of the raw logits: the backend may pick on the device */
     g3_sampler *sampler;
     int n_logprobs;
     void *user;
@@ -54,6 +55,7 @@ struct g3_engine {
     int32_t *b_token, *b_pos, *b_seq, *b_out;
     req **b_out_req;
     float *logits;        /* [max_seqs][vocab] */
+    int32_t *picked;      /* [max_rows] tokens picked by the backend (forward_argmax) */
     g3_token_logprob top[64];
     g3_engine_stats stats;
 };
@@ -112,7 +114,8 @@ g3_status g3_engine_create(g3_model *m, const g3_engine_opts *opts, g3_engine **
     e->b_out = malloc(sizeof(int32_t) * (size_t)max_rows);
     e->b_out_req = malloc(sizeof(req *) * (size_t)max_rows);
     e->logits = malloc(sizeof(float) * (size_t)o->max_seqs * (size_t)c->vocab);
-    if (!e->slots || !e->b_token || !e->b_pos || !e->b_seq || !e->b_out || !e->b_out_req || !e->logits) {
+    e->picked = malloc(sizeof(int32_t) * (size_t)max_rows);
+    if (!e->picked || !e->slots || !e->b_token || !e->b_pos || !e->b_seq || !e->b_out || !e->b_out_req || !e->logits) {
         g3_engine_free(e);
         return g3_fail(err, G3_ERR_NOMEM, "out of memory for engine buffers");
     }
@@ -160,6 +163,7 @@ void g3_engine_free(g3_engine *e) {
     g3_kv_deinit(&e->kv);
     free(e->slots), free(e->b_token), free(e->b_pos), free(e->b_seq), free(e->b_out), free(e->b_out_req);
     free(e->logits);
+    free(e->picked);
     free(e);
 }
 
@@ -209,6 +213,9 @@ g3_status g3_engine_submit(g3_engine *e, const g3_request *r, g3_request_id *id,
     q->n_logprobs = r->sampling.n_logprobs < 0 ? 0 : (r->sampling.n_logprobs > 64 ? 64 : r->sampling.n_logprobs);
     q->user = r->user;
     q->slot = -1;
+    const g3_sampling *sp = &r->sampling;
+    q->pure_greedy = sp->temperature <= 0 && sp->n_logit_bias == 0 && sp->repetition_penalty == 1.0f &&
+                     sp->presence_penalty == 0 && sp->frequency_penalty == 0 && sp->n_logprobs == 0;
     q->id = e->next_id++;
     q->state = REQ_WAITING;
     if (e->queue_tail) e->queue_tail->next = q;
@@ -419,13 +426,16 @@ g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active,
         /* out rows are increasing: decode rows come first, then each prefill's last row in batch order */
         g3_batch b = {.n_rows = n, .token = e->b_token, .pos = e->b_pos, .seq = e->b_seq, .n_out = n_out,
                       .out_rows = e->b_out, .bt_global = e->kv.table[0], .bt_local = e->kv.table[1]};
-        G3_TRY(e->ops->forward(e->be, &b, e->logits, err));
+        int on_device = e->ops->forward_argmax != NULL;
+        for (int i = 0; i < n_out && on_device; i++) on_device = e->b_out_req[i]->pure_greedy;
+        if (on_device) G3_TRY(e->ops->forward_argmax(e->be, &b, e->picked, err));
+        else G3_TRY(e->ops->forward(e->be, &b, e->logits, err));
         for (int i = 0; i < n_out; i++) {
             req *r = e->b_out_req[i];
             float *lg = e->logits + (size_t)i * (size_t)c->vocab;
             float lp = 0;
             int n_top = 0;
-            int32_t tok = g3_sampler_sample(r->sampler, lg, &lp, e->top, &n_top);
+            int32_t tok = on_device ? e->picked[i] : g3_sampler_sample(r->sampler, lg, &lp, e->top, &n_top);
             g3_sampler_accept(r->sampler, tok);
             r->n_computed = r->n_tokens; /* every fed token now has its K/V */
             r->tokens[r->n_tokens++] = tok;

@@ -526,5 +526,5 @@ extern "C" int g3_cuda_device_count(void) {
 }
 
 extern "C" const g3_backend_ops g3_backend_cuda = {
-    "cuda", cuda_create, cuda_destroy, cuda_forward, cuda_copy_block, cuda_block_bytes,
+    "cuda", cuda_create, cuda_destroy, cuda_forward, cuda_copy_block, cuda_block_bytes, g3_cuda_forward_argmax,
 };
