@@ -7,6 +7,7 @@
  * cumulative weight crosses top_p; the bins above are kept whole, and only the crossing bin's members go through a
  * weighted quickselect. The kept set is exactly the sorted prefix (up to the order of floating-point sums). */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "sample/sampler_internal.h"
@@ -139,44 +140,51 @@ static void build_dense(g3_sampler *s, const float *l, g3_dist *d) {
         single(s, d, am);
         return;
     }
-    /* min-p as a threshold on s = log(p / p_max) when top-p does not need to see the tokens it removes */
-    float thr = -87.0f;
-    if (!top_p && s->p.min_p > 0.0f) thr = fmaxf(logf(s->p.min_p), -87.0f);
-    const float *w = s->w;
-    double z = g3_smp_weights(l, s->vocab, m, temp, thr, s->w, s->blocks);
     d->argmax = am;
     if (!top_p) {
+        /* min-p as a threshold on s = log(p / p_max): nothing downstream needs the tokens it removes */
+        float thr = s->p.min_p > 0.0f ? fmaxf(logf(s->p.min_p), -87.0f) : -87.0f;
         d->dense = 1;
         d->n = s->vocab;
-        d->z = z;
+        d->z = g3_smp_weights(l, s->vocab, m, temp, thr, s->w, s->blocks);
         return;
     }
-    memset(s->bins, 0, sizeof s->bins);
-    for (int i = 0; i < s->vocab; i++)
-        if (w[i] > 0.0f) s->bins[bin_of(l[i], m, temp)] += (double)w[i];
+    /* top-p: weights and their histogram in one pass; then the crossing bin */
+    const float *w = s->w;
+    memset(s->lane_bins, 0, sizeof s->lane_bins);
+    for (int b = 0; b <= G3_TOPP_BINS; b++) s->bin_lmin[b] = INFINITY;
+    g3_smp_weights_hist(l, s->vocab, m, temp, s->w, s->lane_bins, s->bin_lmin, G3_TOPP_BINS);
     double total = 0.0, above;
-    for (int b = 0; b <= G3_TOPP_BINS; b++) total += s->bins[b];
-    int cross = crossing_bin(s->bins, (double)s->p.top_p * total, &above);
-    /* collect the bins above from the front and the crossing bin from the back, then close the gap */
-    g3_cand *c = s->cand;
-    int na = 0, nb = 0;
-    for (int i = 0; i < s->vocab; i++) {
-        if (!(w[i] > 0.0f)) continue;
-        int b = bin_of(l[i], m, temp);
-        if (b > cross) continue;
-        g3_cand *dst = b < cross ? &c[na++] : &c[s->vocab - 1 - nb++];
-        dst->logit = l[i];
-        dst->w = w[i];
-        dst->id = i;
+    for (int b = 0; b <= G3_TOPP_BINS; b++) {
+        s->bins[b] = (s->lane_bins[0][b] + s->lane_bins[1][b]) + (s->lane_bins[2][b] + s->lane_bins[3][b]);
+        total += s->bins[b];
     }
-    memmove(c + na, c + s->vocab - nb, (size_t)nb * sizeof *c);
-    int n = na + g3_cand_mass_prefix(c + na, nb, (double)s->p.top_p * total - above);
-    if (s->p.min_p > 0.0f) n = min_p_filter(s, c, n, m);
-    z = 0.0;
-    for (int j = 0; j < n; j++) z += (double)c[j].w;
-    d->dense = 0;
-    d->n = n;
-    d->z = z;
+    const double target = (double)s->p.top_p * total;
+    int cross = crossing_bin(s->bins, target, &above);
+    /* bin_of falls as the logit grows, so bins 0..cross hold exactly the tokens with l >= lcut, and the bins
+     * before cross those with l >= lhi: the crossing bin's members are the tokens with lcut <= l < lhi */
+    float lcut = INFINITY, lhi = INFINITY;
+    for (int b = 0; b <= cross; b++) {
+        lcut = fminf(lcut, s->bin_lmin[b]);
+        if (b < cross) lhi = lcut;
+    }
+    g3_cand *c = s->cand;
+    int nb = 0;
+    for (int i = 0; i < s->vocab; i++) { /* branch-free: the test is a coin flip on flat distributions */
+        c[nb].logit = l[i];
+        c[nb].w = w[i];
+        c[nb].id = i;
+        nb += l[i] >= lcut && l[i] < lhi && w[i] > 0.0f;
+    }
+    int j = g3_cand_mass_prefix(c, nb, target - above);
+    /* the last kept token in the best-first order is the threshold: keep everything at or above it */
+    g3_cand last = {lhi, 0.0f, INT32_MAX}; /* j == 0 only through rounding: the bins above are then the set */
+    for (int q = 0; q < j; q++)
+        if (q == 0 || c[q].logit < last.logit || (c[q].logit == last.logit && c[q].id > last.id)) last = c[q];
+    float thr = s->p.min_p > 0.0f ? logf(s->p.min_p) : -INFINITY;
+    d->dense = 1;
+    d->n = s->vocab;
+    d->z = g3_smp_mask(l, s->vocab, m, temp, thr, last.logit, last.id, s->w, s->blocks);
 }
 
 void g3_dist_build(g3_sampler *s, const float *l, g3_dist *d) {

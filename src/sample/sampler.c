@@ -252,10 +252,7 @@ static double lse_and_top(g3_sampler *s, const float *l, int nt, int *n_top, int
     *argmax_out = am;
     if (m == -INFINITY) return -INFINITY;
     if (m == INFINITY) return INFINITY;
-    double sum = 0.0;
-    for (int i = 0; i < s->vocab; i++)
-        if (l[i] > -INFINITY) sum += exp((double)l[i] - (double)m);
-    return (double)m + log(sum);
+    return (double)m + log(g3_smp_sumexp(l, s->vocab, m));
 }
 
 /* log p of a token with logit x under the normalizer from lse_and_top. */

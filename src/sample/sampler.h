@@ -21,19 +21,28 @@
  *                      the ratio is the same before or after renormalizing, i.e. min-p sees the tempered probs.
  *   9. draw            renormalize the survivors and draw one with the sampler's own generator: xoshiro256**
  *                      seeded from the 64-bit seed through splitmix64. Same seed and settings (and the same
- *                      logits) give the same tokens run after run; seed 0 is an ordinary deterministic seed
- *                      (a caller wanting randomness picks a random seed). One 53-bit uniform per stochastic token.
+ *                      logits) give the same tokens run after run on one machine; seed 0 is an ordinary
+ *                      deterministic seed (a caller wanting randomness picks a random seed). One 53-bit uniform per
+ *                      stochastic token, none when greedy. (Machines whose CPUs differ in AVX2/FMA may round the
+ *                      weights differently in the last bit, and so rarely differ in a draw.)
  * Edge cases: a +inf logit (after step 3) forces the lowest such id; if every logit is -inf or NaN, token 0 is
- * returned. Out-of-range ids given to g3_sampler_accept are ignored.
+ * returned. Tokens whose probability is below exp(-87) ~ 1.6e-38 times the most probable one's have weight 0 (never
+ * drawn). Out-of-range ids given to g3_sampler_accept are ignored.
  *
  * Log-probabilities (n_logprobs = N in 1..20): log_softmax of the logits after steps 1-3 but BEFORE temperature
  * and truncation (vLLM's default "raw logprobs" view): the chosen token's value plus the N most probable tokens
  * sorted descending (ties: lowest id first). Tokens with a -inf logit are never listed, so *n_top may be < N.
+ * They cost a pass for the top N and a vectorized one for the normalizer.
  *
- * Cost per token at vocab 262,144: greedy = one pass over the logits. Stochastic = one pass collecting the
- * candidates, a quickselect for top-k (O(vocab), no full sort), and for top-p a sort of only the best 1024
- * candidates, extended 8x at a time while their mass is short of top_p (exact: the prefix is always the true
- * best-first order). */
+ * Cost per token at vocab 262,144 (nothing allocates, nothing sorts the vocabulary):
+ *   greedy        one vectorized argmax pass (the penalties touch only the tokens in the window).
+ *   top-k <= 2048 one pass with a k-entry heap; the survivors are then sorted (k log k) for top-p.
+ *   top-k > 2048  collect + quickselect (O(vocab)).
+ *   otherwise     one vectorized pass computing exp weights (with per-64 partial sums for the draw; min-p folds in
+ *                 as a threshold). Top-p adds a histogram of (l - max) / T in the same pass, 1024 bins of 1/16:
+ *                 the bins above the one where the cumulative mass crosses top_p are kept whole, and only that bin's
+ *                 members go through a weighted quickselect (kernels.c, dist.c, select.c). The kept set is the exact
+ *                 sorted-prefix set, up to the order of floating-point sums. */
 #ifndef G3_SAMPLE_SAMPLER_H
 #define G3_SAMPLE_SAMPLER_H
 

@@ -12,6 +12,7 @@
 #define G3_TOPK_HEAP 2048  /* top-k up to this uses a one-pass heap; above, collect + quickselect */
 #define G3_TOPP_SMALL 2048 /* top-p over at most this many candidates just sorts them */
 #define G3_TOPP_BINS 1024  /* top-p histogram: bins of width 1/16 in (l - max) / T over [-64, 0], + a tail */
+_Static_assert(G3_TOPP_BINS < G3_SMP_HIST_MAX, "histogram size");
 
 struct g3_sampler {
     g3_sampling p;        /* settings (p.logit_bias points at bias; top_k < 0 stored as 0) */
@@ -36,6 +37,8 @@ struct g3_sampler {
     float *w;             /* [vocab] weights over the whole vocabulary (dense distributions) */
     double *blocks;       /* [vocab / G3_SMP_BLOCK + 1] partial sums of w */
     double bins[G3_TOPP_BINS + 1]; /* top-p histogram of weights */
+    double lane_bins[4][G3_SMP_HIST_MAX]; /* its four partial sums from the kernel */
+    float bin_lmin[G3_TOPP_BINS + 1]; /* smallest logit seen in each bin */
 
     g3_token_logprob top[G3_MAX_LOGPROBS]; /* logprob alternatives, best first (raw logits until converted) */
 };

@@ -287,6 +287,8 @@ static void test_full_vocab_exact_sets(void **state) {
         {1.0f, 10.0f, 40, 1.0f, 0.0f},   /* plain top-k */
         {1.3f, 10.0f, 0, 1.0f, 0.02f},   /* plain min-p */
         {1.0f, 6.0f, 0, 0.8f, 0.3f},
+        {1.0f, 200.0f, 3000, 1.0f, 0.3f}, /* top-k by quickselect, then min-p on the candidates */
+        {0.9f, 100.0f, 1500, 0.9f, 0.7f}, /* top-k by the heap, top-p by sorting, min-p */
     };
     float *l = malloc(V * sizeof *l), *work = malloc(V * sizeof *work), *cp = malloc(V * sizeof *cp);
     double *probs = malloc(V * sizeof *probs);
