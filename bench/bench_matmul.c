@@ -3,7 +3,7 @@
  * copies (>= 256 MiB) that they come from DRAM, as in a real decode step. Times are the best of many runs. Ends with the per-token matmul time
  * of the whole 1B model (26 layers + logits head for decode; 26 layers for prefill).
  *
- *   bench_matmul [-t threads] [-T f32,f16,bf16,q8_0,q4_0,q4_k,q6_k] [-m 1,128] [-s NxK[,NxK...]]
+ *   bench_matmul [-t threads] [-T f32,f16,bf16,q8_0,q4_0,q4_k,q6_k,q8_0_r8,q4_0_r8] [-m 1,128] [-s NxK[,NxK...]]
  *                [-b GB/s] [-k scalar|avx2|avx512] [-r seconds per case] [-c copies (1: cache-resident)] */
 #include <math.h>
 #include <stdint.h>
@@ -94,17 +94,23 @@ static const shape k_1b[] = {
 };
 
 static uint32_t parse_type(const char *s) {
-    const char *names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"};
-    uint32_t ids[] = {G3_DTYPE_F32, G3_DTYPE_F16, G3_DTYPE_BF16, G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K};
-    for (int i = 0; i < 7; i++)
+    const char *names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "q8_0_r8", "q4_0_r8"};
+    uint32_t ids[] = {G3_DTYPE_F32,  G3_DTYPE_F16,  G3_DTYPE_BF16,  G3_DTYPE_Q8_0, G3_DTYPE_Q4_0,
+                      G3_DTYPE_Q4_K, G3_DTYPE_Q6_K, G3_CPU_Q8_0_R8, G3_CPU_Q4_0_R8};
+    for (int i = 0; i < 9; i++)
         if (!strcmp(s, names[i])) return ids[i];
     return 999;
 }
 
+static uint32_t base_type(uint32_t t) {
+    return t == G3_CPU_Q8_0_R8 ? G3_DTYPE_Q8_0 : t == G3_CPU_Q4_0_R8 ? G3_DTYPE_Q4_0 : t;
+}
+
 /* Seconds per matmul of m rows against an n x k weight of `type`; NAN if the type cannot hold rows of k. */
 static double time_case(g3_pool *p, uint32_t type, int n, int k, int m, double min_s) {
-    size_t rb = g3_row_bytes(type, k);
-    if (!rb) return NAN;
+    uint32_t qtype = base_type(type);
+    size_t rb = g3_row_bytes(qtype, k);
+    if (!rb || (qtype != type && n % 8)) return NAN;
     size_t wbytes = rb * (size_t)n;
     int copies = g_copies > 0 ? g_copies : (int)((((size_t)256 << 20) + wbytes - 1) / wbytes);
     if (copies < 1) copies = 1;
@@ -115,11 +121,17 @@ static double time_case(g3_pool *p, uint32_t type, int n, int k, int m, double m
     g3_error err = {0};
     for (int r = 0; r < 64; r++) {
         for (int i = 0; i < k; i++) row[i] = rnd() * 0.05f;
-        g3_quantize_row(type, row, pool_rows + (size_t)r * rb, k, &err);
+        g3_quantize_row(qtype, row, pool_rows + (size_t)r * rb, k, &err);
     }
     for (int c = 0; c < copies; c++) {
         w[c] = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
         for (int r = 0; r < n; r++) memcpy(w[c] + (size_t)r * rb, pool_rows + (size_t)((r * 7 + c) % 64) * rb, rb);
+        if (qtype != type) {
+            uint8_t *packed = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
+            g3_matmul_repack(qtype, w[c], n, k, packed);
+            free(w[c]);
+            w[c] = packed;
+        }
     }
     float *x = malloc(sizeof(float) * (size_t)m * k), *y = malloc(sizeof(float) * (size_t)m * n);
     for (size_t i = 0; i < (size_t)m * k; i++) x[i] = rnd();
@@ -146,7 +158,7 @@ static double time_case(g3_pool *p, uint32_t type, int n, int k, int m, double m
 int main(int argc, char **argv) {
     int threads = 2;
     double bw = 0, min_s = 0.3;
-    char types_s[256] = "bf16,q8_0,q4_0,f16,f32,q4_k,q6_k", ms_s[128] = "1,128", shapes_s[512] = "";
+    char types_s[256] = "bf16,q8_0_r8,q4_0_r8,q8_0,q4_0,f16,f32,q4_k,q6_k", ms_s[128] = "1,128", shapes_s[512] = "";
     const char *kern = NULL;
     int opt;
     while ((opt = getopt(argc, argv, "t:T:m:s:b:k:r:c:h")) != -1) {
@@ -191,7 +203,7 @@ int main(int argc, char **argv) {
     char *save = NULL;
     for (char *ts = strtok_r(types_s, ",", &save); ts; ts = strtok_r(NULL, ",", &save)) {
         uint32_t type = parse_type(ts);
-        if (!g3_dtype_get(type)) {
+        if (!g3_dtype_get(base_type(type))) {
             fprintf(stderr, "unknown type %s\n", ts);
             continue;
         }
@@ -208,7 +220,7 @@ int main(int argc, char **argv) {
                     complete = 0;
                     continue;
                 }
-                double wb = (double)g3_tensor_bytes(type, sh->k, sh->n);
+                double wb = (double)g3_tensor_bytes(base_type(type), sh->k, sh->n);
                 double gflops = 2.0 * m * sh->n * (double)sh->k / sec / 1e9;
                 double gbs = wb / sec / 1e9;
                 printf("%-5s m=%-3d n=%6d k=%5d %-8s: %9.1f us  %6.1f GB/s (%3.0f%% of bw)  %7.1f GFLOP/s\n", ts, m, sh->n,
@@ -218,7 +230,7 @@ int main(int argc, char **argv) {
             }
             if (shapes == k_1b && complete) {
                 if (m == 1) {
-                    double tok = 26 * layer_s + head_s, bytes = 26 * layer_bytes + (double)g3_tensor_bytes(type, 1152, 262144);
+                    double tok = 26 * layer_s + head_s, bytes = 26 * layer_bytes + (double)g3_tensor_bytes(base_type(type), 1152, 262144);
                     printf("%-5s 1B decode, matmuls only: %.2f ms/token = %.1f tok/s, %.1f GB/s = %.0f%% of bandwidth\n",
                            ts, tok * 1e3, 1 / tok, bytes / tok / 1e9, 100 * bytes / tok / 1e9 / bw);
                 } else {

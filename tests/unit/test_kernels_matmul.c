@@ -31,15 +31,25 @@ static float rng_normal(void) {
 typedef struct shape { int m, n, k, threads; } shape;
 
 static const shape shapes[] = {
-    {1, 37, 256, 1},  {1, 100, 4096, 2}, {3, 19, 1152, 3}, {17, 50, 512, 2}, {64, 33, 2048, 4},
-    {200, 40, 4096, 2}, {1, 1, 256, 2},  {5, 9, 100, 2},   {2, 3, 17, 1},    {130, 70, 768, 3},
+    {1, 37, 256, 1},   {1, 100, 4096, 2}, {3, 19, 1152, 3}, {17, 50, 512, 2}, {64, 33, 2048, 4},
+    {200, 40, 4096, 2}, {1, 1, 256, 2},   {5, 9, 100, 2},   {2, 3, 17, 1},    {130, 70, 768, 3},
+    {1, 64, 1152, 2},  {9, 24, 512, 3},  {21, 16, 6912, 2},
 };
 
-static const uint32_t types[] = {G3_DTYPE_F32, G3_DTYPE_F16, G3_DTYPE_BF16, G3_DTYPE_Q8_0,
-                                 G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K};
+/* the repacked types (n % 8 == 0 only) are built from Q8_0 / Q4_0 rows */
+static const uint32_t types[] = {G3_DTYPE_F32,  G3_DTYPE_F16,  G3_DTYPE_BF16,  G3_DTYPE_Q8_0,  G3_DTYPE_Q4_0,
+                                 G3_DTYPE_Q4_K, G3_DTYPE_Q6_K, G3_CPU_Q8_0_R8, G3_CPU_Q4_0_R8};
+
+static uint32_t base_type(uint32_t t) {
+    return t == G3_CPU_Q8_0_R8 ? G3_DTYPE_Q8_0 : t == G3_CPU_Q4_0_R8 ? G3_DTYPE_Q4_0 : t;
+}
+static const char *tname(uint32_t t) {
+    return t == G3_CPU_Q8_0_R8 ? "Q8_0_R8" : t == G3_CPU_Q4_0_R8 ? "Q4_0_R8" : g3_dtype_get(t)->name;
+}
 
 /* Half-step bound of the activation preparation for weights of type t, per element. */
 static void prep_delta(uint32_t t, const float *x, int k, double *delta) {
+    t = base_type(t);
     int blk = t == G3_DTYPE_Q8_0 || t == G3_DTYPE_Q4_0 ? 32 : t == G3_DTYPE_Q4_K || t == G3_DTYPE_Q6_K ? 256 : 0;
     for (int i = 0; i < k; i++) delta[i] = t == G3_DTYPE_BF16 ? fabs(x[i]) * ldexp(1.0, -17) : 0.0;
     if (!blk) return;
@@ -65,16 +75,22 @@ static int run_set(const char *set, float **scalar_y, int fill) {
         double *delta = malloc(sizeof(double) * (size_t)sh->m * sh->k);
         for (int i = 0; i < sh->m * sh->k; i++) x[i] = rng_normal() * (rng_u32() % 50 == 0 ? 8.0f : 1.0f);
         for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++, si++) {
-            uint32_t type = types[ti];
-            size_t rb = g3_row_bytes(type, sh->k);
-            if (!rb) continue;
+            uint32_t type = types[ti], qtype = base_type(type);
+            size_t rb = g3_row_bytes(qtype, sh->k);
+            if (!rb || (type != qtype && sh->n % 8)) continue;
             uint8_t *w = malloc(rb * (size_t)sh->n);
             float *wrow = malloc(sizeof(float) * (size_t)sh->k);
             for (int r = 0; r < sh->n; r++) {
                 for (int i = 0; i < sh->k; i++) wrow[i] = rng_normal() / sqrtf((float)sh->k);
                 g3_error err = {0};
-                assert_int_equal(g3_quantize_row(type, wrow, w + (size_t)r * rb, sh->k, &err), G3_OK);
-                g3_dequant_row(type, w + (size_t)r * rb, wd + (size_t)r * sh->k, sh->k);
+                assert_int_equal(g3_quantize_row(qtype, wrow, w + (size_t)r * rb, sh->k, &err), G3_OK);
+                g3_dequant_row(qtype, w + (size_t)r * rb, wd + (size_t)r * sh->k, sh->k);
+            }
+            if (type != qtype) { /* repack in place through a copy */
+                uint8_t *packed = malloc(rb * (size_t)sh->n);
+                assert_int_equal(g3_matmul_repack(qtype, w, sh->n, sh->k, packed), type);
+                free(w);
+                w = packed;
             }
             int ldy = sh->n + 5;
             float *y = malloc(sizeof(float) * (size_t)sh->m * ldy);
@@ -106,7 +122,7 @@ static int run_set(const char *set, float **scalar_y, int fill) {
                     if (!(e1 <= tight) || !(e2 <= qerr + tight))
                         fail_msg("%s %s m=%d n=%d k=%d: y[%d][%d] = %.7g, exact %.7g, with original x %.7g "
                                  "(limits %.3g, %.3g)",
-                                 set, g3_dtype_get(type)->name, sh->m, sh->n, sh->k, i, j, got, ref, ref0, tight,
+                                 set, tname(type), sh->m, sh->n, sh->k, i, j, got, ref, ref0, tight,
                                  qerr + tight);
                     if (scalar_y) {
                         float *sy = scalar_y[si];
@@ -117,7 +133,7 @@ static int run_set(const char *set, float **scalar_y, int fill) {
                             if (e3 / tight > worst_scalar) worst_scalar = e3 / tight;
                             if (!(e3 <= tight))
                                 fail_msg("%s vs scalar %s m=%d n=%d k=%d: y[%d][%d] %.7g vs %.7g", set,
-                                         g3_dtype_get(type)->name, sh->m, sh->n, sh->k, i, j, got,
+                                         tname(type), sh->m, sh->n, sh->k, i, j, got,
                                          sy[(size_t)i * sh->n + j]);
                         }
                     }
@@ -126,7 +142,7 @@ static int run_set(const char *set, float **scalar_y, int fill) {
             }
             if (sh->k >= 1024 && sh->m >= 17)
                 printf("  %-6s %-5s m=%3d n=%3d k=%4d: worst err / limit: exact %.3f, original x %.3f, vs scalar %.3f\n",
-                       set, g3_dtype_get(type)->name, sh->m, sh->n, sh->k, worst_tight, worst_loose, worst_scalar);
+                       set, tname(type), sh->m, sh->n, sh->k, worst_tight, worst_loose, worst_scalar);
             cases++;
             free(scratch);
             free(y);
@@ -161,7 +177,7 @@ static void test_all_sets(void **state) {
         rng_state = 0x1234567887654321ull; /* same data for every set */
         int n = run_set(sets[s], sy, s == 0);
         printf("  kernel set %s: %d cases passed\n", sets[s], n);
-        assert_true(n >= 50);
+        assert_true(n >= 70);
         ran++;
     }
     assert_true(ran >= 1);

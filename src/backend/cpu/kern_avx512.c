@@ -239,6 +239,94 @@ AI void mk_q4_0(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
 
 static void tile_q4_0(const g3_tile *t) { G3_TILE_WALK(t, mk_q4_0, 4, 3, 4); }
 
+/* ---- repacked Q8_0_R8 / Q4_0_R8 weights x Q8S activations --------------------------------------------------
+ * One group = 8 weight rows. Per 32-value block, four 64-byte slices U_j (lane 2r+h = values 8j+4h..+3 of row r)
+ * each meet the activation's 8 values x[8j..8j+7] broadcast as a qword, so lanes 2r and 2r+1 collect row r's
+ * dot product. The offset (-8 for Q4_0 nibbles, +128 stored for Q8_0) is the starting value -c*sum(x)/2 of
+ * each lane. Scales: 8 f16 -> 8 floats, duplicated to the 16 lanes. */
+
+#define R8_MAXROWS 8
+#define R8_PF 2048 /* prefetch distance in bytes */
+
+AI void mk_r8(const g3_tile *t, int i0, int g, const int MR, const int Q4) {
+    const size_t bb = Q4 ? 144 : 272;
+    const uint8_t *grp = t->w + (size_t)g * 8 * t->ws;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    __m512 acc[R8_MAXROWS];
+    const uint8_t *xq[R8_MAXROWS], *xd[R8_MAXROWS], *xe[R8_MAXROWS];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++) {
+        size_t o = (size_t)(i0 + r) * t->xs;
+        xq[r] = t->xq + o, xd[r] = t->xd + o, xe[r] = t->xe + o;
+        acc[r] = _mm512_setzero_ps();
+    }
+    for (int b = 0; b < t->k / 32; b++) {
+        const uint8_t *blk = grp + bb * (size_t)b;
+        /* one linear stream per thread: prefetch well ahead to keep enough misses in flight */
+        _Pragma("GCC unroll 5")
+        for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)(blk + R8_PF + o), _MM_HINT_T0);
+        __m512i u[4];
+        if (Q4) {
+            __m512i q0 = _mm512_loadu_si512(blk + 16), q1 = _mm512_loadu_si512(blk + 80);
+            u[0] = _mm512_and_si512(q0, m4);
+            u[1] = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
+            u[2] = _mm512_and_si512(q1, m4);
+            u[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
+        } else {
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < 4; j++) u[j] = _mm512_loadu_si512(blk + 16 + 64 * j);
+        }
+        __m512 s16 = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_cvtph_ps(
+                                                    _mm_loadu_si128((const __m128i *)blk))));
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < MR; r++) {
+            const uint8_t *x = xq[r] + 32 * (size_t)b;
+            int32_t ns;
+            memcpy(&ns, xe[r] + 4 * (size_t)b, 4);
+            __m512i dot = _mm512_set1_epi32(Q4 ? ns * 4 : ns * 64);
+            _Pragma("GCC unroll 4")
+            for (int j = 0; j < 4; j++) {
+                long long xv;
+                memcpy(&xv, x + 8 * j, 8);
+                dot = _mm512_dpbusd_epi32(dot, u[j], _mm512_set1_epi64(xv));
+            }
+            __m512 sc = _mm512_mul_ps(s16, _mm512_set1_ps(ld_f32(xd[r] + 4 * (size_t)b)));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++) {
+        /* add lane pairs: row q = lanes 2q + 2q+1 */
+        __m512 sw = _mm512_add_ps(acc[r], _mm512_permute_ps(acc[r], 0xB1));
+        float tmp[16];
+        _mm512_storeu_ps(tmp, sw);
+        float *y = t->y + (size_t)(i0 + r) * t->ldy + 8 * g;
+        for (int q = 0; q < 8; q++) y[q] = t->accumulate ? y[q] + tmp[2 * q] : tmp[2 * q];
+    }
+}
+
+#define R8_WALK(t, Q4)                                                                                          \
+    do {                                                                                                        \
+        for (int g_ = 0; g_ < (t)->nw / 8; g_++) {                                                              \
+            int i_ = 0;                                                                                         \
+            for (; i_ + 8 <= (t)->nx; i_ += 8) mk_r8(t, i_, g_, 8, Q4);                                         \
+            switch ((t)->nx - i_) {                                                                             \
+            case 7: mk_r8(t, i_, g_, 7, Q4); break;                                                             \
+            case 6: mk_r8(t, i_, g_, 6, Q4); break;                                                             \
+            case 5: mk_r8(t, i_, g_, 5, Q4); break;                                                             \
+            case 4: mk_r8(t, i_, g_, 4, Q4); break;                                                             \
+            case 3: mk_r8(t, i_, g_, 3, Q4); break;                                                             \
+            case 2: mk_r8(t, i_, g_, 2, Q4); break;                                                             \
+            case 1: mk_r8(t, i_, g_, 1, Q4); break;                                                             \
+            default: break;                                                                                     \
+            }                                                                                                   \
+        }                                                                                                       \
+    } while (0)
+
+static void tile_q8_0_r8(const g3_tile *t) { R8_WALK(t, 0); }
+static void tile_q4_0_r8(const g3_tile *t) { R8_WALK(t, 1); }
+
 G3_KQUANT_TILES(tile)
 
 static const g3_kernel_set set_avx512_bf16 = {
@@ -251,6 +339,8 @@ static const g3_kernel_set set_avx512_bf16 = {
     .q4_0 = tile_q4_0,
     .q4_k = tile_q4_k,
     .q6_k = tile_q6_k,
+    .q8_0_r8 = tile_q8_0_r8,
+    .q4_0_r8 = tile_q4_0_r8,
 };
 
 static const g3_kernel_set set_avx512 = {
@@ -263,6 +353,8 @@ static const g3_kernel_set set_avx512 = {
     .q4_0 = tile_q4_0,
     .q4_k = tile_q4_k,
     .q6_k = tile_q6_k,
+    .q8_0_r8 = tile_q8_0_r8,
+    .q4_0_r8 = tile_q4_0_r8,
 };
 
 const g3_kernel_set *g3_kernels_avx512(void) {

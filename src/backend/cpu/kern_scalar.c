@@ -153,6 +153,38 @@ static void tile_q6_k(const g3_tile *t) {
     }
 }
 
+/* Repacked Q8_0_R8 / Q4_0_R8 weights x Q8S activations (layouts in matmul.h): value v of row r of a group's
+ * block lives at byte 64*(v/8) + 4*(2r + (v%8)/4) + v%4 of the 8-bit slices (Q4_0: nibble v/8 % 2 of slice
+ * v/16's byte at the same lane position). */
+static void tile_r8(const g3_tile *t, int q4) {
+    int nb = t->k / 32;
+    size_t bb = q4 ? 144 : 272;
+    for (int i = 0; i < t->nx; i++) {
+        const int8_t *xq = (const int8_t *)(t->xq + (size_t)i * t->xs);
+        const uint8_t *xd = t->xd + (size_t)i * t->xs;
+        for (int j = 0; j < t->nw; j++) {
+            const uint8_t *grp = t->w + (size_t)(j / 8) * 8 * t->ws;
+            int r = j % 8;
+            float s = 0;
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *blk = grp + bb * (size_t)b;
+                int sum = 0;
+                for (int v = 0; v < 32; v++) {
+                    int lane = 4 * (2 * r + (v % 8) / 4) + v % 4, q;
+                    if (q4) q = ((blk[16 + 64 * (v / 16) + lane] >> (4 * ((v / 8) % 2))) & 0x0F) - 8;
+                    else q = (int)blk[16 + 64 * (v / 8) + lane] - 128;
+                    sum += q * xq[32 * b + v];
+                }
+                s += (float)sum * (g3_f16_to_f32(ld_u16(blk, r)) * ld_f32(xd, b));
+            }
+            put(t, i, j, s);
+        }
+    }
+}
+
+static void tile_q8_0_r8(const g3_tile *t) { tile_r8(t, 0); }
+static void tile_q4_0_r8(const g3_tile *t) { tile_r8(t, 1); }
+
 static const g3_kernel_set set_scalar = {
     .name = "scalar",
     .bf16_layout = G3_ACT_F32,
@@ -163,6 +195,8 @@ static const g3_kernel_set set_scalar = {
     .q4_0 = tile_q4_0,
     .q4_k = tile_q4_k,
     .q6_k = tile_q6_k,
+    .q8_0_r8 = tile_q8_0_r8,
+    .q4_0_r8 = tile_q4_0_r8,
 };
 
 const g3_kernel_set *g3_kernels_scalar(void) { return &set_scalar; }

@@ -10,7 +10,9 @@
  *   Q8S     i8 q[k] | float d[k/32] | i32 negsum[k/32] (= -sum(q))        (Q4_0 weights)   x = d*q
  *   Q8K     i8 q[k] | float d[k/256] | i16 bsum[k/16] (sums of 16 q)    (Q4_K/Q6_K)      x = d*q
  * Q8U lets VNNI's unsigned x signed dot take the activation as the unsigned side with Q8_0 weights; Q8S's
- * negsum folds Q4_0's -8 offset into the integer accumulator's starting value. */
+ * negsum folds Q4_0's -8 offset into the integer accumulator's starting value. The repacked types (Q8_0_R8,
+ * Q4_0_R8) read Q8S; for them a tile's w points at the first group of 8 rows at the chunk start, `ws` is the
+ * source type's row bytes (so a group is 8*ws bytes) and nw is a multiple of 8. */
 #ifndef G3_BACKEND_CPU_KERNELS_H
 #define G3_BACKEND_CPU_KERNELS_H
 
@@ -43,6 +45,7 @@ typedef struct g3_kernel_set {
     const char *name;
     int bf16_layout;    /* activation layout its BF16 kernel reads: G3_ACT_F32 or G3_ACT_BF16X2 */
     g3_tile_fn f32, f16, bf16, q8_0, q4_0, q4_k, q6_k;
+    g3_tile_fn q8_0_r8, q4_0_r8; /* repacked weights (matmul.h) with Q8S activations; NULL: scalar's are used */
 } g3_kernel_set;
 
 /* Each returns NULL when the set is not compiled in or the CPU lacks its instructions. */

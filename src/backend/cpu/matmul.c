@@ -55,6 +55,8 @@ int g3_cpu_kernels_select(const char *name) {
 
 static g3_tile_fn tile_fn(const g3_kernel_set *s, uint32_t wtype) {
     switch (wtype) {
+    case G3_CPU_Q8_0_R8: return s->q8_0_r8 ? s->q8_0_r8 : g3_kernels_scalar()->q8_0_r8;
+    case G3_CPU_Q4_0_R8: return s->q4_0_r8 ? s->q4_0_r8 : g3_kernels_scalar()->q4_0_r8;
     case G3_DTYPE_F32: return s->f32;
     case G3_DTYPE_F16: return s->f16;
     case G3_DTYPE_BF16: return s->bf16;
@@ -72,7 +74,9 @@ static int layout_for(uint32_t wtype, const g3_kernel_set *s) {
     switch (wtype) {
     case G3_DTYPE_BF16: return s->bf16_layout;
     case G3_DTYPE_Q8_0: return G3_ACT_Q8U;
-    case G3_DTYPE_Q4_0: return G3_ACT_Q8S;
+    case G3_DTYPE_Q4_0:
+    case G3_CPU_Q8_0_R8:
+    case G3_CPU_Q4_0_R8: return G3_ACT_Q8S;
     case G3_DTYPE_Q4_K:
     case G3_DTYPE_Q6_K: return G3_ACT_Q8K;
     default: return G3_ACT_F32;
@@ -222,6 +226,49 @@ void g3_act_dequant_row(const g3_act *a, int r, float *out) {
     }
 }
 
+/* ---- repacked weights ----------------------------------------------------------------------------------------- */
+
+uint32_t g3_matmul_repack_type(uint32_t type, int n, int k) {
+    if (n <= 0 || n % 8 || k <= 0 || k % 32) return 0;
+    const g3_kernel_set *s = kset();
+    if (type == G3_DTYPE_Q8_0 && s->q8_0_r8) return G3_CPU_Q8_0_R8;
+    if (type == G3_DTYPE_Q4_0 && s->q4_0_r8) return G3_CPU_Q4_0_R8;
+    return 0;
+}
+
+/* Position of value v (0..31) of row r (0..7) inside a repacked block's quant bytes: slice j = v / 8, lane
+ * L = 2r + h with h = (v % 8) / 4, byte e = v % 4. */
+static int r8_index(int r, int v) { return 64 * (v / 8) + 4 * (2 * r + (v % 8) / 4) + v % 4; }
+
+uint32_t g3_matmul_repack(uint32_t type, const void *w, int n, int k, void *dst) {
+    if (n <= 0 || n % 8 || k <= 0 || k % 32 || (type != G3_DTYPE_Q8_0 && type != G3_DTYPE_Q4_0)) return 0;
+    uint32_t rt = type == G3_DTYPE_Q8_0 ? G3_CPU_Q8_0_R8 : G3_CPU_Q4_0_R8;
+    size_t rb = g3_row_bytes(type, k);
+    int nb = k / 32;
+    const uint8_t *src = w;
+    uint8_t *out = dst;
+    for (int g = 0; g < n / 8; g++)
+        for (int b = 0; b < nb; b++) {
+            for (int r = 0; r < 8; r++) {
+                const uint8_t *blk = src + (size_t)(8 * g + r) * rb + (size_t)b * (type == G3_DTYPE_Q8_0 ? 34 : 18);
+                memcpy(out + 2 * r, blk, 2); /* f16 scale */
+                for (int v = 0; v < 32; v++) {
+                    if (type == G3_DTYPE_Q8_0) {
+                        out[16 + r8_index(r, v)] = (uint8_t)(blk[2 + v] ^ 0x80);
+                    } else {
+                        int q = v < 16 ? blk[2 + v] & 0x0F : blk[2 + v - 16] >> 4;
+                        /* slices 2s and 2s+1 share the 64 bytes of slice s: low nibble for even slices */
+                        int j = v / 8, pos = r8_index(r, v) - 64 * j + 64 * (j / 2);
+                        if (j % 2 == 0) out[16 + pos] = (uint8_t)q;
+                        else out[16 + pos] |= (uint8_t)(q << 4);
+                    }
+                }
+            }
+            out += type == G3_DTYPE_Q8_0 ? 272 : 144;
+        }
+    return rt;
+}
+
 /* ---- the parallel blocked loop ------------------------------------------------------------------------------ */
 
 typedef struct mm_job {
@@ -285,12 +332,14 @@ static void mm_task(void *arg, int ith, int nth) {
 
 void g3_matmul(g3_pool *p, const g3_act *a, const void *w, int n, float *y, int ldy) {
     if (n <= 0 || a->m <= 0) return;
-    const g3_dtype_info *ti = g3_dtype_get(a->wtype);
+    int r8 = a->wtype == G3_CPU_Q8_0_R8 || a->wtype == G3_CPU_Q4_0_R8;
+    uint32_t base = a->wtype == G3_CPU_Q8_0_R8 ? G3_DTYPE_Q8_0 : a->wtype == G3_CPU_Q4_0_R8 ? G3_DTYPE_Q4_0 : a->wtype;
+    const g3_dtype_info *ti = g3_dtype_get(base);
     g3_tile_fn fn = tile_fn(a->kset, a->wtype); /* the set whose layout a was prepared in */
-    if (!ti || !fn) return;
-    mm_job j = {.a = a, .w = w, .wrb = g3_row_bytes(a->wtype, a->k), .n = n, .y = y, .ldy = ldy, .fn = fn};
+    if (!ti || !fn || (r8 && n % 8)) return;
+    mm_job j = {.a = a, .w = w, .wrb = g3_row_bytes(base, a->k), .n = n, .y = y, .ldy = ldy, .fn = fn};
     j.kalign = ti->block;
-    j.kbytes_blk = ti->block_bytes;
+    j.kbytes_blk = ti->block_bytes * (r8 ? 8 : 1); /* a repacked block holds 8 rows */
     /* bytes of prepared activation per value, and the chunking that keeps an MB x KC block in L2 */
     double xb = a->layout == G3_ACT_F32 || a->layout == G3_ACT_BF16X2 ? 4.0 : 1.25;
     int kq = ti->block > 64 ? ti->block : 256; /* chunk granularity in values */
