@@ -160,6 +160,7 @@ g3_status g3_tok_load_spm(g3_tokenizer *t, const char *path, g3_error *err) {
     }
     if (rc == G3_OK && n == 0) rc = g3_fail(err, G3_ERR_FORMAT, "%s: no pieces (not a SentencePiece model?)", path);
     if (rc == G3_OK) rc = g3_tok_init(t, n, path, err);
+    if (rc == G3_OK) rc = g3_tok_reserve(t, m.size + (size_t)n, err); /* the pieces' text is part of the file */
     if (rc == G3_OK && !have_trainer)
         rc = g3_fail(err, G3_ERR_FORMAT, "%s: no trainer_spec (field 2): cannot tell the model type", path);
     if (rc == G3_OK) rc = read_trainer(t, (pb){m.data, tr, tr + trl, path, err}, &nm);

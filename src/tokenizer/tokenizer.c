@@ -22,21 +22,27 @@ int32_t g3_tok_piece_to_id(const g3_tokenizer *t, const char *s, size_t len) {
     return id >= 0 ? id : t->unk_id;
 }
 
-/* Inserts piece id unless the same string is already there (the library keeps the first, we do too). */
-static void insert_in(g3_tokenizer *t, uint64_t *slots, uint32_t mask, int32_t id) {
+/* Inserts piece id (hash h) unless the same string is already there (the library keeps the first, so do we). */
+static void insert_in(g3_tokenizer *t, uint64_t *slots, uint32_t mask, int32_t id, uint64_t h) {
     const g3_tok_piece *p = &t->pieces[id];
-    uint64_t h = g3_tok_hash(t->arena + p->off, p->len);
-    uint32_t i = (uint32_t)h & mask;
-    for (;;) {
+    uint32_t fp = (uint32_t)(h >> 32);
+    for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
         uint64_t v = slots[i];
         if (!v) {
-            slots[i] = (h >> 32 << 32) | ((uint64_t)id + 1);
+            slots[i] = (uint64_t)fp << 32 | ((uint64_t)id + 1);
             return;
         }
+        if ((uint32_t)(v >> 32) != fp) continue;
         const g3_tok_piece *q = &t->pieces[(uint32_t)v - 1];
         if (q->len == p->len && memcmp(t->arena + q->off, t->arena + p->off, p->len) == 0) return;
-        i = (i + 1) & mask;
     }
+}
+
+/* 1 if the piece text has a U+2581 (memchr for its first byte is much faster than memmem on short strings). */
+static int has_space_sym(const char *s, size_t len) {
+    for (const char *e = s + len; (s = memchr(s, 0xE2, (size_t)(e - s))) != NULL; s++)
+        if (e - s >= 3 && (uint8_t)s[1] == 0x96 && (uint8_t)s[2] == 0x81) return 1;
+    return 0;
 }
 
 static int in_norm_map(int type) {
@@ -52,6 +58,7 @@ static int ws_chunk_ok(const g3_tokenizer *t) {
         const g3_tok_piece *p = &t->pieces[i];
         if (!in_norm_map(p->type)) continue;
         const char *s = t->arena + p->off;
+        if (p->len < 4 || !has_space_sym(s + 1, p->len - 1)) continue;
         for (uint32_t k = 1; k + 3 <= p->len; k++)
             if (memcmp(s + k, SPACE_SYM, 3) == 0 && (k < 3 || memcmp(s + k - 3, SPACE_SYM, 3) != 0)) return 0;
     }
@@ -59,16 +66,23 @@ static int ws_chunk_ok(const g3_tokenizer *t) {
 }
 
 /* ---- building ---------------------------------------------------------------------------------------------- */
+/* Makes room for `more` bytes of strings. */
+static g3_status arena_reserve(g3_tokenizer *t, size_t more, g3_error *err) {
+    if (t->arena_len + more <= t->arena_cap) return G3_OK;
+    size_t cap = t->arena_cap ? t->arena_cap : 1 << 16;
+    while (cap < t->arena_len + more) cap *= 2;
+    if (cap > 0xFFFFFFFFu) return g3_fail(err, G3_ERR_NOMEM, "%s: vocabulary text exceeds 4 GiB", t->source);
+    char *a = realloc(t->arena, cap);
+    if (!a) return g3_fail(err, G3_ERR_NOMEM, "%s: out of memory for vocabulary text", t->source);
+    t->arena = a;
+    t->arena_cap = cap;
+    return G3_OK;
+}
+
+g3_status g3_tok_reserve(g3_tokenizer *t, size_t bytes, g3_error *err) { return arena_reserve(t, bytes, err); }
+
 static g3_status arena_put(g3_tokenizer *t, const char *s, size_t len, uint32_t *off, g3_error *err) {
-    if (t->arena_len + len + 1 > t->arena_cap) {
-        size_t cap = t->arena_cap ? t->arena_cap : 1 << 16;
-        while (cap < t->arena_len + len + 1) cap *= 2;
-        if (cap > 0xFFFFFFFFu) return g3_fail(err, G3_ERR_NOMEM, "%s: vocabulary text exceeds 4 GiB", t->source);
-        char *a = realloc(t->arena, cap);
-        if (!a) return g3_fail(err, G3_ERR_NOMEM, "%s: out of memory for vocabulary text", t->source);
-        t->arena = a;
-        t->arena_cap = cap;
-    }
+    G3_TRY(arena_reserve(t, len + 1, err));
     *off = (uint32_t)t->arena_len;
     if (len) memcpy(t->arena + t->arena_len, s, len);
     t->arena[t->arena_len + len] = 0;
@@ -184,48 +198,67 @@ g3_status g3_tok_finalize(g3_tokenizer *t, g3_error *err) {
     t->resv_slots = calloc(cap, sizeof *t->resv_slots);
     if (!t->norm_slots || !t->resv_slots) return g3_fail(err, G3_ERR_NOMEM, "%s: out of memory for the piece map", t->source);
     for (int b = 0; b < 256; b++) t->byte_id[b] = t->root[b] = -1;
+    uint64_t *hs = malloc(sizeof *hs * (size_t)t->n);
+    if (!hs) return g3_fail(err, G3_ERR_NOMEM, "%s: out of memory for the piece map", t->source);
 
-    for (int i = 0; i < t->n; i++) {
+    /* pass 1, sequential: hashes, types, bytes, trie; and how much text the display strings need */
+    size_t disp_bytes = 0;
+    g3_status rc = G3_OK;
+    for (int i = 0; i < t->n && rc == G3_OK; i++) {
         g3_tok_piece *p = &t->pieces[i];
         const char *s = t->arena + p->off;
+        hs[i] = g3_tok_hash(s, p->len);
+        p->lead_ws = p->len >= 3 && memcmp(s, SPACE_SYM, 3) == 0;
+        p->disp_off = p->off; /* shared with the raw piece unless it has a '▁' or is a byte */
+        p->disp_len = p->len;
         switch (p->type) {
         case G3_PIECE_NORMAL:
         case G3_PIECE_UNUSED:
-        case G3_PIECE_USER_DEFINED:
-            insert_in(t, t->norm_slots, t->norm_mask, i);
+            p->special = 0;
             if (p->type == G3_PIECE_UNUSED) t->has_unused = 1;
-            if (p->type == G3_PIECE_USER_DEFINED) {
-                G3_TRY(trie_insert(t, i, err));
-                if (!t->special_known) p->special = (uint8_t)looks_like_marker(s, p->len);
-            } else {
-                p->special = 0;
-            }
+            break;
+        case G3_PIECE_USER_DEFINED:
+            rc = trie_insert(t, i, err);
+            if (!t->special_known) p->special = (uint8_t)looks_like_marker(s, p->len);
             break;
         case G3_PIECE_BYTE: {
             int b = byte_of_piece(s, p->len);
-            if (b < 0)
-                return g3_fail(err, G3_ERR_FORMAT, "%s: byte piece %d is '%.*s', not of the form <0xXX>", t->source, i,
-                               (int)(p->len > 40 ? 40 : p->len), s);
+            if (b < 0) {
+                rc = g3_fail(err, G3_ERR_FORMAT, "%s: byte piece %d is '%.*s', not of the form <0xXX>", t->source, i,
+                             (int)(p->len > 40 ? 40 : p->len), s);
+                break;
+            }
             p->byte = (uint8_t)b;
             if (t->byte_id[b] < 0) t->byte_id[b] = i;
-            insert_in(t, t->resv_slots, t->resv_mask, i);
+            disp_bytes += 2;
             break;
         }
         case G3_PIECE_UNKNOWN:
             if (t->unk_id < 0) t->unk_id = i;
-            insert_in(t, t->resv_slots, t->resv_mask, i);
             break;
         default: /* CONTROL */
-            insert_in(t, t->resv_slots, t->resv_mask, i);
             break;
         }
-        p->lead_ws = p->len >= 3 && memcmp(s, SPACE_SYM, 3) == 0;
+        if (p->type != G3_PIECE_BYTE && has_space_sym(s, p->len)) disp_bytes += p->len + 1;
     }
+    /* pass 2: the maps, prefetching the slot of a piece a few steps ahead (the tables are larger than caches) */
+    for (int i = 0; i < t->n && rc == G3_OK; i++) {
+        if (i + 8 < t->n) {
+            uint64_t *sl = in_norm_map(t->pieces[i + 8].type) ? &t->norm_slots[(uint32_t)hs[i + 8] & t->norm_mask]
+                                                               : &t->resv_slots[(uint32_t)hs[i + 8] & t->resv_mask];
+            __builtin_prefetch(sl, 1);
+        }
+        if (in_norm_map(t->pieces[i].type)) insert_in(t, t->norm_slots, t->norm_mask, i, hs[i]);
+        else insert_in(t, t->resv_slots, t->resv_mask, i, hs[i]);
+    }
+    free(hs);
+    if (rc != G3_OK) return rc;
     if (t->unk_id < 0) return g3_fail(err, G3_ERR_FORMAT, "%s: the vocabulary has no <unk> (UNKNOWN) piece", t->source);
     if (t->unk_id >= t->n || t->pieces[t->unk_id].type != G3_PIECE_UNKNOWN)
         return g3_fail(err, G3_ERR_FORMAT, "%s: unk id %d is not an UNKNOWN piece", t->source, t->unk_id);
 
-    /* display strings: '▁' -> ' ', byte pieces as their byte */
+    /* display strings: '▁' -> ' ', byte pieces as their byte; the arena is grown once so pointers stay put */
+    G3_TRY(arena_reserve(t, disp_bytes, err));
     for (int i = 0; i < t->n; i++) {
         g3_tok_piece *p = &t->pieces[i];
         if (p->type == G3_PIECE_BYTE) {
@@ -234,19 +267,22 @@ g3_status g3_tok_finalize(g3_tokenizer *t, g3_error *err) {
             p->disp_len = 1;
             continue;
         }
-        char buf[65536];
-        const char *s = t->arena + p->off; /* arena may move in arena_put: copy first */
-        size_t o = 0;
+        const char *s = t->arena + p->off;
+        if (!has_space_sym(s, p->len)) continue;
+        char *o = t->arena + t->arena_len;
+        size_t n = 0;
         for (uint32_t k = 0; k < p->len;) {
             if (k + 3 <= p->len && memcmp(s + k, SPACE_SYM, 3) == 0) {
-                buf[o++] = ' ';
+                o[n++] = ' ';
                 k += 3;
             } else {
-                buf[o++] = s[k++];
+                o[n++] = s[k++];
             }
         }
-        G3_TRY(arena_put(t, buf, o, &p->disp_off, err));
-        p->disp_len = (uint32_t)o;
+        o[n] = 0;
+        p->disp_off = (uint32_t)t->arena_len;
+        p->disp_len = (uint32_t)n;
+        t->arena_len += n + 1;
     }
 
     t->resv_overlap = 0;

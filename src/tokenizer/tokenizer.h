@@ -82,6 +82,8 @@ struct g3_tokenizer {
 /* ---- building (used by the loaders) --------------------------------------------------------------------- */
 /* Allocates n empty pieces and sets the library's defaults (no dummy prefix unless the loader says so). */
 g3_status g3_tok_init(g3_tokenizer *t, int n, const char *source, g3_error *err);
+/* Optional: room for this many bytes of piece text (spares regrowing the string arena). */
+g3_status g3_tok_reserve(g3_tokenizer *t, size_t bytes, g3_error *err);
 /* Sets piece `id`; all ids must be set before g3_tok_finalize. */
 g3_status g3_tok_set_piece(g3_tokenizer *t, int id, const char *s, size_t len, float score, int type,
                            g3_error *err);

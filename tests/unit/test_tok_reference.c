@@ -1,8 +1,8 @@
 /* Tokenizer against the sentencepiece library itself (python3-sentencepiece, run by this test through
  * tests/tok/spm_ref.py): a few MB of varied text (tests/tok/make_corpus.py) and thousands of random strings, on
  * the fixture vocabularies, a 32k Gemma-like vocabulary trained with spm_train (tests/tok/train_vocab.py, cached
- * in a temp folder), its tokenizer.json and GGUF forms, and a vocabulary with the dummy prefix and whitespace
- * folding on. Ids must be identical everywhere; decoding must equal the library's on random id lists. */
+ * in a temp folder), its tokenizer.json and GGUF forms, the same grown to 262,144 pieces, and a vocabulary with
+ * the dummy prefix and whitespace folding on. Ids must be identical everywhere; decoding must equal the library's on random id lists. */
 #include "tok_testutil.h"
 
 #include <unistd.h>
@@ -253,6 +253,15 @@ static void test_trained_32k(void **state) {
     g3_gguf_writer_free(w);
     g3_tokenizer_free(t);
     check_model(model, gguf, "32k vocab, GGUF metadata", "v32k");
+
+    /* grown to Gemma's 262,144 pieces with pieces made of two others (they do get merged) */
+    char big[1200];
+    snprintf(big, sizeof big, "%s/big.model", tmp);
+    assert_int_equal(tt_sh("%s %s/tests/tok/grow_vocab.py '%s' %s", py, tu_source_dir(), model, big), 0);
+    assert_int_equal(g3_tokenizer_load(big, &t, &err), G3_OK);
+    assert_int_equal(g3_tokenizer_vocab(t), 262144);
+    g3_tokenizer_free(t);
+    check_model(big, big, "262k grown vocab, tokenizer.model", "v262k");
 }
 
 /* add_dummy_prefix + remove_extra_whitespaces on: the normalizer paths Gemma does not use. */
