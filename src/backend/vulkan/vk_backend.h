@@ -1,0 +1,62 @@
+/* The Vulkan backend object, shared by vk_backend.c (create, forward, block copies) and vk_record.c (the command
+ * buffers recorded once at create).
+ *
+ * Per step the host writes the parameter block (rows, positions, sequences, output rows, both block tables) into
+ * a small host-visible buffer, then submits the body command buffer of the smallest row bucket >= n_rows and, for
+ * the logits, the head command buffer (one submission per chunk of `lch` output rows). */
+#ifndef G3_BACKEND_VULKAN_VK_BACKEND_H
+#define G3_BACKEND_VULKAN_VK_BACKEND_H
+
+#include "backend/vulkan/vk_internal.h"
+
+#define G3VK_MV_ROWS 8    /* buckets up to this many rows use matvec kernels and split attention */
+#define G3VK_MAX_BUCKETS 24
+
+typedef struct vk_layer {
+    int fused_qkv;             /* wq, wk, wv share a type: one [Q+2KV][H] matrix */
+    g3vk_weight qkv;           /* fused */
+    g3vk_weight q, k, v;       /* not fused */
+    g3vk_weight wo;            /* [H][Q] */
+    int fused_geglu;           /* gate and up share a type: one kernel computes gelu(x Wg) * (x Wu) */
+    g3vk_weight gate, up;      /* [F][H] */
+    g3vk_weight down;          /* [H][F] */
+    uint64_t n_in, n_q, n_k, n_post_attn, n_pre_ffn, n_post_ffn; /* norm vectors (1 + w), device addresses */
+    int kind;                  /* 0 global, 1 sliding */
+    int li;                    /* index within its kind */
+} vk_layer;
+
+struct g3_backend {
+    g3vk vk;
+    const g3_model *m;
+    g3_backend_cfg cfg;
+    int n_layers_kind[2];
+    vk_layer *layers;          /* [n_layers] */
+    g3vk_weight embed;         /* [vocab][H]; also the output head */
+    g3vk_buf norms;            /* all norm vectors, then the rope frequencies (global, sliding) */
+    uint64_t n_final, inv_freq[2];
+    g3vk_buf kv[2];            /* pools: [n_blocks][n_layers_kind][2][KVH][B][D] float32 */
+    size_t block_floats[2];
+    g3vk_buf act;              /* activations, below */
+    uint64_t a_h, a_x, a_t;    /* [max_rows][H]: residual, normed input, projection output */
+    uint64_t a_qkv;            /* [max_rows][Q + 2 KV] */
+    uint64_t a_att;            /* [max_rows][Q] attention output */
+    uint64_t a_gate, a_up;     /* [max_rows][F] (a_up only when some layer's gate/up are not fused) */
+    uint64_t a_xo;             /* [lch][H] final-normed rows whose logits are wanted */
+    uint64_t a_part;           /* [G3VK_MV_ROWS][NH][n_chunks][D + 2] split-attention partials */
+    g3vk_buf params;           /* int32 parameter block, host-visible */
+    g3vk_buf logits;           /* [lch][vocab] float32, host-visible */
+    int lch;                   /* logits rows per head submission */
+    int ctx;                   /* max_blocks_per_seq * kv_block */
+    int n_chunks, chunk_len;   /* split attention for small buckets */
+    int off_tok, off_pos, off_seq, off_out, off_btg, off_btl; /* int32 offsets in the parameter block */
+    size_t p_ints;
+    int n_buckets, bucket_rows[G3VK_MAX_BUCKETS];
+    VkCommandBuffer body[G3VK_MAX_BUCKETS]; /* embed + layers + final norm for rows <= bucket_rows[i] */
+    VkCommandBuffer head[2];   /* gather + logits: [0] matvec (<= 8 rows), [1] matmul */
+    char device_name[256];
+};
+
+/* Builds the pipelines the model needs and records every command buffer. */
+g3_status g3vk_record_all(g3_backend *b, g3_error *err);
+
+#endif

@@ -1,0 +1,466 @@
+/* The Vulkan device context: opening the loader at run time, the instance, the device list (best first) and the
+ * choice among it, the logical device with its compute queue, buffers with device addresses, pipelines built from
+ * the embedded SPIR-V, and one-shot submissions. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/vulkan/vk_internal.h"
+#include "backend/vulkan/vulkan_api.h"
+#include "gemma3.h"
+
+#define MAX_PDEV 16
+
+g3_status g3vk_check(VkResult r, const char *what, g3_error *err) {
+    if (r == VK_SUCCESS) return G3_OK;
+    if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
+        return g3_fail(err, G3_ERR_NOMEM, "vulkan: %s: out of %s memory", what,
+                       r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host");
+    return g3_fail(err, G3_ERR_DEVICE, "vulkan: %s failed (VkResult %d)", what, (int)r);
+}
+
+/* ---- loader and instance ------------------------------------------------------------------------------------- */
+
+static g3_status open_instance(g3vk *vk, g3_error *err) {
+    const char *names[] = {"libvulkan.so.1", "libvulkan.so"};
+    for (size_t i = 0; i < 2 && !vk->lib; i++) vk->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!vk->lib)
+        return g3_fail(err, G3_ERR_DEVICE, "vulkan: cannot open the Vulkan loader libvulkan.so.1 (install libvulkan1 "
+                                           "and a driver, e.g. mesa-vulkan-drivers)");
+    vk->vkGetInstanceProcAddr = (PFN_vkGetInstanceProcAddr)dlsym(vk->lib, "vkGetInstanceProcAddr");
+    if (!vk->vkGetInstanceProcAddr) return g3_fail(err, G3_ERR_DEVICE, "vulkan: the loader has no vkGetInstanceProcAddr");
+#define LOAD_GLOBAL(name) vk->name = (PFN_##name)vk->vkGetInstanceProcAddr(NULL, #name);
+    G3VK_GLOBAL_FNS(LOAD_GLOBAL)
+#undef LOAD_GLOBAL
+    if (!vk->vkCreateInstance) return g3_fail(err, G3_ERR_DEVICE, "vulkan: the loader has no vkCreateInstance");
+    uint32_t api = VK_API_VERSION_1_0;
+    if (vk->vkEnumerateInstanceVersion) vk->vkEnumerateInstanceVersion(&api);
+    if (api < VK_API_VERSION_1_2)
+        return g3_fail(err, G3_ERR_DEVICE, "vulkan: the loader supports Vulkan %u.%u; this backend needs 1.2",
+                       VK_API_VERSION_MAJOR(api), VK_API_VERSION_MINOR(api));
+    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "gemma3",
+                             .pEngineName = "gemma3", .apiVersion = VK_API_VERSION_1_2};
+    VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
+    const char *layer = "VK_LAYER_KHRONOS_validation";
+    const char *val = getenv("G3_VULKAN_VALIDATE");
+    if (val && *val == '1' && vk->vkEnumerateInstanceLayerProperties) {
+        uint32_t nl = 0;
+        vk->vkEnumerateInstanceLayerProperties(&nl, NULL);
+        VkLayerProperties *lp = calloc(nl ? nl : 1, sizeof *lp);
+        if (lp && vk->vkEnumerateInstanceLayerProperties(&nl, lp) == VK_SUCCESS)
+            for (uint32_t i = 0; i < nl; i++)
+                if (!strcmp(lp[i].layerName, layer)) ici.enabledLayerCount = 1, ici.ppEnabledLayerNames = &layer;
+        free(lp);
+        if (!ici.enabledLayerCount) fprintf(stderr, "gemma3: G3_VULKAN_VALIDATE=1 but %s is not installed\n", layer);
+    }
+    VkResult r = vk->vkCreateInstance(&ici, NULL, &vk->inst);
+    if (r != VK_SUCCESS) return g3_fail(err, G3_ERR_DEVICE, "vulkan: cannot create an instance (VkResult %d)", (int)r);
+#define LOAD_INST(name) vk->name = (PFN_##name)vk->vkGetInstanceProcAddr(vk->inst, #name);
+    G3VK_INSTANCE_FNS(LOAD_INST)
+#undef LOAD_INST
+    if (!vk->vkEnumeratePhysicalDevices || !vk->vkGetPhysicalDeviceProperties2 || !vk->vkCreateDevice)
+        return g3_fail(err, G3_ERR_DEVICE, "vulkan: the loader lacks Vulkan 1.1 instance functions");
+    return G3_OK;
+}
+
+static void close_instance(g3vk *vk) {
+    if (vk->inst && vk->vkDestroyInstance) vk->vkDestroyInstance(vk->inst, NULL);
+    vk->inst = VK_NULL_HANDLE;
+    if (vk->lib) dlclose(vk->lib);
+    vk->lib = NULL;
+}
+
+static int type_rank(VkPhysicalDeviceType t) {
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 0;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 1;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return 4;
+    default: return 3;
+    }
+}
+
+static const char *type_name(VkPhysicalDeviceType t) {
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "cpu";
+    default: return "other";
+    }
+}
+
+/* Physical devices sorted best first (stable within a kind). */
+static int sorted_devices(g3vk *vk, VkPhysicalDevice *out) {
+    uint32_t n = MAX_PDEV;
+    VkPhysicalDevice all[MAX_PDEV];
+    VkResult r = vk->vkEnumeratePhysicalDevices(vk->inst, &n, all);
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE) return 0;
+    int k = 0;
+    for (int rank = 0; rank <= 4; rank++)
+        for (uint32_t i = 0; i < n; i++) {
+            VkPhysicalDeviceProperties p;
+            vk->vkGetPhysicalDeviceProperties(all[i], &p);
+            if (type_rank(p.deviceType) == rank) out[k++] = all[i];
+        }
+    return k;
+}
+
+static void describe(g3vk *vk, VkPhysicalDevice pd, int index, g3_vulkan_device *d) {
+    memset(d, 0, sizeof *d);
+    d->index = index;
+    VkPhysicalDeviceProperties p1;
+    vk->vkGetPhysicalDeviceProperties(pd, &p1);
+    VkPhysicalDeviceDriverProperties drv = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+                                             .pNext = p1.apiVersion >= VK_API_VERSION_1_2 ? &drv : NULL};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
+    vk->vkGetPhysicalDeviceProperties2(pd, &p2);
+    const VkPhysicalDeviceProperties *p = &p2.properties;
+    snprintf(d->name, sizeof d->name, "%s", p->deviceName);
+    d->type = type_name(p->deviceType);
+    d->api_version = p->apiVersion;
+    d->vendor_id = p->vendorID, d->device_id = p->deviceID;
+    if (p->apiVersion >= VK_API_VERSION_1_2)
+        snprintf(d->driver, sizeof d->driver, "%.100s %.140s", drv.driverName, drv.driverInfo);
+    VkPhysicalDeviceMemoryProperties mp;
+    vk->vkGetPhysicalDeviceMemoryProperties(pd, &mp);
+    for (uint32_t i = 0; i < mp.memoryHeapCount; i++)
+        if ((mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) && mp.memoryHeaps[i].size > d->device_local_bytes)
+            d->device_local_bytes = mp.memoryHeaps[i].size;
+    d->subgroup_size = sg.subgroupSize;
+    d->subgroup_arithmetic = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                             (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
+                             (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
+    /* requirements */
+    char *miss = d->missing;
+    size_t cap = sizeof d->missing;
+#define MISSING(...) snprintf(miss + strlen(miss), cap - strlen(miss), __VA_ARGS__)
+    if (p->apiVersion < VK_API_VERSION_1_2) MISSING("Vulkan 1.2; ");
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+    if (p->apiVersion >= VK_API_VERSION_1_2) {
+        vk->vkGetPhysicalDeviceFeatures2(pd, &f2);
+        if (!f12.bufferDeviceAddress) MISSING("bufferDeviceAddress; ");
+        if (!f2.features.shaderInt64) MISSING("shaderInt64; ");
+    }
+    if (p->limits.maxComputeSharedMemorySize < 24 * 1024)
+        MISSING("24 KiB of shared memory (has %u); ", p->limits.maxComputeSharedMemorySize);
+    if (p->limits.maxComputeWorkGroupInvocations < 256) MISSING("workgroups of 256 invocations; ");
+    uint32_t nq = 0;
+    vk->vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, NULL);
+    VkQueueFamilyProperties qf[32];
+    if (nq > 32) nq = 32;
+    vk->vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, qf);
+    int has_compute = 0;
+    for (uint32_t i = 0; i < nq; i++) has_compute |= !!(qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT);
+    if (!has_compute) MISSING("a compute queue; ");
+#undef MISSING
+    size_t ml = strlen(d->missing);
+    if (ml >= 2) d->missing[ml - 2] = 0;
+    d->usable = d->missing[0] == 0;
+}
+
+g3_status g3_vulkan_list_devices(g3_vulkan_device *out, int max, int *n, g3_error *err) {
+    *n = 0;
+    g3vk vk;
+    memset(&vk, 0, sizeof vk);
+    g3_status rc = open_instance(&vk, err);
+    if (rc) {
+        close_instance(&vk);
+        return rc;
+    }
+    VkPhysicalDevice pd[MAX_PDEV];
+    int k = sorted_devices(&vk, pd);
+    for (int i = 0; i < k && i < max; i++) describe(&vk, pd[i], i, &out[i]);
+    *n = k;
+    close_instance(&vk);
+    return G3_OK;
+}
+
+int g3_vulkan_print_devices(FILE *f) {
+    g3_vulkan_device d[MAX_PDEV];
+    int n = 0;
+    g3_error err = {0};
+    if (g3_vulkan_list_devices(d, MAX_PDEV, &n, &err) != G3_OK) {
+        fprintf(f, "vulkan: no devices (%s)\n", err.msg);
+        return 0;
+    }
+    if (n == 0) fprintf(f, "vulkan: the loader found no Vulkan device\n");
+    for (int i = 0; i < n && i < MAX_PDEV; i++) {
+        fprintf(f, "vulkan device %d: %s (%s), Vulkan %u.%u.%u, %.1f GiB device-local, subgroup %u%s%s%s%s\n", i,
+                d[i].name, d[i].type, VK_API_VERSION_MAJOR(d[i].api_version), VK_API_VERSION_MINOR(d[i].api_version),
+                VK_API_VERSION_PATCH(d[i].api_version), (double)d[i].device_local_bytes / (1024.0 * 1024 * 1024),
+                d[i].subgroup_size, d[i].subgroup_arithmetic ? " (reductions)" : "",
+                d[i].driver[0] ? ", driver " : "", d[i].driver,
+                d[i].usable ? (i == 0 ? " [default]" : "") : "");
+        if (!d[i].usable) fprintf(f, "    not usable by gemma3: lacks %s\n", d[i].missing);
+    }
+    return n;
+}
+
+/* ---- the device ---------------------------------------------------------------------------------------------- */
+
+g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
+    memset(vk, 0, sizeof *vk);
+    G3_TRY(open_instance(vk, err));
+    const char *env = getenv("G3_VULKAN_DEVICE");
+    if (env && *env) index = atoi(env);
+    VkPhysicalDevice pd[MAX_PDEV];
+    int n = sorted_devices(vk, pd);
+    if (n == 0) return g3_fail(err, G3_ERR_DEVICE, "vulkan: no Vulkan device found");
+    if (index < 0 || index >= n)
+        return g3_fail(err, G3_ERR_DEVICE, "vulkan: device %d does not exist (%d found; `gemma3 info --devices` lists them)",
+                       index, n);
+    g3_vulkan_device info;
+    describe(vk, pd[index], index, &info);
+    if (!info.usable)
+        return g3_fail(err, G3_ERR_DEVICE, "vulkan: device %d (%s) lacks %s", index, info.name, info.missing);
+    vk->pdev = pd[index];
+    vk->index = index;
+    vk->subgroups = info.subgroup_arithmetic;
+    vk->subgroup_size = info.subgroup_size;
+    const char *st = getenv("G3_VULKAN_STAGING");
+    vk->force_staging = st && *st == '1';
+    vk->vkGetPhysicalDeviceProperties(vk->pdev, &vk->props);
+    vk->vkGetPhysicalDeviceMemoryProperties(vk->pdev, &vk->memp);
+    /* compute queue: prefer a family without graphics (dedicated compute) */
+    uint32_t nq = 0;
+    VkQueueFamilyProperties qf[32];
+    vk->vkGetPhysicalDeviceQueueFamilyProperties(vk->pdev, &nq, NULL);
+    if (nq > 32) nq = 32;
+    vk->vkGetPhysicalDeviceQueueFamilyProperties(vk->pdev, &nq, qf);
+    int fam = -1;
+    for (uint32_t i = 0; i < nq && fam < 0; i++)
+        if ((qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && !(qf[i].queueFlags & VK_QUEUE_GRAPHICS_BIT)) fam = (int)i;
+    for (uint32_t i = 0; i < nq && fam < 0; i++)
+        if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) fam = (int)i;
+    vk->qfam = (uint32_t)fam;
+    float prio = 1.0f;
+    VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = vk->qfam,
+                                   .queueCount = 1, .pQueuePriorities = &prio};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                            .bufferDeviceAddress = VK_TRUE};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+    f2.features.shaderInt64 = VK_TRUE;
+    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f2, .queueCreateInfoCount = 1,
+                              .pQueueCreateInfos = &qci};
+    VkResult r = vk->vkCreateDevice(vk->pdev, &dci, NULL, &vk->dev);
+    if (r != VK_SUCCESS)
+        return g3_fail(err, G3_ERR_DEVICE, "vulkan: cannot create a device on %s (VkResult %d)", info.name, (int)r);
+#define LOAD_DEV(name)                                                                                                 \
+    vk->name = (PFN_##name)vk->vkGetDeviceProcAddr(vk->dev, #name);                                                    \
+    if (!vk->name) return g3_fail(err, G3_ERR_DEVICE, "vulkan: the driver lacks %s", #name);
+    G3VK_DEVICE_FNS(LOAD_DEV)
+#undef LOAD_DEV
+    vk->vkGetDeviceQueue(vk->dev, vk->qfam, 0, &vk->queue);
+    VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                   .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                   .queueFamilyIndex = vk->qfam};
+    G3_TRY(g3vk_check(vk->vkCreateCommandPool(vk->dev, &pci, NULL, &vk->pool), "vkCreateCommandPool", err));
+    VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = vk->pool,
+                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
+    G3_TRY(g3vk_check(vk->vkAllocateCommandBuffers(vk->dev, &cai, &vk->once), "vkAllocateCommandBuffers", err));
+    VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    G3_TRY(g3vk_check(vk->vkCreateFence(vk->dev, &fci, NULL, &vk->fence), "vkCreateFence", err));
+    VkPushConstantRange pcr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = 128};
+    VkPipelineLayoutCreateInfo lci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                      .pushConstantRangeCount = 1, .pPushConstantRanges = &pcr};
+    G3_TRY(g3vk_check(vk->vkCreatePipelineLayout(vk->dev, &lci, NULL, &vk->layout), "vkCreatePipelineLayout", err));
+    VkPipelineCacheCreateInfo cci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+    G3_TRY(g3vk_check(vk->vkCreatePipelineCache(vk->dev, &cci, NULL, &vk->cache), "vkCreatePipelineCache", err));
+    return G3_OK;
+}
+
+void g3vk_deinit(g3vk *vk) {
+    if (vk->dev && vk->vkDestroyDevice && vk->vkDeviceWaitIdle && vk->vkDestroyPipeline && vk->vkDestroyPipelineCache &&
+        vk->vkDestroyPipelineLayout && vk->vkDestroyFence && vk->vkDestroyCommandPool) {
+        vk->vkDeviceWaitIdle(vk->dev);
+        for (int i = 0; i < G3VK_NPIPES; i++)
+            if (vk->pipes[i]) vk->vkDestroyPipeline(vk->dev, vk->pipes[i], NULL);
+        if (vk->cache) vk->vkDestroyPipelineCache(vk->dev, vk->cache, NULL);
+        if (vk->layout) vk->vkDestroyPipelineLayout(vk->dev, vk->layout, NULL);
+        if (vk->fence) vk->vkDestroyFence(vk->dev, vk->fence, NULL);
+        if (vk->pool) vk->vkDestroyCommandPool(vk->dev, vk->pool, NULL);
+        vk->vkDestroyDevice(vk->dev, NULL);
+    }
+    close_instance(vk);
+    memset(vk, 0, sizeof *vk);
+}
+
+/* ---- pipelines ----------------------------------------------------------------------------------------------- */
+
+static const struct {
+    uint32_t type;
+    const char *suffix;
+} types[G3VK_NTYPES] = {{G3_DTYPE_F32, "f32"},   {G3_DTYPE_F16, "f16"},   {G3_DTYPE_BF16, "bf16"}, {G3_DTYPE_Q8_0, "q8_0"},
+                        {G3_DTYPE_Q4_0, "q4_0"}, {G3_DTYPE_Q4_K, "q4_k"}, {G3_DTYPE_Q6_K, "q6_k"}};
+
+int g3vk_type_index(uint32_t type) {
+    for (int i = 0; i < G3VK_NTYPES; i++)
+        if (types[i].type == type) return i;
+    return -1;
+}
+
+const char *g3vk_type_suffix(uint32_t type) {
+    int i = g3vk_type_index(type);
+    return i < 0 ? NULL : types[i].suffix;
+}
+
+static const char *kernel_names[G3VK_K_COUNT] = {"matvec", "matvec_geglu", "matmul", "matmul_geglu", "embed",
+                                                 "qk_rope", "attn", "attn_combine", "add_norm", "gather", "geglu",
+                                                 "test_sincos"};
+
+g3_status g3vk_pipeline(g3vk *vk, int kind, uint32_t type, VkPipeline *out, g3_error *err) {
+    int slot;
+    char name[64];
+    if (kind < G3VK_K_TYPED) {
+        int ti = g3vk_type_index(type);
+        if (ti < 0) return g3_fail(err, G3_ERR_UNSUPPORTED, "vulkan: no kernels for weight type %s",
+                                   g3_dtype_name((g3_dtype)type));
+        slot = kind * G3VK_NTYPES + ti;
+        snprintf(name, sizeof name, "%s_%s%s", kernel_names[kind], types[ti].suffix, vk->subgroups ? "" : "_nosg");
+    } else {
+        slot = G3VK_K_TYPED * G3VK_NTYPES + (kind - G3VK_K_TYPED);
+        snprintf(name, sizeof name, "%s%s", kernel_names[kind], vk->subgroups ? "" : "_nosg");
+    }
+    if (vk->pipes[slot]) {
+        *out = vk->pipes[slot];
+        return G3_OK;
+    }
+    const g3vk_spirv *sp = NULL;
+    for (int i = 0; i < g3vk_spirv_count && !sp; i++)
+        if (!strcmp(g3vk_spirv_table[i].name, name)) sp = &g3vk_spirv_table[i];
+    if (!sp) return g3_fail(err, G3_ERR_DEVICE, "vulkan: shader %s is not in this build", name);
+    VkShaderModuleCreateInfo smi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = sp->size,
+                                    .pCode = sp->code};
+    VkShaderModule mod;
+    G3_TRY(g3vk_check(vk->vkCreateShaderModule(vk->dev, &smi, NULL, &mod), "vkCreateShaderModule", err));
+    VkComputePipelineCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                  .module = mod, .pName = "main"},
+        .layout = vk->layout};
+    VkResult r = vk->vkCreateComputePipelines(vk->dev, vk->cache, 1, &ci, NULL, &vk->pipes[slot]);
+    vk->vkDestroyShaderModule(vk->dev, mod, NULL);
+    if (r != VK_SUCCESS) {
+        vk->pipes[slot] = VK_NULL_HANDLE;
+        return g3_fail(err, G3_ERR_DEVICE, "vulkan: cannot build pipeline %s (VkResult %d)", name, (int)r);
+    }
+    *out = vk->pipes[slot];
+    return G3_OK;
+}
+
+/* ---- buffers ------------------------------------------------------------------------------------------------- */
+
+/* Best memory type among allowed `bits`: all of `need`, as many of `want` as possible, none of `avoid` if it can. */
+static int pick_memory(const g3vk *vk, uint32_t bits, VkMemoryPropertyFlags need, VkMemoryPropertyFlags want,
+                       VkMemoryPropertyFlags avoid) {
+    int best = -1, best_score = -1;
+    for (uint32_t i = 0; i < vk->memp.memoryTypeCount; i++) {
+        VkMemoryPropertyFlags f = vk->memp.memoryTypes[i].propertyFlags;
+        if (!(bits & (1u << i)) || (f & need) != need) continue;
+        int score = 4 * __builtin_popcount(f & want) + ((f & avoid) ? 0 : 2);
+        if (score > best_score) best = (int)i, best_score = score;
+    }
+    return best;
+}
+
+g3_status g3vk_buf_create(g3vk *vk, VkDeviceSize size, g3vk_mem where, const char *what, g3vk_buf *b, g3_error *err) {
+    memset(b, 0, sizeof *b);
+    if (size == 0) size = 256;
+    size = (size + 255) & ~(VkDeviceSize)255;
+    b->size = size;
+    VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size,
+                              .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT,
+                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    VkResult r = vk->vkCreateBuffer(vk->dev, &bci, NULL, &b->buf);
+    if (r != VK_SUCCESS) {
+        b->buf = VK_NULL_HANDLE;
+        return g3_fail(err, r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? G3_ERR_NOMEM
+                                                                                                  : G3_ERR_DEVICE,
+                       "vulkan: cannot create a buffer of %.3f GB for %s (VkResult %d)", (double)size / 1e9, what, (int)r);
+    }
+    VkMemoryRequirements req;
+    vk->vkGetBufferMemoryRequirements(vk->dev, b->buf, &req);
+    const VkMemoryPropertyFlags DL = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, HV = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT,
+                                HC = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, CA = VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
+    int mt = -1;
+    switch (where) {
+    case G3VK_MEM_DEVICE: mt = pick_memory(vk, req.memoryTypeBits, 0, DL, HV); break;
+    case G3VK_MEM_UPLOAD: mt = pick_memory(vk, req.memoryTypeBits, HV | HC, DL, 0); break;
+    case G3VK_MEM_READBACK: mt = pick_memory(vk, req.memoryTypeBits, HV, CA | HC, 0); break;
+    case G3VK_MEM_STAGING: mt = pick_memory(vk, req.memoryTypeBits, HV | HC, 0, DL); break;
+    }
+    if (mt < 0) return g3_fail(err, G3_ERR_DEVICE, "vulkan: no suitable memory type for %s", what);
+    VkMemoryType t = vk->memp.memoryTypes[mt];
+    VkDeviceSize heap = vk->memp.memoryHeaps[t.heapIndex].size;
+    VkMemoryAllocateFlagsInfo afi = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
+                                     .flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT};
+    VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = &afi,
+                                .allocationSize = req.size, .memoryTypeIndex = (uint32_t)mt};
+    r = vk->vkAllocateMemory(vk->dev, &mai, NULL, &b->mem);
+    if (r != VK_SUCCESS) {
+        b->mem = VK_NULL_HANDLE;
+        g3vk_buf_free(vk, b);
+        return g3_fail(err, r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? G3_ERR_NOMEM
+                                                                                                  : G3_ERR_DEVICE,
+                       "vulkan: not enough device memory for %s: %.3f GB more after %.3f GB (heap of %.2f GB; "
+                       "VkResult %d)",
+                       what, (double)req.size / 1e9, (double)vk->allocated / 1e9, (double)heap / 1e9, (int)r);
+    }
+    vk->allocated += req.size;
+    G3_TRY(g3vk_check(vk->vkBindBufferMemory(vk->dev, b->buf, b->mem, 0), "vkBindBufferMemory", err));
+    if (t.propertyFlags & HV) {
+        G3_TRY(g3vk_check(vk->vkMapMemory(vk->dev, b->mem, 0, VK_WHOLE_SIZE, 0, &b->map), "vkMapMemory", err));
+        b->coherent = !!(t.propertyFlags & HC);
+    }
+    VkBufferDeviceAddressInfo ai = {.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, .buffer = b->buf};
+    b->addr = vk->vkGetBufferDeviceAddress(vk->dev, &ai);
+    return G3_OK;
+}
+
+void g3vk_buf_free(g3vk *vk, g3vk_buf *b) {
+    if (!vk->dev) return;
+    if (b->buf) vk->vkDestroyBuffer(vk->dev, b->buf, NULL);
+    if (b->mem) {
+        vk->vkFreeMemory(vk->dev, b->mem, NULL);
+        vk->allocated -= b->size <= vk->allocated ? b->size : vk->allocated;
+    }
+    memset(b, 0, sizeof *b);
+}
+
+/* ---- submissions --------------------------------------------------------------------------------------------- */
+
+g3_status g3vk_once_begin(g3vk *vk, g3_error *err) {
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                   .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    return g3vk_check(vk->vkBeginCommandBuffer(vk->once, &bi), "vkBeginCommandBuffer", err);
+}
+
+g3_status g3vk_once_submit(g3vk *vk, g3_error *err) {
+    G3_TRY(g3vk_check(vk->vkEndCommandBuffer(vk->once), "vkEndCommandBuffer", err));
+    return g3vk_submit_wait(vk, &vk->once, 1, err);
+}
+
+g3_status g3vk_submit_wait(g3vk *vk, const VkCommandBuffer *cbs, int n, g3_error *err) {
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = (uint32_t)n,
+                       .pCommandBuffers = cbs};
+    G3_TRY(g3vk_check(vk->vkResetFences(vk->dev, 1, &vk->fence), "vkResetFences", err));
+    G3_TRY(g3vk_check(vk->vkQueueSubmit(vk->queue, 1, &si, vk->fence), "vkQueueSubmit", err));
+    VkResult r;
+    do r = vk->vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, 1000000000ull);
+    while (r == VK_TIMEOUT);
+    return g3vk_check(r, "vkWaitForFences", err);
+}
+
+void g3vk_barrier(g3vk *vk, VkCommandBuffer cb) {
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT};
+    VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    vk->vkCmdPipelineBarrier(cb, st, st, 0, 1, &mb, 0, NULL, 0, NULL);
+}

@@ -1,0 +1,197 @@
+/* Internals shared by the Vulkan backend's files: the dynamically loaded Vulkan entry points, the device context
+ * (instance, device, queue, one-shot command buffer, pipeline layout and pipelines), buffers reached by their
+ * device addresses, resident weights in the repacked layouts of shaders/dequant.glsl, and the uploader.
+ *
+ * Every shader reads and writes memory through buffer device addresses passed in push constants: there are no
+ * descriptor sets at all, one pipeline layout (128 bytes of push constants) serves every pipeline. */
+#ifndef G3_BACKEND_VULKAN_VK_INTERNAL_H
+#define G3_BACKEND_VULKAN_VK_INTERNAL_H
+
+#define VK_NO_PROTOTYPES
+#include <vulkan/vulkan.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "core/status.h"
+
+#define G3VK_GLOBAL_FNS(X) X(vkCreateInstance) X(vkEnumerateInstanceVersion) X(vkEnumerateInstanceLayerProperties)
+
+#define G3VK_INSTANCE_FNS(X)                                                                                           \
+    X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties)                               \
+    X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceFeatures2) X(vkGetPhysicalDeviceMemoryProperties)          \
+    X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr)
+
+#define G3VK_DEVICE_FNS(X)                                                                                             \
+    X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkCreateBuffer) X(vkDestroyBuffer) X(vkGetBufferMemoryRequirements)      \
+    X(vkAllocateMemory) X(vkFreeMemory) X(vkBindBufferMemory) X(vkMapMemory) X(vkUnmapMemory)                         \
+    X(vkInvalidateMappedMemoryRanges) X(vkFlushMappedMemoryRanges) X(vkGetBufferDeviceAddress)                        \
+    X(vkCreateShaderModule) X(vkDestroyShaderModule) X(vkCreatePipelineLayout) X(vkDestroyPipelineLayout)             \
+    X(vkCreateComputePipelines) X(vkDestroyPipeline) X(vkCreatePipelineCache) X(vkDestroyPipelineCache)               \
+    X(vkCreateCommandPool) X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkFreeCommandBuffers)                \
+    X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkCmdBindPipeline) X(vkCmdPushConstants) X(vkCmdDispatch)         \
+    X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCmdFillBuffer) X(vkQueueSubmit) X(vkCreateFence)                   \
+    X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) X(vkDeviceWaitIdle)
+
+#define G3VK_DECL_FN(name) PFN_##name name;
+
+/* Pipelines: kernels templated on the weight type, then the type-independent ones. */
+enum { G3VK_K_MATVEC, G3VK_K_MATVEC_GEGLU, G3VK_K_MATMUL, G3VK_K_MATMUL_GEGLU, G3VK_K_EMBED, G3VK_K_TYPED };
+enum { G3VK_K_QK_ROPE = G3VK_K_TYPED, G3VK_K_ATTN, G3VK_K_ATTN_COMBINE, G3VK_K_ADD_NORM, G3VK_K_GATHER, G3VK_K_GEGLU,
+       G3VK_K_TEST_SINCOS, G3VK_K_COUNT };
+#define G3VK_NTYPES 7 /* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K */
+#define G3VK_NPIPES (G3VK_K_TYPED * G3VK_NTYPES + (G3VK_K_COUNT - G3VK_K_TYPED))
+
+/* Memory placement of a buffer. */
+typedef enum g3vk_mem {
+    G3VK_MEM_DEVICE,   /* device-local; host-visible only where all memory is (UMA, software) */
+    G3VK_MEM_UPLOAD,   /* host-visible + coherent, device-local if such memory exists (small, read by shaders) */
+    G3VK_MEM_READBACK, /* host-visible, cached if possible (written by shaders, read by the host) */
+    G3VK_MEM_STAGING,  /* host-visible + coherent, for transfers */
+} g3vk_mem;
+
+typedef struct g3vk_buf {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    VkDeviceSize size;
+    VkDeviceAddress addr; /* device address of byte 0 */
+    void *map;            /* persistent mapping when host-visible, else NULL */
+    int coherent;         /* host-coherent (no flush/invalidate needed) */
+} g3vk_buf;
+
+typedef struct g3vk {
+    void *lib; /* dlopen handle of libvulkan.so.1 */
+    PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr;
+    G3VK_GLOBAL_FNS(G3VK_DECL_FN)
+    G3VK_INSTANCE_FNS(G3VK_DECL_FN)
+    G3VK_DEVICE_FNS(G3VK_DECL_FN)
+    VkInstance inst;
+    VkPhysicalDevice pdev;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t qfam;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties memp;
+    int subgroups;          /* subgroup arithmetic in compute shaders: the *_sg pipelines */
+    uint32_t subgroup_size;
+    int force_staging;      /* $G3_VULKAN_STAGING=1: upload through a staging buffer even into mappable memory */
+    VkCommandPool pool;
+    VkCommandBuffer once;   /* one-shot work: uploads, block copies */
+    VkFence fence;
+    VkPipelineLayout layout;
+    VkPipelineCache cache;
+    VkPipeline pipes[G3VK_NPIPES];
+    uint64_t allocated;     /* bytes of device memory allocated so far */
+    int index;              /* position in the device list */
+} g3vk;
+
+/* A weight matrix on the device: n rows of k values in the repacked layout of its type (dequant.glsl). */
+typedef struct g3vk_weight {
+    uint32_t type;
+    int n, k;
+    g3vk_buf buf;
+    uint64_t addr, aux; /* data and (Q8_0, Q4_0, Q6_K) f16 scale array */
+} g3vk_weight;
+
+/* Streams bytes into device buffers: memcpy where the buffer is mapped, through a staging buffer otherwise. */
+typedef struct g3vk_upload {
+    g3vk *vk;
+    g3vk_buf staging;
+    size_t fill;
+    VkBuffer dst;        /* pending copy regions all target one buffer at a time */
+    VkBufferCopy regions[64];
+    int n_regions;
+} g3vk_upload;
+
+/* ---- device (vk_device.c) ------------------------------------------------------------------------------------- */
+/* Loads the loader, creates the instance, picks device `index` of the sorted list (or $G3_VULKAN_DEVICE), creates
+ * the device, queue, command pool, fence and pipeline layout. */
+g3_status g3vk_init(g3vk *vk, int index, g3_error *err);
+void g3vk_deinit(g3vk *vk);
+const char *g3vk_type_suffix(uint32_t type); /* "q8_0", ...; NULL for a type without shaders */
+int g3vk_type_index(uint32_t type);         /* 0..G3VK_NTYPES-1, -1 if unsupported */
+/* The pipeline of kernel `kind` (typed kernels: for weight type `type`), created on first use. */
+g3_status g3vk_pipeline(g3vk *vk, int kind, uint32_t type, VkPipeline *out, g3_error *err);
+g3_status g3vk_buf_create(g3vk *vk, VkDeviceSize size, g3vk_mem where, const char *what, g3vk_buf *b, g3_error *err);
+void g3vk_buf_free(g3vk *vk, g3vk_buf *b);
+/* Starts recording the one-shot command buffer / submits it and waits. */
+g3_status g3vk_once_begin(g3vk *vk, g3_error *err);
+g3_status g3vk_once_submit(g3vk *vk, g3_error *err);
+/* Submits command buffers in order and waits for them. */
+g3_status g3vk_submit_wait(g3vk *vk, const VkCommandBuffer *cbs, int n, g3_error *err);
+/* Compute->compute (and transfer) memory barrier over everything. */
+void g3vk_barrier(g3vk *vk, VkCommandBuffer cb);
+g3_status g3vk_check(VkResult r, const char *what, g3_error *err);
+
+/* ---- weights (vk_weights.c) ----------------------------------------------------------------------------------- */
+g3_status g3vk_upload_begin(g3vk *vk, g3vk_upload *up, g3_error *err);
+g3_status g3vk_upload_write(g3vk_upload *up, g3vk_buf *dst, size_t off, const void *src, size_t len, g3_error *err);
+g3_status g3vk_upload_end(g3vk_upload *up, g3_error *err); /* flushes and frees the staging buffer */
+/* Uploads the rows of n_parts matrices (same type and k) as one matrix: QKV fused into one projection. */
+g3_status g3vk_weight_upload(g3vk_upload *up, const g3_weight *const *parts, int n_parts, const char *what,
+                             g3vk_weight *out, g3_error *err);
+void g3vk_weight_free(g3vk *vk, g3vk_weight *w);
+/* Device bytes the repacked matrix takes (for memory planning). */
+uint64_t g3vk_weight_bytes(uint32_t type, int64_t n, int64_t k);
+
+/* ---- embedded SPIR-V (generated at build time) ---------------------------------------------------------------- */
+typedef struct g3vk_spirv {
+    const char *name;
+    const uint32_t *code;
+    size_t size; /* bytes */
+} g3vk_spirv;
+extern const g3vk_spirv g3vk_spirv_table[];
+extern const int g3vk_spirv_count;
+
+/* ---- push constants (layouts match the shaders' push_constant blocks) ----------------------------------------- */
+typedef struct pc_matmul {
+    uint64_t w, waux, w2, w2aux, x, y, params;
+    uint32_t N, K, ldx, ldy, nrows_idx, mode;
+    float cap;
+} pc_matmul;
+
+typedef struct pc_embed {
+    uint64_t e, eaux, h, x, w, params;
+    uint32_t H;
+    float scale, eps;
+} pc_embed;
+
+typedef struct pc_add_norm {
+    uint64_t t, h, x, w1, w2, params;
+    uint32_t H;
+    float eps;
+} pc_add_norm;
+
+typedef struct pc_gather {
+    uint64_t x, xo, params;
+    uint32_t H;
+} pc_gather;
+
+typedef struct pc_geglu {
+    uint64_t gate, up, params;
+    uint32_t F;
+} pc_geglu;
+
+typedef struct pc_qk_rope {
+    uint64_t qkv, kv, params, qn, kn, invf;
+    uint32_t ld, NH, KVH, D, B, li, block_floats, table;
+    float eps;
+} pc_qk_rope;
+
+typedef struct pc_attn {
+    uint64_t q, kv, out, part, params;
+    uint32_t ld, NH, KVH, D, B, li, block_floats, table, window, chunk_len, n_chunks, mode, out_ld;
+    float scale, cap;
+} pc_attn;
+
+typedef struct pc_attn_combine {
+    uint64_t out, part, params;
+    uint32_t NH, D, window, chunk_len, n_chunks, out_ld;
+} pc_attn_combine;
+
+/* Per-step parameter block (int32 indices; the shaders' P_* in common.glsl). */
+enum { G3VK_P_NROWS = 0, G3VK_P_NOUT = 1, G3VK_P_OUTBASE = 2, G3VK_P_TOK = 4, G3VK_P_POS = 5, G3VK_P_SEQ = 6,
+       G3VK_P_OUT = 7, G3VK_P_BTG = 8, G3VK_P_BTL = 9, G3VK_P_BPS = 10, G3VK_P_HEADER = 16 };
+
+#endif

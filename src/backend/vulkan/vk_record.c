@@ -1,0 +1,196 @@
+/* Recording of the forward into command buffers, once, at create. Every dispatch takes its addresses and sizes
+ * from push constants fixed at record time and the per-step values (rows, positions, block tables) from the
+ * parameter block, so the same command buffers are re-submitted every step. Rows beyond n_rows exit early.
+ *
+ * Body, per layer (rows R of the bucket; dispatch grids in brackets):
+ *   embed+norm [R]  ->  QKV projection  ->  QK-norm+rope+KV write [NH+KVH, R]  ->  attention [chunks, NH, R]
+ *   (+ combine [NH, R] for split decode)  ->  Wo  ->  post-norm + residual + pre-FFN norm [R]
+ *   ->  gate/up + GeGLU  ->  down  ->  post-norm + residual + next norm [R]
+ * Head: gather the wanted rows [lch] -> logits = x E^T (softcap) into host-visible memory. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/vulkan/vk_backend.h"
+
+typedef struct rec {
+    g3_backend *b;
+    VkCommandBuffer cb;
+    g3_error *err;
+    g3_status rc;
+} rec;
+
+static void bind(rec *r, int kind, uint32_t type) {
+    VkPipeline p;
+    if (r->rc) return;
+    r->rc = g3vk_pipeline(&r->b->vk, kind, type, &p, r->err);
+    if (r->rc == G3_OK) r->b->vk.vkCmdBindPipeline(r->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p);
+}
+
+static void push_dispatch(rec *r, const void *pc, size_t size, uint32_t gx, uint32_t gy, uint32_t gz) {
+    if (r->rc) return;
+    g3vk *vk = &r->b->vk;
+    vk->vkCmdPushConstants(r->cb, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)size, pc);
+    vk->vkCmdDispatch(r->cb, gx, gy, gz);
+}
+
+static void barrier(rec *r) {
+    if (!r->rc) g3vk_barrier(&r->b->vk, r->cb);
+}
+
+static uint32_t cdiv(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
+
+/* y[row][ldy] = x W^T (+ GeGLU with W2): matvec for small buckets, tiled matmul otherwise. */
+static void matmul(rec *r, int rows, const g3vk_weight *w, const g3vk_weight *w2, uint64_t x, uint32_t ldx,
+                   uint64_t y, uint32_t ldy, int nrows_idx, int softcap) {
+    g3_backend *b = r->b;
+    int small = rows <= G3VK_MV_ROWS;
+    int kind = small ? (w2 ? G3VK_K_MATVEC_GEGLU : G3VK_K_MATVEC) : (w2 ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL);
+    bind(r, kind, w->type);
+    pc_matmul pc = {.w = w->addr, .waux = w->aux, .w2 = w2 ? w2->addr : 0, .w2aux = w2 ? w2->aux : 0, .x = x,
+                    .y = y, .params = b->params.addr, .N = (uint32_t)w->n, .K = (uint32_t)w->k, .ldx = ldx,
+                    .ldy = ldy, .nrows_idx = (uint32_t)nrows_idx, .mode = softcap ? 1u : 0u,
+                    .cap = b->m->cfg.final_softcap};
+    if (small) {
+        uint32_t groups = w2 ? (uint32_t)w->n : cdiv((uint64_t)w->n, 2);
+        uint32_t gx = groups < 32768 ? groups : 32768;
+        push_dispatch(r, &pc, sizeof pc, gx, cdiv(groups, gx), 1);
+    } else {
+        push_dispatch(r, &pc, sizeof pc, cdiv((uint64_t)w->n, w2 ? 32 : 64), cdiv((uint64_t)rows, 64), 1);
+    }
+}
+
+static void add_norm(rec *r, int rows, uint64_t w1, uint64_t w2) {
+    g3_backend *b = r->b;
+    bind(r, G3VK_K_ADD_NORM, 0);
+    pc_add_norm pc = {.t = b->a_t, .h = b->a_h, .x = b->a_x, .w1 = w1, .w2 = w2, .params = b->params.addr,
+                      .H = (uint32_t)b->m->cfg.hidden, .eps = b->m->cfg.rms_eps};
+    push_dispatch(r, &pc, sizeof pc, (uint32_t)rows, 1, 1);
+}
+
+static void layer(rec *r, int rows, int l) {
+    g3_backend *b = r->b;
+    const g3_config *c = &b->m->cfg;
+    const vk_layer *L = &b->layers[l];
+    uint32_t H = (uint32_t)c->hidden, F = (uint32_t)c->ffn, D = (uint32_t)c->head_dim;
+    uint32_t NH = (uint32_t)c->n_heads, KVH = (uint32_t)c->n_kv_heads, Q = NH * D, KV = KVH * D;
+    uint32_t LD = Q + 2 * KV;
+    /* QKV projection */
+    if (L->fused_qkv) {
+        matmul(r, rows, &L->qkv, NULL, b->a_x, H, b->a_qkv, LD, G3VK_P_NROWS, 0);
+    } else {
+        matmul(r, rows, &L->q, NULL, b->a_x, H, b->a_qkv, LD, G3VK_P_NROWS, 0);
+        matmul(r, rows, &L->k, NULL, b->a_x, H, b->a_qkv + 4ull * Q, LD, G3VK_P_NROWS, 0);
+        matmul(r, rows, &L->v, NULL, b->a_x, H, b->a_qkv + 4ull * (Q + KV), LD, G3VK_P_NROWS, 0);
+    }
+    barrier(r);
+    /* QK-norm, rope, K/V into the cache */
+    bind(r, G3VK_K_QK_ROPE, 0);
+    pc_qk_rope pq = {.qkv = b->a_qkv, .kv = b->kv[L->kind].addr, .params = b->params.addr, .qn = L->n_q, .kn = L->n_k,
+                     .invf = b->inv_freq[L->kind], .ld = LD, .NH = NH, .KVH = KVH, .D = D,
+                     .B = (uint32_t)b->cfg.kv_block, .li = (uint32_t)L->li,
+                     .block_floats = (uint32_t)b->block_floats[L->kind], .table = (uint32_t)L->kind,
+                     .eps = c->rms_eps};
+    push_dispatch(r, &pq, sizeof pq, NH + KVH, (uint32_t)rows, 1);
+    barrier(r);
+    /* attention */
+    int split = rows <= G3VK_MV_ROWS;
+    bind(r, G3VK_K_ATTN, 0);
+    pc_attn pa = {.q = b->a_qkv, .kv = b->kv[L->kind].addr, .out = b->a_att, .part = b->a_part,
+                  .params = b->params.addr, .ld = LD, .NH = NH, .KVH = KVH, .D = D, .B = (uint32_t)b->cfg.kv_block,
+                  .li = (uint32_t)L->li, .block_floats = (uint32_t)b->block_floats[L->kind],
+                  .table = (uint32_t)L->kind, .window = L->kind ? (uint32_t)c->sliding_window : 0u,
+                  .chunk_len = split ? (uint32_t)b->chunk_len : (uint32_t)b->ctx,
+                  .n_chunks = split ? (uint32_t)b->n_chunks : 1u, .mode = split ? 1u : 0u, .out_ld = Q,
+                  .scale = 1.0f / sqrtf(c->query_pre_attn_scalar), .cap = c->attn_softcap};
+    push_dispatch(r, &pa, sizeof pa, pa.n_chunks, NH, (uint32_t)rows);
+    barrier(r);
+    if (split) {
+        bind(r, G3VK_K_ATTN_COMBINE, 0);
+        pc_attn_combine pcmb = {.out = b->a_att, .part = b->a_part, .params = b->params.addr, .NH = NH, .D = D,
+                                .window = pa.window, .chunk_len = pa.chunk_len, .n_chunks = pa.n_chunks, .out_ld = Q};
+        push_dispatch(r, &pcmb, sizeof pcmb, NH, (uint32_t)rows, 1);
+        barrier(r);
+    }
+    /* output projection, post-attention norm + residual, pre-FFN norm */
+    matmul(r, rows, &L->wo, NULL, b->a_att, Q, b->a_t, H, G3VK_P_NROWS, 0);
+    barrier(r);
+    add_norm(r, rows, L->n_post_attn, L->n_pre_ffn);
+    barrier(r);
+    /* MLP */
+    if (L->fused_geglu) {
+        matmul(r, rows, &L->gate, &L->up, b->a_x, H, b->a_gate, F, G3VK_P_NROWS, 0);
+    } else {
+        matmul(r, rows, &L->gate, NULL, b->a_x, H, b->a_gate, F, G3VK_P_NROWS, 0);
+        matmul(r, rows, &L->up, NULL, b->a_x, H, b->a_up, F, G3VK_P_NROWS, 0);
+        barrier(r);
+        bind(r, G3VK_K_GEGLU, 0);
+        pc_geglu pg = {.gate = b->a_gate, .up = b->a_up, .params = b->params.addr, .F = F};
+        push_dispatch(r, &pg, sizeof pg, cdiv(F, 256), (uint32_t)rows, 1);
+    }
+    barrier(r);
+    matmul(r, rows, &L->down, NULL, b->a_gate, F, b->a_t, H, G3VK_P_NROWS, 0);
+    barrier(r);
+    /* post-FFN norm + residual, then the next layer's input norm (or the final norm) */
+    add_norm(r, rows, L->n_post_ffn, l + 1 < c->n_layers ? b->layers[l + 1].n_in : b->n_final);
+    barrier(r);
+}
+
+static g3_status begin(rec *r, VkCommandBuffer cb) {
+    r->cb = cb;
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    G3_TRY(g3vk_check(r->b->vk.vkBeginCommandBuffer(cb, &bi), "vkBeginCommandBuffer", r->err));
+    barrier(r); /* earlier submissions' writes (uploads, block copies, the previous step) before this one */
+    return G3_OK;
+}
+
+static g3_status end(rec *r) {
+    if (r->rc) return r->rc;
+    /* shader writes -> host reads (logits) */
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
+    r->b->vk.vkCmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb,
+                                  0, NULL, 0, NULL);
+    return g3vk_check(r->b->vk.vkEndCommandBuffer(r->cb), "vkEndCommandBuffer", r->err);
+}
+
+static g3_status record_body(g3_backend *b, VkCommandBuffer cb, int rows, g3_error *err) {
+    rec r = {.b = b, .err = err};
+    G3_TRY(begin(&r, cb));
+    const g3_config *c = &b->m->cfg;
+    bind(&r, G3VK_K_EMBED, b->embed.type);
+    pc_embed pe = {.e = b->embed.addr, .eaux = b->embed.aux, .h = b->a_h, .x = b->a_x, .w = b->layers[0].n_in,
+                   .params = b->params.addr, .H = (uint32_t)c->hidden, .scale = c->embed_scale, .eps = c->rms_eps};
+    push_dispatch(&r, &pe, sizeof pe, (uint32_t)rows, 1, 1);
+    barrier(&r);
+    for (int l = 0; l < c->n_layers; l++) layer(&r, rows, l);
+    return end(&r);
+}
+
+static g3_status record_head(g3_backend *b, VkCommandBuffer cb, int rows, g3_error *err) {
+    rec r = {.b = b, .err = err};
+    G3_TRY(begin(&r, cb));
+    const g3_config *c = &b->m->cfg;
+    bind(&r, G3VK_K_GATHER, 0);
+    pc_gather pg = {.x = b->a_x, .xo = b->a_xo, .params = b->params.addr, .H = (uint32_t)c->hidden};
+    push_dispatch(&r, &pg, sizeof pg, (uint32_t)rows, 1, 1);
+    barrier(&r);
+    matmul(&r, rows, &b->embed, NULL, b->a_xo, (uint32_t)c->hidden, b->logits.addr, (uint32_t)c->vocab, G3VK_P_NOUT,
+           c->final_softcap > 0);
+    return end(&r);
+}
+
+g3_status g3vk_record_all(g3_backend *b, g3_error *err) {
+    g3vk *vk = &b->vk;
+    uint32_t n = (uint32_t)b->n_buckets + 2;
+    VkCommandBuffer cbs[G3VK_MAX_BUCKETS + 2];
+    VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = vk->pool,
+                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = n};
+    G3_TRY(g3vk_check(vk->vkAllocateCommandBuffers(vk->dev, &cai, cbs), "vkAllocateCommandBuffers", err));
+    for (int i = 0; i < b->n_buckets; i++) b->body[i] = cbs[i];
+    b->head[0] = cbs[b->n_buckets], b->head[1] = cbs[b->n_buckets + 1];
+    for (int i = 0; i < b->n_buckets; i++) G3_TRY(record_body(b, b->body[i], b->bucket_rows[i], err));
+    int small = b->lch < G3VK_MV_ROWS ? b->lch : G3VK_MV_ROWS;
+    G3_TRY(record_head(b, b->head[0], small, err));
+    G3_TRY(record_head(b, b->head[1], b->lch, err));
+    return G3_OK;
+}

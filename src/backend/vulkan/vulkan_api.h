@@ -1,0 +1,53 @@
+/* The Vulkan backend seen from outside: its g3_backend_ops table, the device list behind `gemma3 info --devices`
+ * and `--device N`, and test hooks that run single kernels on host data.
+ *
+ * Devices are listed best first (discrete GPUs, then integrated, virtual, other, and CPU implementations such as
+ * Mesa's lavapipe last); g3_backend_cfg.device is an index into that list, so the default 0 is the best device.
+ * $G3_VULKAN_DEVICE=N overrides the index. The Vulkan loader (libvulkan.so.1) is opened at run time: a build with
+ * this backend runs unchanged where Vulkan is missing, and create() then fails with G3_ERR_DEVICE.
+ *
+ * Environment: G3_VULKAN_DEVICE=N (device index), G3_VULKAN_STAGING=1 (upload through a staging buffer even where
+ * device memory is host-visible; for tests), G3_VULKAN_VALIDATE=1 (enable VK_LAYER_KHRONOS_validation if present). */
+#ifndef G3_BACKEND_VULKAN_VULKAN_API_H
+#define G3_BACKEND_VULKAN_VULKAN_API_H
+
+#include <stdio.h>
+
+#include "backend/backend.h"
+
+extern const g3_backend_ops g3_backend_vulkan;
+
+typedef struct g3_vulkan_device {
+    int index;                /* position in the list: what g3_backend_cfg.device / --device select */
+    char name[256];
+    const char *type;         /* "discrete", "integrated", "virtual", "cpu", "other" */
+    uint32_t api_version;     /* VK_MAKE_API_VERSION encoded */
+    uint32_t vendor_id, device_id;
+    char driver[256];         /* driver name and info where the device reports them */
+    uint64_t device_local_bytes; /* size of the largest device-local heap */
+    uint32_t subgroup_size;
+    int subgroup_arithmetic;  /* subgroup reductions in compute shaders */
+    int usable;               /* has everything this backend needs */
+    char missing[160];        /* what it lacks when !usable */
+} g3_vulkan_device;
+
+/* Fills up to max entries (best first) and sets *n to the number of devices found (may exceed max).
+ * G3_ERR_DEVICE when the loader cannot be opened or no instance can be created; *n = 0 then. */
+g3_status g3_vulkan_list_devices(g3_vulkan_device *out, int max, int *n, g3_error *err);
+/* Prints the list as `gemma3 info --devices` shows it; returns the number of devices (0 when none/no loader). */
+int g3_vulkan_print_devices(FILE *f);
+/* Name of the device a backend runs on. */
+const char *g3_vulkan_device_name(const g3_backend *b);
+
+/* ---- test hooks ------------------------------------------------------------------------------------------ */
+/* y = x W^T for m rows (float32 [m][k]) of weights w (n rows of k values stored as `type`, GGUF block layout),
+ * by the kernel the forward uses for m rows (matvec when m <= 8, tiled matmul otherwise, or as forced by
+ * path: 0 auto, 1 matvec, 2 matmul). geglu: W2 (same shape and type) is the up projection and y = gelu(x W^T) *
+ * (x W2^T). y: [m][n]. */
+g3_status g3_vulkan_test_matmul(uint32_t type, const void *w, const void *w2, int n, int k, const float *x, int m,
+                                int path, float *y, g3_error *err);
+
+/* sin/cos of float32 angles as the rope shader computes them (for precision tests). */
+g3_status g3_vulkan_test_sincos(const float *angle, int n, float *s, float *c, g3_error *err);
+
+#endif

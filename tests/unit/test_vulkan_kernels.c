@@ -1,0 +1,145 @@
+/* Vulkan kernels against CPU references: the device list, matrix products of every weight type through both the
+ * matvec (decode) and tiled matmul (prefill) kernels, plain and fused GeGLU, and the rope shader's sin/cos at
+ * large angles. Runs on any Vulkan device (Mesa's lavapipe in CI); skipped only when no Vulkan device exists. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/vulkan/vulkan_api.h"
+#include "model/dtype.h"
+#include "testutil.h"
+
+static int have_device(void) {
+    g3_vulkan_device d[8];
+    int n = 0;
+    g3_error err = {0};
+    if (g3_vulkan_list_devices(d, 8, &n, &err) != G3_OK || n == 0) {
+        printf("  no Vulkan device (%s): skipped\n", err.msg[0] ? err.msg : "none found");
+        return 0;
+    }
+    return 1;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+static void test_list_devices(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    g3_vulkan_device d[8];
+    int n = 0;
+    g3_error err = {0};
+    assert_int_equal(g3_vulkan_list_devices(d, 8, &n, &err), G3_OK);
+    assert_true(n >= 1);
+    int usable = 0;
+    for (int i = 0; i < n && i < 8; i++) {
+        assert_int_equal(d[i].index, i);
+        assert_true(d[i].name[0] != 0);
+        usable += d[i].usable;
+        if (i > 0) { /* best first: a CPU implementation never precedes a GPU */
+            int gpu_prev = strcmp(d[i - 1].type, "cpu") != 0;
+            int gpu_cur = strcmp(d[i].type, "cpu") != 0;
+            assert_true(gpu_prev || !gpu_cur);
+        }
+    }
+    assert_true(usable >= 1);
+    assert_true(g3_vulkan_print_devices(stdout) == n);
+}
+
+/* Random weights of `type`, n rows of k, plus their dequantized floats. */
+static void *make_weights(uint32_t type, int n, int k, float **deq) {
+    size_t rb = g3_row_bytes(type, k);
+    uint8_t *w = malloc(rb * (size_t)n);
+    float *row = malloc(sizeof(float) * (size_t)k);
+    *deq = malloc(sizeof(float) * (size_t)n * (size_t)k);
+    g3_error err = {0};
+    for (int r = 0; r < n; r++) {
+        for (int i = 0; i < k; i++) row[i] = frand() * (1.0f + (float)(i % 7)); /* uneven block scales */
+        assert_int_equal(g3_quantize_row(type, row, w + (size_t)r * rb, k, &err), G3_OK);
+        g3_dequant_row(type, w + (size_t)r * rb, *deq + (size_t)r * k, k);
+    }
+    free(row);
+    return w;
+}
+
+static void check_matmul(uint32_t type, int n, int k, int m, int path, int geglu) {
+    float *deq, *deq2 = NULL;
+    void *w = make_weights(type, n, k, &deq);
+    void *w2 = geglu ? make_weights(type, n, k, &deq2) : NULL;
+    float *x = malloc(sizeof(float) * (size_t)m * k), *y = malloc(sizeof(float) * (size_t)m * n);
+    for (int i = 0; i < m * k; i++) x[i] = frand();
+    g3_error err = {0};
+    if (g3_vulkan_test_matmul(type, w, w2, n, k, x, m, path, y, &err) != G3_OK) fail_msg("%s", err.msg);
+    double worst = 0;
+    for (int r = 0; r < m; r++)
+        for (int c = 0; c < n; c++) {
+            double a = 0, mag = 0, a2 = 0;
+            for (int i = 0; i < k; i++) {
+                a += (double)x[(size_t)r * k + i] * deq[(size_t)c * k + i];
+                mag += fabs((double)x[(size_t)r * k + i] * deq[(size_t)c * k + i]);
+                if (geglu) a2 += (double)x[(size_t)r * k + i] * deq2[(size_t)c * k + i];
+            }
+            if (geglu) {
+                double g = 0.5 * a * (1 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
+                mag = mag * (1 + fabs(a2)) + fabs(g) * fabs(a2);
+                a = g * a2;
+            }
+            double d = fabs(y[(size_t)r * n + c] - a) / (mag + 1e-6);
+            if (d > worst || isnan(d)) worst = isnan(d) ? INFINITY : d;
+        }
+    printf("  %-5s n %d k %d m %d %s%s: max error %.2e (relative to sum |x w|)\n", g3_dtype_name((g3_dtype)type), n, k,
+           m, path == 1 ? "matvec" : "matmul", geglu ? " geglu" : "", worst);
+    if (!(worst < 2e-5)) fail_msg("%s: result differs from the reference by %.3g", g3_dtype_name((g3_dtype)type), worst);
+    free(w), free(w2), free(deq), free(deq2), free(x), free(y);
+}
+
+static void test_matmul_all_types(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    static const uint32_t types[] = {G3_DTYPE_F32, G3_DTYPE_F16, G3_DTYPE_BF16, G3_DTYPE_Q8_0,
+                                     G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        int k = types[t] == G3_DTYPE_Q4_K || types[t] == G3_DTYPE_Q6_K ? 512 : 160;
+        check_matmul(types[t], 37, k, 1, 1, 0);  /* odd n: the last matvec workgroup has one channel */
+        check_matmul(types[t], 70, k, 8, 1, 0);
+        check_matmul(types[t], 70, k, 5, 1, 1);
+        check_matmul(types[t], 70, k, 70, 2, 0); /* partial 64x64 tiles in both directions */
+        check_matmul(types[t], 45, k, 9, 2, 1);
+    }
+}
+
+static void test_sincos_large_angles(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    enum { N = 4096 };
+    float *a = malloc(sizeof(float) * N), *s = malloc(sizeof(float) * N), *c = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) { /* positions up to 131072 times rope frequencies in (0, 1] */
+        int pos = (int)((unsigned)i * 2654435761u % 131072u);
+        float inv = 1.0f / powf(10000.0f, (float)(2 * (i % 64)) / 128.0f);
+        a[i] = i < 16 ? (float)i * 0.4f - 3.0f : (float)pos * inv;
+    }
+    g3_error err = {0};
+    if (g3_vulkan_test_sincos(a, N, s, c, &err) != G3_OK) fail_msg("%s", err.msg);
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        double es = fabs(s[i] - sin((double)a[i])), ec = fabs(c[i] - cos((double)a[i]));
+        if (es > worst) worst = es;
+        if (ec > worst) worst = ec;
+    }
+    printf("  sin/cos of %d angles up to 1.3e5 rad: max absolute error %.2e\n", N, worst);
+    assert_true(worst < 2e-6);
+    free(a), free(s), free(c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_list_devices),
+        cmocka_unit_test(test_matmul_all_types),
+        cmocka_unit_test(test_sincos_large_angles),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
