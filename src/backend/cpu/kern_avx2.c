@@ -173,7 +173,8 @@ AI void mk_q4_0(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
 
 static void tile_q4_0(const g3_tile *t) { G3_TILE_WALK(t, mk_q4_0, 3, 3, 4); }
 
-G3_KQUANT_TILES(tile)
+G3_Q4K_TILE(tile_q4_k)
+G3_Q6K_TILE(tile_q6_k)
 
 static const g3_kernel_set set_avx2 = {
     .name = "avx2",

@@ -14,7 +14,7 @@
 #define AI static inline __attribute__((always_inline))
 
 /* Largest micro-kernel shape: arrays are sized for it, and the compile-time MR x NR part is used. */
-#define G3_MRX 4
+#define G3_MRX 8
 #define G3_NRX 4
 
 AI float hsum256(__m256 v) {
@@ -41,7 +41,7 @@ AI float f16_at(const uint8_t *p) {
     return _cvtsh_ss(h);
 }
 
-/* Walks a tile: groups of NRP weight rows (outer, stay in L1) x groups of MRP activation rows (inner). The
+/* Walks a tile (MRP <= 8): groups of NRP weight rows (outer, stay in L1) x groups of MRP activation rows (inner). The
  * micro-kernel MK(t, i0, j0, MR, NR) gets literal shapes so that its accumulators live in registers. A single
  * activation row (decode) uses NRD weight rows per call. */
 #define G3_TILE_WALK(t, MK, MRP, NRP, NRD)                                                                      \
@@ -57,6 +57,10 @@ AI float f16_at(const uint8_t *p) {
             int i_ = 0;                                                                                         \
             for (; i_ + (MRP) <= (t)->nx; i_ += (MRP)) MK(t, i_, j_, MRP, NRP);                                 \
             switch ((t)->nx - i_) {                                                                             \
+            case 7: MK(t, i_, j_, 7, NRP); break;                                                               \
+            case 6: MK(t, i_, j_, 6, NRP); break;                                                               \
+            case 5: MK(t, i_, j_, 5, NRP); break;                                                               \
+            case 4: MK(t, i_, j_, 4, NRP); break;                                                               \
             case 3: MK(t, i_, j_, 3, NRP); break;                                                               \
             case 2: MK(t, i_, j_, 2, NRP); break;                                                               \
             case 1: MK(t, i_, j_, 1, NRP); break;                                                               \
@@ -86,12 +90,12 @@ AI void q4k_unpack_scales(const uint8_t *s, int16_t sc[8], int16_t mn[8]) {
 AI void mk_q4_k(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
     (void)NR;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[4], accm[4];
+    __m256 acc[G3_MRX], accm[G3_MRX];
     _Pragma("GCC unroll 8")
     for (int r = 0; r < MR; r++) acc[r] = accm[r] = _mm256_setzero_ps();
     const g3_block_q4_k *wb = (const g3_block_q4_k *)(t->w + (size_t)j0 * t->ws);
-    const int8_t *xq[4];
-    const uint8_t *xd[4], *xe[4];
+    const int8_t *xq[G3_MRX];
+    const uint8_t *xd[G3_MRX], *xe[G3_MRX];
     _Pragma("GCC unroll 8")
     for (int r = 0; r < MR; r++) {
         size_t o = (size_t)(i0 + r) * t->xs;
@@ -133,12 +137,12 @@ AI void mk_q4_k(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
 AI void mk_q6_k(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
     (void)NR;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
-    __m256 acc[4];
+    __m256 acc[G3_MRX];
     _Pragma("GCC unroll 8")
     for (int r = 0; r < MR; r++) acc[r] = _mm256_setzero_ps();
     const g3_block_q6_k *wb = (const g3_block_q6_k *)(t->w + (size_t)j0 * t->ws);
-    const int8_t *xq[4];
-    const uint8_t *xd[4], *xe[4];
+    const int8_t *xq[G3_MRX];
+    const uint8_t *xd[G3_MRX], *xe[G3_MRX];
     _Pragma("GCC unroll 8")
     for (int r = 0; r < MR; r++) {
         size_t o = (size_t)(i0 + r) * t->xs;
@@ -188,8 +192,7 @@ AI void mk_q6_k(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
     for (int r = 0; r < MR; r++) put_y(t, i0 + r, j0, hsum256(acc[r]));
 }
 
-#define G3_KQUANT_TILES(prefix)                                                                                 \
-    static void prefix##_q4_k(const g3_tile *t) { G3_TILE_WALK(t, mk_q4_k, 4, 1, 1); }                         \
-    static void prefix##_q6_k(const g3_tile *t) { G3_TILE_WALK(t, mk_q6_k, 4, 1, 1); }
+#define G3_Q4K_TILE(name) static void name(const g3_tile *t) { G3_TILE_WALK(t, mk_q4_k, 4, 1, 1); }
+#define G3_Q6K_TILE(name) static void name(const g3_tile *t) { G3_TILE_WALK(t, mk_q6_k, 4, 1, 1); }
 
 #endif
