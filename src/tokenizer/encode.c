@@ -203,18 +203,55 @@ static void note_rev(enc *e, int32_t id, uint32_t left_len) {
     e->rev[e->n_rev++] = (revm){id, left_len};
 }
 
+/* The merge of adjacent symbols left and right, if their concatenation is a piece a merge may produce: its id
+ * (score in *score), else -1. Records the split of UNUSED pieces in the order the library queues pairs. */
+static inline int32_t candidate(enc *e, int32_t left, int32_t right, float *score) {
+    const sym *l = &e->s[left], *r = &e->s[right];
+    if (l->frozen || r->frozen) return -1;
+    const g3_tokenizer *t = e->t;
+    int32_t id = g3_tok_lookup(t, t->norm_slots, t->norm_mask, (const char *)e->norm + l->start, l->len + r->len);
+    if (id < 0) return -1;
+    const g3_tok_piece *p = &t->pieces[id];
+    if (p->special && !e->parse_special) return -1; /* a marker is never produced from plain text */
+    if (p->type == G3_PIECE_UNUSED) note_rev(e, id, l->len);
+    *score = p->score;
+    return id;
+}
+
 static inline void maybe_add(enc *e, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
-    const sym *l = &e->s[left], *r = &e->s[right];
-    if (l->frozen || r->frozen) return;
-    const g3_tokenizer *t = e->t;
-    uint32_t size = l->len + r->len;
-    int32_t id = g3_tok_lookup(t, t->norm_slots, t->norm_mask, (const char *)e->norm + l->start, size);
-    if (id < 0) return;
-    const g3_tok_piece *p = &t->pieces[id];
-    if (p->special && !e->parse_special) return; /* a marker is never produced from plain text */
-    heap_push(&e->h, (pair){p->score, left, right, size, id});
-    if (p->type == G3_PIECE_UNUSED) note_rev(e, id, l->len);
+    float sc;
+    int32_t id = candidate(e, left, right, &sc);
+    if (id >= 0) heap_push(&e->h, (pair){sc, left, right, e->s[left].len + e->s[right].len, id});
+}
+
+static inline void merge(sym *s, int32_t left, int32_t id) {
+    sym *l = &s[left], *r = &s[l->next];
+    l->len += r->len;
+    l->id = id;
+    if (r->next >= 0) s[r->next].prev = left;
+    l->next = r->next;
+    r->len = 0;
+}
+
+/* BPE on a stretch of at most SMALL symbols: the best current pair found by a scan instead of a heap (the
+ * library's heap, after skipping stale entries, yields exactly the best current pair, leftmost on ties). */
+#define SMALL 32
+static void bpe_small(enc *e, int32_t cs, int32_t ce) {
+    sym *s = e->s;
+    float sc[SMALL];
+    int32_t pid[SMALL]; /* candidate merge of symbol cs+k with its right neighbour */
+    for (int32_t i = cs; i < ce; i++) pid[i - cs] = i + 1 < ce ? candidate(e, i, i + 1, &sc[i - cs]) : -1;
+    for (;;) {
+        int32_t best = -1;
+        for (int32_t i = cs; i >= 0; i = s[i].next)
+            if (pid[i - cs] >= 0 && (best < 0 || sc[i - cs] > sc[best - cs])) best = i;
+        if (best < 0) return;
+        merge(s, best, pid[best - cs]);
+        int32_t pv = s[best].prev, nx = s[best].next;
+        if (pv >= 0) pid[pv - cs] = candidate(e, pv, best, &sc[pv - cs]);
+        pid[best - cs] = nx >= 0 ? candidate(e, best, nx, &sc[best - cs]) : -1;
+    }
 }
 
 /* Final symbol -> ids: the library's PieceToId, resegmentation of UNUSED pieces, byte fallback of unknowns. */
@@ -340,19 +377,19 @@ g3_status g3_tok_encode(const g3_tokenizer *t, const char *text, size_t len, int
             s[i].prev = i == cs ? -1 : i - 1;
             s[i].next = i + 1 == ce ? -1 : i + 1;
         }
-        e.h.n = 0;
-        for (int32_t i = cs + 1; i < ce; i++) maybe_add(&e, i - 1, i);
-        while (e.h.n && e.rc == G3_OK) {
-            pair top = heap_pop(&e.h);
-            sym *l = &s[top.left], *r = &s[top.right];
-            if (l->len == 0 || r->len == 0 || l->len + r->len != top.size) continue; /* stale */
-            l->len += r->len;
-            l->id = top.id;
-            l->next = r->next;
-            if (r->next >= 0) s[r->next].prev = top.left;
-            r->len = 0;
-            maybe_add(&e, l->prev, top.left);
-            maybe_add(&e, top.left, l->next);
+        if (ce - cs <= SMALL) {
+            bpe_small(&e, cs, ce);
+        } else {
+            e.h.n = 0;
+            for (int32_t i = cs + 1; i < ce; i++) maybe_add(&e, i - 1, i);
+            while (e.h.n && e.rc == G3_OK) {
+                pair top = heap_pop(&e.h);
+                sym *l = &s[top.left], *r = &s[top.right];
+                if (l->len == 0 || r->len == 0 || l->len + r->len != top.size) continue; /* stale */
+                merge(s, top.left, top.id);
+                maybe_add(&e, l->prev, top.left);
+                maybe_add(&e, top.left, l->next);
+            }
         }
         rc = e.rc;
         for (int32_t i = cs; i >= 0 && rc == G3_OK; i = s[i].next)
