@@ -60,6 +60,7 @@ int g3_cli_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *model_name = NULL, *backend = "auto";
     int port = 8006, threads = 0, ctx_size = 0, max_seqs = 16, kv_blocks = 0, kv_block = 0, prefill_chunk = 0;
     int max_queue = 256, max_body_kb = 4096, grace_s = 10, quiet = 0, step_delay_ms = 0, no_gen_config = 0;
+    int no_prefix_cache = 0;
     g3_arg args[] = {
         {"model", 'm', G3_ARG_STR, &model, "model: Hugging Face folder or .gguf file"},
         {"host", 0, G3_ARG_STR, &host, "address to listen on (0.0.0.0 = every interface)"},
@@ -73,6 +74,7 @@ int g3_cli_serve(int argc, char **argv) {
         {"kv-blocks", 0, G3_ARG_INT, &kv_blocks, "KV blocks in the pool (0 = max-seqs full contexts)"},
         {"kv-block", 0, G3_ARG_INT, &kv_block, "tokens per KV block (0 = 16)"},
         {"prefill-chunk", 0, G3_ARG_INT, &prefill_chunk, "prompt tokens per step at most (0 = 512)"},
+        {"no-prefix-cache", 0, G3_ARG_FLAG, &no_prefix_cache, "do not reuse KV blocks of shared prompt prefixes"},
         {"max-queue", 0, G3_ARG_INT, &max_queue, "sequences that may wait beyond max-seqs; more get 429"},
         {"max-body-kb", 0, G3_ARG_INT, &max_body_kb, "request body limit in KiB; larger bodies get 413"},
         {"grace", 0, G3_ARG_INT, &grace_s, "seconds in-flight requests get to finish on SIGINT/SIGTERM"},
@@ -147,6 +149,7 @@ int g3_cli_serve(int argc, char **argv) {
     eo.n_kv_blocks = kv_blocks;
     eo.kv_block = kv_block;
     eo.prefill_chunk = prefill_chunk;
+    eo.prefix_cache = no_prefix_cache ? -1 : 0;
     if (g3_engine_create(m, &eo, &e, &err) != G3_OK) {
         fprintf(stderr, "gemma3 serve: %s\n", err.msg);
         goto out;
@@ -164,9 +167,10 @@ int g3_cli_serve(int argc, char **argv) {
     g3_engine_stats es;
     g3_engine_get_stats(e, &es);
     fprintf(stderr,
-            "gemma3 serve: ready: model '%s' (%s, %d layers), context %d, max-seqs %d, %d KV blocks, "
-            "defaults temperature %g top_k %d top_p %g%s\n",
-            name, cfg->size_name, cfg->n_layers, ctx, max_seqs, es.kv_blocks_total, (double)so.defaults.temperature,
+            "gemma3 serve: ready: model '%s' (%s, %d layers) on %s, context %d, max-seqs %d, %d KV blocks, prefix cache "
+            "%s, defaults temperature %g top_k %d top_p %g%s\n",
+            name, cfg->size_name, cfg->n_layers, g3_engine_backend_name(e), ctx, max_seqs, es.kv_blocks_total,
+            no_prefix_cache ? "off" : "on", (double)so.defaults.temperature,
             so.defaults.top_k, (double)so.defaults.top_p, gen_cfg ? " (generation_config.json)" : "");
 
     int sig = 0;

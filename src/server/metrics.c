@@ -94,6 +94,10 @@ void g3_metrics_render(g3_metrics *m, int ready, g3_buf *o) {
     gauge(o, "gemma3_kv_blocks_total", "KV-cache blocks in the pool", m->engine.kv_blocks_total);
     gauge(o, "gemma3_kv_blocks_used", "KV-cache blocks in use", m->engine.kv_blocks_used);
     gauge(o, "gemma3_kv_blocks_free", "KV-cache blocks free", m->engine.kv_blocks_total - m->engine.kv_blocks_used);
+    gauge(o, "gemma3_kv_blocks_cached", "of the used blocks, those only the prefix cache holds (reclaimable)",
+          m->engine.kv_blocks_cached);
+    counter(o, "gemma3_preemptions_total", "sequences sent back to the queue for lack of KV blocks",
+            (uint64_t)m->engine.n_preempted);
     counter(o, "gemma3_engine_prompt_tokens_total", "prompt tokens processed by the engine (its own count)",
             (uint64_t)m->engine.prompt_tokens);
     counter(o, "gemma3_engine_cached_prompt_tokens_total", "prompt tokens the engine took from its prefix cache",

@@ -188,6 +188,23 @@ def register(r):
                 raise AssertionError("expected %s (%s)" % (exc.__name__, needle))
 
     @r.test
+    def test_prefix_reuse_is_reported():
+        c = S.client()
+        system = "You are a careful assistant. " * 30  # a long shared system prompt
+        m0 = S.metrics()["gemma3_prompt_tokens_cached_total"]
+        first = c.chat.completions.create(model=MODEL, max_tokens=4, temperature=0, messages=[
+            {"role": "system", "content": system}, {"role": "user", "content": "First question?"}])
+        second = c.chat.completions.create(model=MODEL, max_tokens=4, temperature=0, messages=[
+            {"role": "system", "content": system}, {"role": "user", "content": "Another one?"}])
+        cached = second.usage.prompt_tokens_details.cached_tokens
+        assert first.usage.prompt_tokens > 150, first.usage
+        assert cached >= 100, "the shared system prompt is reused (%s)" % second.usage
+        assert cached < second.usage.prompt_tokens
+        m1 = S.metrics()["gemma3_prompt_tokens_cached_total"]
+        assert m1 - m0 == first.usage.prompt_tokens_details.cached_tokens + cached, (m0, m1)
+        return "%d of %d prompt tokens from the prefix cache" % (cached, second.usage.prompt_tokens)
+
+    @r.test
     def test_tokenize_detokenize_round_trip():
         text = "Hello world, this is a test."
         st, tk = S.json("POST", "/tokenize", {"prompt": text, "add_special_tokens": False})
@@ -200,16 +217,19 @@ def register(r):
 
     @r.test
     def test_metrics_exposition():
+        chat(S.client(), "A request so that the counters move.", max_tokens=4)
         m = S.metrics()
         for k in ["gemma3_requests_total", "gemma3_generation_tokens_total", "gemma3_prompt_tokens_total",
-                  "gemma3_queue_length", "gemma3_requests_running", "gemma3_kv_blocks_used", "gemma3_kv_blocks_free",
+                  "gemma3_queue_length", "gemma3_requests_running", "gemma3_kv_blocks_used", "gemma3_kv_blocks_free", "gemma3_kv_blocks_cached",
                   "gemma3_time_to_first_token_seconds_count", "gemma3_inter_token_latency_seconds_count",
                   'gemma3_time_to_first_token_seconds_bucket{le="+Inf"}', "gemma3_prompt_tokens_cached_total"]:
             assert k in m, k
         assert m["gemma3_requests_total"] > 0 and m["gemma3_generation_tokens_total"] > 0
         assert m["gemma3_time_to_first_token_seconds_count"] > 0
         assert m["gemma3_inter_token_latency_seconds_count"] > 0
-        assert m["gemma3_kv_blocks_used"] == 0, "idle server holds no blocks"
+        assert m["gemma3_kv_blocks_used"] == m["gemma3_kv_blocks_cached"], \
+            "idle: only the prefix cache may hold blocks (used %d, cached %d)" % (m["gemma3_kv_blocks_used"],
+                                                                               m["gemma3_kv_blocks_cached"])
         assert m['gemma3_time_to_first_token_seconds_bucket{le="+Inf"}'] == \
             m["gemma3_time_to_first_token_seconds_count"]
         return "%d requests, %d tokens generated" % (m["gemma3_requests_total"],
