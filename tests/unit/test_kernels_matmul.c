@@ -217,10 +217,50 @@ static void test_shared_activation(void **state) {
     free(scratch), free(x), free(y1), free(y2), free(w1), free(w2), free(row), free(z);
 }
 
+/* The SIMD activation quantizers must produce exactly what the portable one does (the kernel sets are compared
+ * with each other through them), ties and signed zeros included. */
+static void test_prepare_identical(void **state) {
+    (void)state;
+    const int m = 3, k = 1024;
+    float *x = malloc(sizeof(float) * m * k), *a = malloc(sizeof(float) * k), *b = malloc(sizeof(float) * k);
+    for (int i = 0; i < m * k; i++) x[i] = rng_normal() * (rng_u32() % 16 == 0 ? 30.0f : 1.0f);
+    /* a block with amax 127 (scale 1): halves must round away from zero */
+    float ties[] = {127.0f, 2.5f, -2.5f, 0.5f, -0.5f, -0.0f, 0.0f, 1.5f, -1.5f, 126.5f, -126.5f, 3.49999f};
+    for (size_t i = 0; i < sizeof ties / sizeof *ties; i++) x[i] = ties[i];
+    for (int i = 32; i < 64; i++) x[i] = 0.0f; /* an all-zero block */
+    uint32_t wtypes[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_CPU_Q4_0_R8};
+    const char *sets[] = {"avx2", "avx512"};
+    int compared = 0;
+    for (size_t t = 0; t < sizeof wtypes / sizeof *wtypes; t++) {
+        void *s1 = malloc(g3_act_scratch_bytes(wtypes[t], m, k)), *s2 = malloc(g3_act_scratch_bytes(wtypes[t], m, k));
+        assert_int_equal(g3_cpu_kernels_select("scalar"), 0);
+        g3_act ref;
+        g3_act_prepare(NULL, &ref, wtypes[t], x, m, k, s1);
+        for (int si = 0; si < 2; si++) {
+            if (g3_cpu_kernels_select(sets[si]) != 0) continue;
+            g3_act got;
+            g3_act_prepare(NULL, &got, wtypes[t], x, m, k, s2);
+            for (int r = 0; r < m; r++) {
+                g3_act_dequant_row(&ref, r, a);
+                g3_act_dequant_row(&got, r, b);
+                for (int i = 0; i < k; i++)
+                    if (memcmp(&a[i], &b[i], sizeof(float)))
+                        fail_msg("%s prepare for %s differs at row %d value %d: %.9g vs %.9g (x %.9g)", sets[si],
+                                 tname(wtypes[t]), r, i, b[i], a[i], x[r * k + i]);
+            }
+            compared++;
+        }
+        free(s1), free(s2);
+    }
+    printf("  %d prepared activations compared bit for bit\n", compared);
+    free(x), free(a), free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_sets),
         cmocka_unit_test(test_shared_activation),
+        cmocka_unit_test(test_prepare_identical),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

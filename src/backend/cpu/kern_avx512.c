@@ -466,6 +466,84 @@ AI void mk_q6_k_512(const g3_tile *t, int i0, int j0, const int MR, const int NR
 
 static void tile_q6_k_512(const g3_tile *t) { G3_TILE_WALK(t, mk_q6_k_512, 8, 1, 1); }
 
+/* ---- activation preparation (bit-identical to the portable version for the Q8 layouts) ---------------------- */
+
+/* Rounds x * id half away from zero, as (int)(v + (v >= 0 ? 0.5f : -0.5f)) does. */
+AI __m512i round_away(__m512 v) {
+    const __m512 half = _mm512_set1_ps(0.5f);
+    __m512 sgn = _mm512_and_ps(v, _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u)));
+    /* the portable test is v >= 0, so -0.0 rounds like +0.0: both give 0 */
+    return _mm512_cvttps_epi32(_mm512_add_ps(v, _mm512_or_ps(half, sgn)));
+}
+
+AI float amax_of(__m512 a) { return _mm512_reduce_max_ps(a); }
+
+static void prep_avx512(int layout, const float *x, int k, uint8_t *row) {
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    if (layout == G3_ACT_Q8U || layout == G3_ACT_Q8S) {
+        float *d = (float *)(row + k);
+        int32_t *ns = (int32_t *)(d + k / 32);
+        for (int b = 0; b < k / 32; b++) {
+            __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+            float amax = amax_of(_mm512_max_ps(_mm512_and_ps(v0, absmask), _mm512_and_ps(v1, absmask)));
+            float id = amax > 0 ? 127.0f / amax : 0.0f;
+            d[b] = amax / 127.0f;
+            __m512 vid = _mm512_set1_ps(id);
+            __m512i q0 = round_away(_mm512_mul_ps(v0, vid)), q1 = round_away(_mm512_mul_ps(v1, vid));
+            if (layout == G3_ACT_Q8S) {
+                ns[b] = -_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            } else {
+                const __m512i off = _mm512_set1_epi32(128);
+                q0 = _mm512_add_epi32(q0, off);
+                q1 = _mm512_add_epi32(q1, off);
+            }
+            _mm_storeu_si128((__m128i *)(row + 32 * b), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(row + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
+        }
+    } else if (layout == G3_ACT_Q8K) {
+        float *d = (float *)(row + k);
+        int16_t *bs = (int16_t *)(d + k / 256);
+        for (int b = 0; b < k / 256; b++) {
+            const float *xb = x + 256 * b;
+            __m512 m = _mm512_setzero_ps();
+            for (int g = 0; g < 16; g++) m = _mm512_max_ps(m, _mm512_and_ps(_mm512_loadu_ps(xb + 16 * g), absmask));
+            float amax = amax_of(m);
+            float id = amax > 0 ? 127.0f / amax : 0.0f;
+            d[b] = amax / 127.0f;
+            __m512 vid = _mm512_set1_ps(id);
+            for (int g = 0; g < 16; g++) {
+                __m512i q = round_away(_mm512_mul_ps(_mm512_loadu_ps(xb + 16 * g), vid));
+                bs[16 * b + g] = (int16_t)_mm512_reduce_add_epi32(q);
+                _mm_storeu_si128((__m128i *)(row + 256 * b + 16 * g), _mm512_cvtepi32_epi8(q));
+            }
+        }
+    } else { /* BF16X2: hi = bf16(x), lo = bf16(x - hi) */
+        uint16_t *hi = (uint16_t *)row, *lo = hi + k;
+        int i = 0;
+        for (; i + 16 <= k; i += 16) {
+            __m512 v = _mm512_loadu_ps(x + i);
+            __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+            __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            __m256i l = (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(v, hf));
+            _mm256_storeu_si256((__m256i *)(hi + i), h);
+            _mm256_storeu_si256((__m256i *)(lo + i), l);
+        }
+        for (; i < k; i++) {
+            float f = x[i], hf;
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even (finite values) */
+            hi[i] = (uint16_t)(u >> 16);
+            u = (uint32_t)hi[i] << 16;
+            memcpy(&hf, &u, 4);
+            f -= hf;
+            memcpy(&u, &f, 4);
+            u += 0x7fffu + ((u >> 16) & 1u);
+            lo[i] = (uint16_t)(u >> 16);
+        }
+    }
+}
+
 static const g3_kernel_set set_avx512_bf16 = {
     .name = "avx512",
     .bf16_layout = G3_ACT_BF16X2,
@@ -478,6 +556,7 @@ static const g3_kernel_set set_avx512_bf16 = {
     .q6_k = tile_q6_k_512,
     .q8_0_r8 = tile_q8_0_r8,
     .q4_0_r8 = tile_q4_0_r8,
+    .prep = prep_avx512,
 };
 
 static const g3_kernel_set set_avx512 = {
@@ -492,6 +571,7 @@ static const g3_kernel_set set_avx512 = {
     .q6_k = tile_q6_k_512,
     .q8_0_r8 = tile_q8_0_r8,
     .q4_0_r8 = tile_q4_0_r8,
+    .prep = prep_avx512,
 };
 
 const g3_kernel_set *g3_kernels_avx512(void) {

@@ -40,12 +40,16 @@ typedef struct g3_tile {
 } g3_tile;
 
 typedef void (*g3_tile_fn)(const g3_tile *t);
+/* Prepares one activation row of k values in `layout` (never G3_ACT_F32). SIMD versions must produce the same
+ * bytes as the portable one in matmul.c for the Q8 layouts (same float operations, round half away from 0). */
+typedef void (*g3_prep_fn)(int layout, const float *x, int k, uint8_t *row);
 
 typedef struct g3_kernel_set {
     const char *name;
     int bf16_layout;    /* activation layout its BF16 kernel reads: G3_ACT_F32 or G3_ACT_BF16X2 */
     g3_tile_fn f32, f16, bf16, q8_0, q4_0, q4_k, q6_k;
     g3_tile_fn q8_0_r8, q4_0_r8; /* repacked weights (matmul.h) with Q8S activations; NULL: scalar's are used */
+    g3_prep_fn prep;             /* NULL: the portable one */
 } g3_kernel_set;
 
 /* Each returns NULL when the set is not compiled in or the CPU lacks its instructions. */

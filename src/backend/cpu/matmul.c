@@ -107,7 +107,10 @@ size_t g3_act_scratch_bytes(uint32_t wtype, int m, int k) {
 /* Quantizes 32 (Q8U/Q8S) values: returns the scale, writes q (int8, or +128 when `offset`). */
 static float quant_block32(const float *x, uint8_t *q, int offset, int *sum) {
     float amax = 0;
-    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    for (int j = 0; j < 32; j++) {
+        float a = fabsf(x[j]);
+        amax = a > amax ? a : amax; /* not fmaxf: that is a libm call without -ffast-math */
+    }
     float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
     int s = 0;
     for (int j = 0; j < 32; j++) {
@@ -148,7 +151,10 @@ static void prepare_row(int layout, const float *x, int k, uint8_t *row) {
         for (int b = 0; b < k / 256; b++) {
             const float *xb = x + 256 * b;
             float amax = 0;
-            for (int j = 0; j < 256; j++) amax = fmaxf(amax, fabsf(xb[j]));
+            for (int j = 0; j < 256; j++) {
+                float a = fabsf(xb[j]);
+                amax = a > amax ? a : amax;
+            }
             float id = amax > 0 ? 127.0f / amax : 0.0f;
             d[b] = amax / 127.0f;
             for (int g = 0; g < 16; g++) {
@@ -177,8 +183,10 @@ static void prep_task(void *arg, int ith, int nth) {
     prep_job *j = arg;
     long r0, r1;
     g3_split_range(j->a->m, 1, ith, nth, &r0, &r1);
+    g3_prep_fn fn = ((const g3_kernel_set *)j->a->kset)->prep;
+    if (!fn) fn = prepare_row;
     for (long r = r0; r < r1; r++)
-        prepare_row(j->a->layout, j->x + (size_t)r * j->a->k, j->a->k, (uint8_t *)j->a->q + (size_t)r * j->a->xs);
+        fn(j->a->layout, j->x + (size_t)r * j->a->k, j->a->k, (uint8_t *)j->a->q + (size_t)r * j->a->xs);
 }
 
 void g3_act_prepare(g3_pool *p, g3_act *a, uint32_t wtype, const float *x, int m, int k, void *scratch) {
@@ -236,37 +244,36 @@ uint32_t g3_matmul_repack_type(uint32_t type, int n, int k) {
     return 0;
 }
 
-/* Position of value v (0..31) of row r (0..7) inside a repacked block's quant bytes: slice j = v / 8, lane
- * L = 2r + h with h = (v % 8) / 4, byte e = v % 4. */
-static int r8_index(int r, int v) { return 64 * (v / 8) + 4 * (2 * r + (v % 8) / 4) + v % 4; }
-
+/* Byte 4L+e (lane L = 2r+h) of 64-byte slice j holds value 8j+4h+e of row r. For Q4_0, slices 2s and 2s+1
+ * share the bytes of slice s (low / high nibble); with the source block's qs[i] = v[i] | v[i+16] << 4 that byte
+ * is built from qs[4h+e] and qs[8+4h+e]: low nibbles for s = 0, high nibbles for s = 1. */
 uint32_t g3_matmul_repack(uint32_t type, const void *w, int n, int k, void *dst) {
     if (n <= 0 || n % 8 || k <= 0 || k % 32 || (type != G3_DTYPE_Q8_0 && type != G3_DTYPE_Q4_0)) return 0;
-    uint32_t rt = type == G3_DTYPE_Q8_0 ? G3_CPU_Q8_0_R8 : G3_CPU_Q4_0_R8;
-    size_t rb = g3_row_bytes(type, k);
+    int q8 = type == G3_DTYPE_Q8_0;
+    size_t rb = g3_row_bytes(type, k), sb = q8 ? 34 : 18;
     int nb = k / 32;
     const uint8_t *src = w;
     uint8_t *out = dst;
     for (int g = 0; g < n / 8; g++)
         for (int b = 0; b < nb; b++) {
             for (int r = 0; r < 8; r++) {
-                const uint8_t *blk = src + (size_t)(8 * g + r) * rb + (size_t)b * (type == G3_DTYPE_Q8_0 ? 34 : 18);
+                const uint8_t *blk = src + (size_t)(8 * g + r) * rb + (size_t)b * sb, *qs = blk + 2;
                 memcpy(out + 2 * r, blk, 2); /* f16 scale */
-                for (int v = 0; v < 32; v++) {
-                    if (type == G3_DTYPE_Q8_0) {
-                        out[16 + r8_index(r, v)] = (uint8_t)(blk[2 + v] ^ 0x80);
-                    } else {
-                        int q = v < 16 ? blk[2 + v] & 0x0F : blk[2 + v - 16] >> 4;
-                        /* slices 2s and 2s+1 share the 64 bytes of slice s: low nibble for even slices */
-                        int j = v / 8, pos = r8_index(r, v) - 64 * j + 64 * (j / 2);
-                        if (j % 2 == 0) out[16 + pos] = (uint8_t)q;
-                        else out[16 + pos] |= (uint8_t)(q << 4);
+                for (int h = 0; h < 2; h++)
+                    for (int e = 0; e < 4; e++) {
+                        int L = 2 * r + h;
+                        if (q8) {
+                            for (int j = 0; j < 4; j++) out[16 + 64 * j + 4 * L + e] = (uint8_t)(qs[8 * j + 4 * h + e] ^ 0x80);
+                        } else {
+                            uint8_t a0 = qs[4 * h + e], a1 = qs[8 + 4 * h + e];
+                            out[16 + 4 * L + e] = (uint8_t)((a0 & 0x0F) | (a1 << 4));
+                            out[16 + 64 + 4 * L + e] = (uint8_t)((a0 >> 4) | (a1 & 0xF0));
+                        }
                     }
-                }
             }
-            out += type == G3_DTYPE_Q8_0 ? 272 : 144;
+            out += q8 ? 272 : 144;
         }
-    return rt;
+    return type == G3_DTYPE_Q8_0 ? G3_CPU_Q8_0_R8 : G3_CPU_Q4_0_R8;
 }
 
 /* ---- the parallel blocked loop ------------------------------------------------------------------------------ */
