@@ -89,6 +89,10 @@ static int run_set(const char *set, float **scalar_y, int fill) {
             if (type != qtype) { /* repack in place through a copy */
                 uint8_t *packed = malloc(rb * (size_t)sh->n);
                 assert_int_equal(g3_matmul_repack(qtype, w, sh->n, sh->k, packed), type);
+                for (int r = 0; r < sh->n; r += 3) { /* rows read back from the repacked layout */
+                    g3_matmul_repacked_row(type, packed, sh->k, r, wrow);
+                    for (int i = 0; i < sh->k; i++) assert_true(wrow[i] == wd[(size_t)r * sh->k + i]);
+                }
                 free(w);
                 w = packed;
             }

@@ -276,6 +276,24 @@ uint32_t g3_matmul_repack(uint32_t type, const void *w, int n, int k, void *dst)
     return type == G3_DTYPE_Q8_0 ? G3_CPU_Q8_0_R8 : G3_CPU_Q4_0_R8;
 }
 
+void g3_matmul_repacked_row(uint32_t rtype, const void *w, int k, long row, float *out) {
+    int q4 = rtype == G3_CPU_Q4_0_R8, nb = k / 32, r = (int)(row % 8);
+    size_t bb = q4 ? 144 : 272;
+    const uint8_t *grp = (const uint8_t *)w + (size_t)(row / 8) * nb * bb;
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = grp + (size_t)b * bb;
+        uint16_t dh;
+        memcpy(&dh, blk + 2 * r, 2);
+        float d = g3_f16_to_f32(dh);
+        for (int v = 0; v < 32; v++) {
+            int lane = 4 * (2 * r + (v % 8) / 4) + v % 4, q;
+            if (q4) q = ((blk[16 + 64 * (v / 16) + lane] >> (4 * ((v / 8) % 2))) & 0x0F) - 8;
+            else q = (int)blk[16 + 64 * (v / 8) + lane] - 128;
+            out[32 * b + v] = d * (float)q;
+        }
+    }
+}
+
 /* ---- the parallel blocked loop ------------------------------------------------------------------------------ */
 
 typedef struct mm_job {

@@ -47,6 +47,9 @@ uint32_t g3_matmul_repack_type(uint32_t type, int n, int k);
  * g3_matmul. Every kernel set can multiply repacked weights; g3_matmul_repack_type says when it pays off. */
 uint32_t g3_matmul_repack(uint32_t type, const void *w, int n, int k, void *dst);
 
+/* Dequantizes row `row` (k values) of a repacked n x k weight (e.g. an embedding lookup in a tied head). */
+void g3_matmul_repacked_row(uint32_t rtype, const void *w, int k, long row, float *out);
+
 /* Name of the kernel set chosen for this CPU ("avx512", "avx2", "scalar"); G3_CPU_KERNELS=scalar|avx2 forces one. */
 const char *g3_cpu_kernels_name(void);
 /* Switches the kernel set for later prepare/matmul calls (tests, benchmarks); -1 if this CPU or build lacks it.
