@@ -1,0 +1,281 @@
+/* The Vulkan backend through the public engine API against the fixtures' Hugging Face float32 references (the same
+ * tolerances as test_model_parity: logits within 1e-3 * max(1, max|ref|) for f32/bf16 files, prefill in chunks of
+ * 512, 7 and 1 rows (512 and 7 for the GGUF copies); greedy tokens up to the first small reference margin; Q8_0: mean KL < 0.01 nats, top-1 > 95%),
+ * and concurrent greedy requests batched together. Runs on lavapipe in CI: tiny models only. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/vulkan/vulkan_api.h"
+#include "gemma3.h"
+#include "testutil.h"
+
+static int have_device(void) {
+    g3_vulkan_device d[8];
+    int n = 0;
+    g3_error err = {0};
+    if (g3_vulkan_list_devices(d, 8, &n, &err) != G3_OK || n == 0) {
+        printf("  no Vulkan device (%s): skipped\n", err.msg[0] ? err.msg : "none found");
+        return 0;
+    }
+    return 1;
+}
+
+typedef struct ref_prompt {
+    const char *kind;
+    int32_t *ids;
+    int n;
+    int32_t gen[32];
+    float margins[32];
+    const cJSON *last, *all, *steps;
+} ref_prompt;
+
+typedef struct reference {
+    cJSON *root;
+    char *text;
+    int vocab;
+    ref_prompt p[4];
+    int n_prompts;
+} reference;
+
+static int load_ref(const char *dir, reference *r) {
+    char path[1100];
+    snprintf(path, sizeof path, "%.1000s/reference.json", dir);
+    memset(r, 0, sizeof *r);
+    r->text = tu_read_file(path, NULL);
+    if (!r->text) return 0;
+    r->root = cJSON_Parse(r->text);
+    assert_non_null(r->root);
+    r->vocab = cJSON_GetObjectItem(cJSON_GetObjectItem(r->root, "config"), "vocab_size")->valueint;
+    const cJSON *ps = cJSON_GetObjectItem(r->root, "prompts");
+    r->n_prompts = cJSON_GetArraySize(ps);
+    assert_int_equal(r->n_prompts, 4);
+    for (int i = 0; i < r->n_prompts; i++) {
+        const cJSON *p = cJSON_GetArrayItem(ps, i);
+        ref_prompt *q = &r->p[i];
+        q->kind = cJSON_GetObjectItem(p, "kind")->valuestring;
+        const cJSON *ids = cJSON_GetObjectItem(p, "ids");
+        q->n = cJSON_GetArraySize(ids);
+        q->ids = malloc(sizeof(int32_t) * (size_t)(q->n + 32));
+        for (int k = 0; k < q->n; k++) q->ids[k] = cJSON_GetArrayItem(ids, k)->valueint;
+        const cJSON *gen = cJSON_GetObjectItem(p, "generated_ids"), *mar = cJSON_GetObjectItem(p, "margins");
+        for (int k = 0; k < 32; k++) {
+            q->gen[k] = cJSON_GetArrayItem(gen, k)->valueint;
+            q->margins[k] = (float)cJSON_GetArrayItem(mar, k)->valuedouble;
+            q->ids[q->n + k] = q->gen[k];
+        }
+        q->last = cJSON_GetObjectItem(p, "last_prompt_logits");
+        q->all = cJSON_GetObjectItem(p, "all_prompt_logits");
+        q->steps = cJSON_GetObjectItem(p, "generated_step_logits");
+    }
+    return 1;
+}
+
+static void free_ref(reference *r) {
+    for (int i = 0; i < r->n_prompts; i++) free(r->p[i].ids);
+    cJSON_Delete(r->root);
+    free(r->text);
+}
+
+static void row_from_json(const cJSON *arr, float *out, int n) {
+    assert_int_equal(cJSON_GetArraySize(arr), n);
+    int k = 0;
+    for (const cJSON *e = arr->child; e; e = e->next) out[k++] = (float)e->valuedouble;
+}
+
+static double rel_err(const float *ours, const float *ref, int n) {
+    double mx = 1, d = 0;
+    for (int i = 0; i < n; i++) {
+        if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
+        double x = fabs((double)ours[i] - ref[i]);
+        if (x > d || isnan(x)) d = isnan(x) ? INFINITY : x;
+    }
+    return d / mx;
+}
+
+static g3_engine *make_engine(g3_model *m, int chunk, int max_seqs) {
+    g3_engine_opts o;
+    g3_engine_opts_default(&o);
+    o.backend = "vulkan";
+    o.ctx_size = 256;
+    o.prefill_chunk = chunk;
+    o.max_seqs = max_seqs;
+    g3_engine *e = NULL;
+    g3_error err = {0};
+    if (g3_engine_create(m, &o, &e, &err) != G3_OK) fail_msg("engine: %s", err.msg);
+    assert_string_equal(g3_engine_backend_name(e), "vulkan");
+    return e;
+}
+
+typedef struct gen_state {
+    int32_t ids[4][64];
+    int n[4];
+} gen_state;
+
+static void on_token(const g3_event *ev, void *ctx) {
+    gen_state *g = ctx;
+    int i = (int)(intptr_t)ev->user;
+    if (ev->has_token && g->n[i] < 64) g->ids[i][g->n[i]++] = ev->token;
+}
+
+/* Greedy continuations of every prompt, all submitted at once (decode rows of several sequences per step). */
+static void check_greedy(g3_engine *e, const reference *r, const char *path) {
+    g3_error err = {0};
+    gen_state g;
+    memset(&g, 0, sizeof g);
+    for (int pi = 0; pi < r->n_prompts; pi++) {
+        g3_request q = {.prompt = r->p[pi].ids, .n_prompt = r->p[pi].n, .max_tokens = 32, .ignore_eos = 1,
+                        .user = (void *)(intptr_t)pi};
+        g3_sampling_default(&q.sampling);
+        if (g3_engine_submit(e, &q, NULL, &err) != G3_OK) fail_msg("submit: %s", err.msg);
+    }
+    int active = 1;
+    while (active)
+        if (g3_engine_step(e, on_token, &g, &active, &err) != G3_OK) fail_msg("step: %s", err.msg);
+    int compared = 0;
+    for (int pi = 0; pi < r->n_prompts; pi++) {
+        const ref_prompt *p = &r->p[pi];
+        assert_int_equal(g.n[pi], 32);
+        for (int k = 0; k < 32; k++) {
+            if (g.ids[pi][k] != p->gen[k])
+                fail_msg("%s prompt %s: greedy token %d is %d, reference %d (margin %.4f)", path, p->kind, k,
+                         g.ids[pi][k], p->gen[k], (double)p->margins[k]);
+            compared++;
+            if (p->margins[k] < 0.01f) break;
+        }
+    }
+    printf("    %d greedy tokens equal (4 requests decoded together)\n", compared);
+}
+
+static void check_exact(const char *model_path, const reference *r, int n_chunks) {
+    g3_model *m = NULL;
+    g3_error err = {0};
+    if (g3_model_load(model_path, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", model_path, err.msg);
+    int V = g3_model_config(m)->vocab;
+    assert_int_equal(V, r->vocab);
+    float *ref = malloc(sizeof(float) * (size_t)V);
+    float *ours = malloc(sizeof(float) * (size_t)V * 132);
+    int chunks[] = {512, 7, 1}; /* 1 row: the decode path (matvec, split attention) at every position */
+    double worst = 0;
+    for (int ci = 0; ci < n_chunks; ci++) {
+        g3_engine *e = make_engine(m, chunks[ci], 1);
+        for (int pi = 0; pi < r->n_prompts; pi++) {
+            const ref_prompt *p = &r->p[pi];
+            int all = p->all != NULL;
+            if (g3_engine_logits(e, p->ids, p->n, all, ours, &err) != G3_OK) fail_msg("logits: %s", err.msg);
+            for (int pos = all ? 0 : p->n - 1; pos < p->n; pos++) {
+                row_from_json(all ? cJSON_GetArrayItem(p->all, pos) : p->last, ref, V);
+                double d = rel_err(ours + (size_t)(all ? pos : 0) * V, ref, V);
+                if (d > worst) worst = d;
+                if (d > 1e-3) fail_msg("%s prompt %s pos %d chunk %d: logits differ by %.3g (relative)", model_path,
+                                       p->kind, pos, chunks[ci], d);
+            }
+            if (p->steps) {
+                if (g3_engine_logits(e, p->ids, p->n + 31, 1, ours, &err) != G3_OK) fail_msg("logits: %s", err.msg);
+                for (int k = 0; k < 32; k++) {
+                    row_from_json(cJSON_GetArrayItem(p->steps, k), ref, V);
+                    double d = rel_err(ours + (size_t)(p->n - 1 + k) * V, ref, V);
+                    if (d > worst) worst = d;
+                    if (d > 1e-3) fail_msg("%s prompt %s step %d chunk %d: logits differ by %.3g", model_path, p->kind,
+                                           k, chunks[ci], d);
+                }
+            }
+        }
+        g3_engine_free(e);
+    }
+    printf("  %s: max relative logit error %.3g (prefill chunks of %s rows)\n", model_path, worst,
+           n_chunks == 3 ? "512, 7 and 1" : "512 and 7");
+    g3_engine *e = make_engine(m, 512, 4);
+    check_greedy(e, r, model_path);
+    g3_engine_free(e);
+    free(ref);
+    free(ours);
+    g3_model_free(m);
+}
+
+static void check_quantized(const char *model_path, const reference *r) {
+    g3_model *m = NULL;
+    g3_error err = {0};
+    if (g3_model_load(model_path, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", model_path, err.msg);
+    int V = g3_model_config(m)->vocab;
+    const ref_prompt *p = &r->p[3];
+    assert_non_null(p->all);
+    float *ref = malloc(sizeof(float) * (size_t)V), *ours = malloc(sizeof(float) * (size_t)V * (size_t)p->n);
+    g3_engine *e = make_engine(m, 512, 1);
+    if (g3_engine_logits(e, p->ids, p->n, 1, ours, &err) != G3_OK) fail_msg("logits: %s", err.msg);
+    double kl_sum = 0;
+    int agree = 0;
+    for (int pos = 0; pos < p->n; pos++) {
+        row_from_json(cJSON_GetArrayItem(p->all, pos), ref, V);
+        const float *o = ours + (size_t)pos * V;
+        double mr = -INFINITY, mo = -INFINITY;
+        int ar = 0, ao = 0;
+        for (int i = 0; i < V; i++) {
+            if (ref[i] > mr) mr = ref[i], ar = i;
+            if (o[i] > mo) mo = o[i], ao = i;
+        }
+        double zr = 0, zo = 0;
+        for (int i = 0; i < V; i++) zr += exp(ref[i] - mr), zo += exp(o[i] - mo);
+        double lzr = log(zr) + mr, lzo = log(zo) + mo, kl = 0;
+        for (int i = 0; i < V; i++) {
+            double lpr = ref[i] - lzr, lpo = o[i] - lzo;
+            kl += exp(lpr) * (lpr - lpo);
+        }
+        kl_sum += kl;
+        agree += ar == ao;
+    }
+    double mean_kl = kl_sum / p->n, top1 = (double)agree / p->n;
+    printf("  %s: mean KL %.5f nats, top-1 agreement %.1f%% over %d positions\n", model_path, mean_kl, 100 * top1, p->n);
+    assert_true(mean_kl < 0.01);
+    assert_true(top1 > 0.95);
+    g3_engine_free(e);
+    free(ref);
+    free(ours);
+    g3_model_free(m);
+}
+
+static void run_model(const char *name, const char *const *exact_files, const char *const *q_files) {
+    if (!have_device()) skip();
+    const char *dir0 = tu_fixture(name);
+    if (!dir0) {
+        printf("  fixture %s not found: skipped\n", name);
+        skip();
+    }
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", dir0);
+    reference r;
+    assert_true(load_ref(dir, &r));
+    check_exact(dir, &r, 3);
+    char path[1200];
+    for (int i = 0; exact_files && exact_files[i]; i++) {
+        snprintf(path, sizeof path, "%.1000s/%.100s", dir, exact_files[i]);
+        check_exact(path, &r, 2); /* the same numbers in other weight types: lavapipe is slow */
+    }
+    for (int i = 0; q_files && q_files[i]; i++) {
+        snprintf(path, sizeof path, "%.1000s/%.100s", dir, q_files[i]);
+        check_quantized(path, &r);
+    }
+    free_ref(&r);
+}
+
+static void test_tiny_gqa(void **state) {
+    (void)state;
+    static const char *const exact[] = {"model-f32.gguf", "model-bf16.gguf", NULL};
+    static const char *const quant[] = {"model-q8_0.gguf", NULL};
+    run_model("tiny-gqa", exact, quant);
+}
+
+static void test_small_a(void **state) {
+    (void)state;
+    run_model("small-a", NULL, NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tiny_gqa),
+        cmocka_unit_test(test_small_a),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
