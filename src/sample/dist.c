@@ -1,11 +1,13 @@
 /* The tempered, truncated distribution of one step (steps 5-8 of sampler.h) and the draw from it. Two shapes:
  *   dense   no top-k: weights w[vocab] from one vectorized pass (min-p folded in as a threshold when there is no
- *           top-p); the draw walks the per-64 partial sums, then one block.
- *   sparse  top-k (a one-pass heap for k <= 2048, else collect + quickselect), or top-p: the survivors in
- *           cand[0..n) with their weights.
- * Top-p never sorts the vocabulary: a histogram of s = (l - max) / T locates the bin where the best-first
- * cumulative weight crosses top_p; the bins above are kept whole, and only the crossing bin's members go through a
- * weighted quickselect. The kept set is exactly the sorted prefix (up to the order of floating-point sums). */
+ *           top-p; top-p applied as a threshold mask); the draw walks the per-64 partial sums, then one block.
+ *   sparse  top-k: the k best as candidates cand[0..n) with their weights (a one-pass heap for k <= 2048, else a
+ *           count histogram plus a quickselect inside one bin), then top-p and min-p on them.
+ * Nothing sorts the vocabulary. Histograms of s = (l - max) / T in bins of 1/16 (bin = (int)(-s * 16) for s > -64,
+ * a tail bin below) locate the bin where the best-first cumulative weight (top-p) or count (top-k) crosses its
+ * target; the bins above are kept whole, and only that bin's members go through a (weighted) quickselect. The kept
+ * set is exactly the sorted prefix (up to the order of floating-point sums). Bins <= b are exactly the tokens with
+ * s > -(b + 1) / 16, and s grows with the logit, so each such set is "l >= a threshold logit" (logit_floor). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -17,6 +19,37 @@
 static inline int bin_of(float logit, float m, float temp) {
     float s = (logit - m) / temp;
     return s > -64.0f ? (int)(-s * 16.0f) : G3_TOPP_BINS;
+}
+
+/* Floats as ordered integers (-0 and +0 both 0) and back. */
+static int64_t fkey(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (u & 0x80000000u) ? -(int64_t)(u & 0x7fffffffu) : (int64_t)u;
+}
+static float funkey(int64_t k) {
+    uint32_t u = k >= 0 ? (uint32_t)k : (0x80000000u | (uint32_t)(-k));
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The smallest logit l with (l - m) / temp > edge (edge < 0), by bisection over the floats in (-inf, m]: the same
+ * float expression as the kernels, so "l >= logit_floor" is exactly "s > edge". */
+static float logit_floor(float m, float temp, float edge) {
+    int64_t lo = fkey(-INFINITY), hi = fkey(m); /* false at lo, true at hi (s = 0 > edge) */
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if ((funkey(mid) - m) / temp > edge) hi = mid;
+        else lo = mid;
+    }
+    return funkey(hi);
+}
+
+/* Logit bounds of histogram bin b: its tokens have lo <= l < hi (lo = -inf for the tail bin, hi = +inf for 0). */
+static void bin_bounds(float m, float temp, int b, float *lo, float *hi) {
+    *lo = b < G3_TOPP_BINS ? logit_floor(m, temp, -(float)(b + 1) / 16.0f) : -INFINITY;
+    *hi = b > 0 ? logit_floor(m, temp, -(float)b / 16.0f) : INFINITY;
 }
 
 static void single(g3_sampler *s, g3_dist *d, int32_t id) {
@@ -99,29 +132,55 @@ static void finish_sparse(g3_sampler *s, int n, float m, double z, g3_dist *d) {
 }
 
 /* top-k active: the k best as candidates. */
+/* top-k above the heap's range: count the tokens per bin, keep the bins above the one where the count reaches k, and
+ * quickselect the rest of k inside that bin. Returns the number of candidates in cand (k, or fewer valid ones). */
+static int top_k_large(g3_sampler *s, const float *l, float m) {
+    const int k = s->p.top_k;
+    const float temp = s->p.temperature;
+    memset(s->lane_counts, 0, sizeof s->lane_counts);
+    g3_smp_count_hist(l, s->vocab, m, temp, s->lane_counts, G3_TOPP_BINS);
+    int cross = 0, above = 0;
+    for (; cross <= G3_TOPP_BINS; cross++) {
+        int cnt = (s->lane_counts[0][cross] + s->lane_counts[1][cross]) +
+                  (s->lane_counts[2][cross] + s->lane_counts[3][cross]);
+        if (above + cnt >= k) break;
+        above += cnt;
+    }
+    float lo = -INFINITY, hi = INFINITY; /* fewer than k valid tokens: take them all */
+    if (cross <= G3_TOPP_BINS) bin_bounds(m, temp, cross, &lo, &hi);
+    g3_cand *c = s->cand;
+    int na = 0, nb = 0; /* the bins above from the front, the crossing bin from the back */
+    for (int i = 0; i < s->vocab; i++) {
+        float x = l[i];
+        if (!(x >= lo && x > -INFINITY)) continue; /* mostly false: predictable */
+        g3_cand *dst = x >= hi ? &c[na++] : &c[s->vocab - 1 - nb++];
+        dst->logit = x;
+        dst->id = i;
+    }
+    memmove(c + na, c + s->vocab - nb, (size_t)nb * sizeof *c);
+    if (na + nb <= k) return na + nb;
+    g3_cand_select(c + na, nb, k - na);
+    return k;
+}
+
+/* top-k active: the k best as candidates. */
 static void build_top_k(g3_sampler *s, const float *l, g3_dist *d) {
     g3_cand *c = s->cand;
     const int k = s->p.top_k;
     int n = 0;
-    if (k <= G3_TOPK_HEAP) {
-        n = g3_cand_top_k_scan(l, s->vocab, k, c);
-    } else {
-        for (int i = 0; i < s->vocab; i++)
-            if (l[i] > -INFINITY) { /* skips -inf and NaN */
-                c[n].logit = l[i];
-                c[n].id = i;
-                n++;
-            }
-        g3_cand_select(c, n, k);
-        if (n > k) n = k;
-    }
     float m = -INFINITY;
     int32_t am = 0;
-    for (int j = 0; j < n; j++)
-        if (c[j].logit > m || (c[j].logit == m && c[j].id < am)) {
-            m = c[j].logit;
-            am = c[j].id;
-        }
+    if (k <= G3_TOPK_HEAP) {
+        n = g3_cand_top_k_scan(l, s->vocab, k, c);
+        for (int j = 0; j < n; j++)
+            if (c[j].logit > m || (c[j].logit == m && c[j].id < am)) {
+                m = c[j].logit;
+                am = c[j].id;
+            }
+    } else {
+        am = g3_smp_argmax(l, s->vocab, &m);
+        if (m > -INFINITY && m < INFINITY) n = top_k_large(s, l, m);
+    }
     if (n == 0 || m == INFINITY) {
         single(s, d, am);
         return;
@@ -152,8 +211,7 @@ static void build_dense(g3_sampler *s, const float *l, g3_dist *d) {
     /* top-p: weights and their histogram in one pass; then the crossing bin */
     const float *w = s->w;
     memset(s->lane_bins, 0, sizeof s->lane_bins);
-    for (int b = 0; b <= G3_TOPP_BINS; b++) s->bin_lmin[b] = INFINITY;
-    g3_smp_weights_hist(l, s->vocab, m, temp, s->w, s->lane_bins, s->bin_lmin, G3_TOPP_BINS);
+    g3_smp_weights_hist(l, s->vocab, m, temp, s->w, s->lane_bins, G3_TOPP_BINS);
     double total = 0.0, above;
     for (int b = 0; b <= G3_TOPP_BINS; b++) {
         s->bins[b] = (s->lane_bins[0][b] + s->lane_bins[1][b]) + (s->lane_bins[2][b] + s->lane_bins[3][b]);
@@ -161,24 +219,19 @@ static void build_dense(g3_sampler *s, const float *l, g3_dist *d) {
     }
     const double target = (double)s->p.top_p * total;
     int cross = crossing_bin(s->bins, target, &above);
-    /* bin_of falls as the logit grows, so bins 0..cross hold exactly the tokens with l >= lcut, and the bins
-     * before cross those with l >= lhi: the crossing bin's members are the tokens with lcut <= l < lhi */
-    float lcut = INFINITY, lhi = INFINITY;
-    for (int b = 0; b <= cross; b++) {
-        lcut = fminf(lcut, s->bin_lmin[b]);
-        if (b < cross) lhi = lcut;
-    }
+    float lo, hi;
+    bin_bounds(m, temp, cross, &lo, &hi);
     g3_cand *c = s->cand;
     int nb = 0;
-    for (int i = 0; i < s->vocab; i++) { /* branch-free: the test is a coin flip on flat distributions */
+    for (int i = 0; i < s->vocab; i++) { /* the crossing bin's members; branch-free (a coin flip when flat) */
         c[nb].logit = l[i];
         c[nb].w = w[i];
         c[nb].id = i;
-        nb += l[i] >= lcut && l[i] < lhi && w[i] > 0.0f;
+        nb += l[i] >= lo && l[i] < hi && w[i] > 0.0f;
     }
     int j = g3_cand_mass_prefix(c, nb, target - above);
     /* the last kept token in the best-first order is the threshold: keep everything at or above it */
-    g3_cand last = {lhi, 0.0f, INT32_MAX}; /* j == 0 only through rounding: the bins above are then the set */
+    g3_cand last = {hi, 0.0f, INT32_MAX}; /* j == 0 only through rounding: the bins above are then the set */
     for (int q = 0; q < j; q++)
         if (q == 0 || c[q].logit < last.logit || (c[q].logit == last.logit && c[q].id > last.id)) last = c[q];
     float thr = s->p.min_p > 0.0f ? logf(s->p.min_p) : -INFINITY;

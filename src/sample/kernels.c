@@ -35,8 +35,12 @@ double g3_smp_weights(const float *l, int n, float m, float temp, float thr, flo
 }
 
 void g3_smp_weights_hist(const float *l, int n, float m, float temp, float *w, double (*hist)[G3_SMP_HIST_MAX],
-                         float *lmin, int nbins) {
-    G3_SMP_DISPATCH(g3_smp_weights_hist, l, n, m, temp, w, hist, lmin, nbins);
+                         int nbins) {
+    G3_SMP_DISPATCH(g3_smp_weights_hist, l, n, m, temp, w, hist, nbins);
+}
+
+void g3_smp_count_hist(const float *l, int n, float m, float temp, int32_t (*cnt)[G3_SMP_HIST_MAX], int nbins) {
+    G3_SMP_DISPATCH(g3_smp_count_hist, l, n, m, temp, cnt, nbins);
 }
 
 double g3_smp_mask(const float *l, int n, float m, float temp, float thr, float lstar, int32_t idstar, float *w,

@@ -21,13 +21,15 @@ int32_t g3_smp_argmax(const float *l, int n, float *max_out);
  * ~1e-7; a draw rescales within the block, so it stays consistent); returns the total. exp: ~2 ulp. */
 double g3_smp_weights(const float *l, int n, float m, float temp, float thr, float *w, double *blocks);
 
-/* g3_smp_weights with thr = -87 and no block sums, plus a histogram for top-p: hist[k][bin] += w[i] (k = i % 4,
- * four partial histograms to sum) and lmin[bin] = min(lmin[bin], l[i]), bin = (int)(-s * 16) for s > -64, else
- * nbins (< G3_SMP_HIST_MAX; the caller sets hist to 0 and lmin to +inf over nbins + 1 bins). The bin is the same
- * float expression as dist.c's bin_of. */
+/* g3_smp_weights with thr = -87 and no block sums, plus a histogram of the weights for top-p: hist[k][bin] +=
+ * w[i] (k = i % 4: four partial histograms to add up), bin = (int)(-s * 16) for s > -64, else nbins (nbins <
+ * G3_SMP_HIST_MAX; the caller zeroes hist[0..4)[0..nbins]). Bins <= b hold exactly the tokens with
+ * s > -(b + 1) / 16 (for b < nbins), as -s * 16 is exact. */
 #define G3_SMP_HIST_MAX 1032
 void g3_smp_weights_hist(const float *l, int n, float m, float temp, float *w, double (*hist)[G3_SMP_HIST_MAX],
-                         float *lmin, int nbins);
+                         int nbins);
+/* The same bins, counting the tokens with l[i] > -inf (for a large top-k): cnt[k][bin] += 1. */
+void g3_smp_count_hist(const float *l, int n, float m, float temp, int32_t (*cnt)[G3_SMP_HIST_MAX], int nbins);
 
 /* Zeroes w[i] unless token i is at or above the threshold in the candidate order (l[i] > lstar, or l[i] == lstar
  * and i <= idstar) and has s >= thr (s as above; thr = -INFINITY for none); rewrites blocks like g3_smp_weights
@@ -55,7 +57,9 @@ int g3_smp_cpu_avx2(void);
     int32_t g3_smp_argmax_##sfx(const float *l, int n, float *max_out);                                                \
     void g3_smp_weights_##sfx(const float *l, int n, float m, float temp, float thr, float *w, double *blocks);         \
     void g3_smp_weights_hist_##sfx(const float *l, int n, float m, float temp, float *w,                               \
-                                   double (*hist)[G3_SMP_HIST_MAX], float *lmin, int nbins);                           \
+                                   double (*hist)[G3_SMP_HIST_MAX], int nbins);                                        \
+    void g3_smp_count_hist_##sfx(const float *l, int n, float m, float temp, int32_t (*cnt)[G3_SMP_HIST_MAX],         \
+                                 int nbins);                                                                           \
     void g3_smp_mask_##sfx(const float *l, int n, float m, float temp, float thr, float lstar, int32_t idstar,          \
                            float *w, double *blocks);                                                                  \
     void g3_smp_cand_weights_##sfx(g3_cand *c, int n, float m, float temp);                                           \

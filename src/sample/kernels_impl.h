@@ -116,24 +116,35 @@ void G3_SMP_FN(g3_smp_weights)(const float *l, int n, float m, float temp, float
     }
 }
 
+/* Histogram bins of s (see kernels.h): (int)(-s * 16) for s > -64, else nbins. */
+static inline vi bins_of(vf s, int nbins) {
+    vi in_bins = s > splat(-64.0f);
+    vf t = (vf)((vi)(-s * splat(16.0f)) & in_bins); /* 0 outside, so the conversion stays in range */
+    return (__builtin_convertvector(t, vi) & in_bins) | (splati(nbins) & ~in_bins);
+}
+
 void G3_SMP_FN(g3_smp_weights_hist)(const float *l, int n, float m, float temp, float *w,
-                                    double (*hist)[G3_SMP_HIST_MAX], float *lmin, int nbins) {
+                                    double (*hist)[G3_SMP_HIST_MAX], int nbins) {
     const vf vm = splat(m), vt = splat(temp), vthr = splat(-87.0f);
     for (int i = 0; i < n; i += W) {
-        vf x = load_padded(l, i, n); /* pads: -inf, weight 0, tail bin */
-        vf s = (x - vm) / vt;
+        vf s = (load_padded(l, i, n) - vm) / vt; /* pads: -inf, weight 0 */
         vi keep = s >= vthr;
         vf e = (vf)((vi)exp_v(s) & keep);
-        vi in_bins = s > splat(-64.0f);
-        vf t = (vf)((vi)(-s * splat(16.0f)) & in_bins); /* 0 outside, so the conversion stays in range */
-        vi bin = (__builtin_convertvector(t, vi) & in_bins) | (splati(nbins) & ~in_bins);
+        vi bin = bins_of(s, nbins);
         store_part(w, i, n, e);
         /* four partial histograms: consecutive tokens often share a bin, and separate copies keep adds apart */
-        for (int k = 0; k < W && i + k < n; k++) {
-            hist[k & 3][bin[k]] += (double)e[k];
-            float v = lmin[bin[k]];
-            lmin[bin[k]] = x[k] < v ? x[k] : v;
-        }
+        for (int k = 0; k < W; k++) hist[k & 3][bin[k]] += (double)e[k];
+    }
+}
+
+void G3_SMP_FN(g3_smp_count_hist)(const float *l, int n, float m, float temp, int32_t (*cnt)[G3_SMP_HIST_MAX],
+                                  int nbins) {
+    const vf vm = splat(m), vt = splat(temp);
+    for (int i = 0; i < n; i += W) {
+        vf x = load_padded(l, i, n);
+        vi valid = x > splat(-INFINITY); /* false for NaN, -inf and the pads */
+        vi bin = bins_of((x - vm) / vt, nbins);
+        for (int k = 0; k < W; k++) cnt[k & 3][bin[k]] -= valid[k]; /* valid lanes are -1 */
     }
 }
 

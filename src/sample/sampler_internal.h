@@ -38,7 +38,7 @@ struct g3_sampler {
     double *blocks;       /* [vocab / G3_SMP_BLOCK + 1] partial sums of w */
     double bins[G3_TOPP_BINS + 1]; /* top-p histogram of weights */
     double lane_bins[4][G3_SMP_HIST_MAX]; /* its four partial sums from the kernel */
-    float bin_lmin[G3_TOPP_BINS + 1]; /* smallest logit seen in each bin */
+    int32_t lane_counts[4][G3_SMP_HIST_MAX]; /* token counts per bin (top-k > G3_TOPK_HEAP), four partials */
 
     g3_token_logprob top[G3_MAX_LOGPROBS]; /* logprob alternatives, best first (raw logits until converted) */
 };

@@ -201,7 +201,7 @@ static void test_chi_square_temperature_half(void **state) {
 static void test_chi_square_multi_block(void **state) {
     (void)state;
     enum { V = 300 };
-    const long draws = 300000;
+    const long draws = 120000;
     float l[V];
     double probs[V], margin[2];
     long counts[V];
@@ -258,7 +258,7 @@ static void test_truncation_support_and_frequencies(void **state) {
             sum += cp[j];
         }
         assert_true(fabs(sum - 1.0) < 1e-5);
-        const long draws = 100000;
+        const long draws = 40000;
         draw_counts(s, l, V, draws, probs, counts);
         int seen = 0;
         for (int i = 0; i < V; i++) seen += counts[i] > 0;
@@ -312,11 +312,96 @@ static void test_full_vocab_exact_sets(void **state) {
         }
         assert_true(maxd < 1e-4);
         /* and drawing stays inside the set */
-        for (int d = 0; d < 50; d++) {
+        for (int d = 0; d < 5; d++) {
             memcpy(work, l, V * sizeof *l);
             int32_t t = g3_sampler_sample(s, work, NULL, NULL, NULL);
             assert_true(t >= 0 && t < V && probs[t] > 0);
         }
+        g3_sampler_free(s);
+    }
+    free(l);
+    free(work);
+    free(cp);
+    free(probs);
+    free(ids);
+}
+
+/* top-k exactly: ties at the k-th value go to the lowest ids, for the heap (k <= 2048) and the histogram path;
+ * fewer valid tokens than k keeps them all. The set is compared with a full sort. */
+static int cmp_cand(const void *a, const void *b);
+static void test_top_k_ties(void **state) {
+    (void)state;
+    enum { V = 20000 };
+    float *l = malloc(V * sizeof *l), *work = malloc(V * sizeof *work), *cp = malloc(V * sizeof *cp);
+    int32_t *ids = malloc(V * sizeof *ids);
+    g3_cand *ref = malloc(V * sizeof *ref);
+    char *in = malloc(V);
+    const int ks[] = {1, 7, 2000, 2048, 2049, 3000, 9000};
+    trng_state = 77;
+    for (int round = 0; round < 3; round++)
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            int nvalid = 0;
+            for (int i = 0; i < V; i++) {
+                /* coarse values: hundreds of ties per value; round 2 bans all but 1500 tokens */
+                l[i] = (float)(trng() % 40) * 0.25f;
+                if (round == 1 && i % 3 == 0) l[i] = NAN;
+                if (round == 2 && i >= 1500) l[i] = -INFINITY;
+                if (l[i] > -INFINITY) {
+                    ref[nvalid].logit = l[i];
+                    ref[nvalid].id = i;
+                    nvalid++;
+                }
+            }
+            qsort(ref, (size_t)nvalid, sizeof *ref, cmp_cand);
+            int k = ks[ki], want = k < nvalid ? k : nvalid;
+            g3_sampler *s = make(1.0f, k, 1.0f, 0.0f, 3, V);
+            memcpy(work, l, V * sizeof *l);
+            int n = g3_sampler_candidates(s, work, ids, cp);
+            assert_int_equal(n, want);
+            memset(in, 0, V);
+            for (int j = 0; j < n; j++) in[ids[j]] = 1;
+            for (int j = 0; j < want; j++)
+                if (!in[ref[j].id]) fail_msg("k=%d round %d: token %d (logit %g) missing", k, round, ref[j].id, ref[j].logit);
+            g3_sampler_free(s);
+        }
+    free(l);
+    free(work);
+    free(cp);
+    free(ids);
+    free(ref);
+    free(in);
+}
+
+/* Logits exactly on the histogram's bin edges (multiples of 1/16 below a max of 0, and the next float above
+ * each, the first value of a bin): the top-p and large top-k sets must still equal the full sort's. */
+static void test_bin_edges(void **state) {
+    (void)state;
+    enum { V = 6000 };
+    float *l = malloc(V * sizeof *l), *work = malloc(V * sizeof *work), *cp = malloc(V * sizeof *cp);
+    double *probs = malloc(V * sizeof *probs);
+    int32_t *ids = malloc(V * sizeof *ids);
+    struct {
+        int top_k;
+        float top_p;
+    } cases[] = {{0, 0.5f}, {0, 0.9f}, {0, 0.97f}, {0, 0.3f}, {0, 0.6f}, {0, 0.75f}, {0, 0.8f}, {0, 0.85f},
+                 {2500, 1.0f}, {4000, 0.95f}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        trng_state = 500 + c;
+        for (int i = 0; i < V; i++) {
+            float edge = -(float)(trng() % 48) / 16.0f;
+            l[i] = trng() % 2 ? edge : nextafterf(edge, 0.0f);
+        }
+        l[V / 2] = 0.0f;
+        double margin[2];
+        int k = ref_dist(l, V, 1.0, cases[c].top_k, cases[c].top_p, 0.0, probs, margin);
+        g3_sampler *s = make(1.0f, cases[c].top_k, cases[c].top_p, 0.0f, 1, V);
+        memcpy(work, l, V * sizeof *l);
+        int n = g3_sampler_candidates(s, work, ids, cp);
+        print_message("case %zu: support %d, sampler %d (margin %.2g)\n", c, k, n, margin[0]);
+        assert_true(margin[0] > 1e-6);
+        assert_int_equal(n, k);
+        for (int j = 0; j < n; j++)
+            if (!(probs[ids[j]] > 0)) fail_msg("case %zu: token %d (logit %.9g) kept", c, ids[j], l[ids[j]]);
         g3_sampler_free(s);
     }
     free(l);
@@ -391,6 +476,8 @@ int main(void) {
         cmocka_unit_test(test_chi_square_multi_block),
         cmocka_unit_test(test_truncation_support_and_frequencies),
         cmocka_unit_test(test_full_vocab_exact_sets),
+        cmocka_unit_test(test_top_k_ties),
+        cmocka_unit_test(test_bin_edges),
         cmocka_unit_test(test_select_and_sort),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,7 +13,8 @@ typedef struct {
     const char *name;
     int32_t (*argmax)(const float *, int, float *);
     void (*weights)(const float *, int, float, float, float, float *, double *);
-    void (*hist)(const float *, int, float, float, float *, double (*)[G3_SMP_HIST_MAX], float *, int);
+    void (*hist)(const float *, int, float, float, float *, double (*)[G3_SMP_HIST_MAX], int);
+    void (*count)(const float *, int, float, float, int32_t (*)[G3_SMP_HIST_MAX], int);
     void (*mask)(const float *, int, float, float, float, float, int32_t, float *, double *);
     void (*cand)(g3_cand *, int, float, float);
     double (*sumexp)(const float *, int, float);
@@ -25,12 +26,12 @@ static int n_variants;
 static void pick_variants(void) {
     n_variants = 0;
     variants[n_variants++] = (variant){"base", g3_smp_argmax_base, g3_smp_weights_base, g3_smp_weights_hist_base,
-                                       g3_smp_mask_base, g3_smp_cand_weights_base,
+                                       g3_smp_count_hist_base, g3_smp_mask_base, g3_smp_cand_weights_base,
                                        g3_smp_sumexp_base};
 #if G3_SMP_HAVE_AVX2
     if (g3_smp_cpu_avx2())
         variants[n_variants++] = (variant){"avx2", g3_smp_argmax_avx2, g3_smp_weights_avx2,
-                                           g3_smp_weights_hist_avx2, g3_smp_mask_avx2, g3_smp_cand_weights_avx2,
+                                           g3_smp_weights_hist_avx2, g3_smp_count_hist_avx2, g3_smp_mask_avx2, g3_smp_cand_weights_avx2,
                                            g3_smp_sumexp_avx2};
     else
         print_message("no AVX2+FMA on this CPU: only the base kernels are tested\n");
@@ -142,39 +143,42 @@ static void test_exp_range(void **state) {
     free(blocks);
 }
 
+static int ref_bin(float s, int nb) { return s > -64.0f ? (int)(-s * 16.0f) : nb; }
+
 static void test_hist(void **state) {
     (void)state;
     enum { NB = 1024 };
     float l[4099], w[4099];
     static double hist[4][G3_SMP_HIST_MAX];
-    float lmin[NB + 1];
+    static int32_t cnt[4][G3_SMP_HIST_MAX];
     double want[NB + 1];
-    float want_min[NB + 1];
+    int32_t want_cnt[NB + 1];
     trng_state = 3;
     for (int v = 0; v < n_variants; v++)
         for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
             int n = lengths[li];
-            fill(l, n, 30.0);
-            float m = 30.0f, t = 0.8f;
+            fill(l, n, 40.0);
+            float m = 40.0f, t = 0.8f;
             memset(hist, 0, sizeof hist);
-            for (int b = 0; b <= NB; b++) {
-                lmin[b] = want_min[b] = INFINITY;
-                want[b] = 0;
-            }
-            variants[v].hist(l, n, m, t, w, hist, lmin, NB);
+            memset(cnt, 0, sizeof cnt);
+            memset(want, 0, sizeof want);
+            memset(want_cnt, 0, sizeof want_cnt);
+            variants[v].hist(l, n, m, t, w, hist, NB);
+            variants[v].count(l, n, m, t, cnt, NB);
             for (int i = 0; i < n; i++) {
                 float s = s_of(l[i], m, t);
-                int b = s > -64.0f ? (int)(-s * 16.0f) : NB;
+                int b = ref_bin(s, NB);
                 double e = s >= -87.0f ? exp((double)s) : 0.0;
                 assert_true(e == 0 ? w[i] == 0 : fabs(w[i] - e) <= 5e-7 * e);
                 want[b] += w[i];
-                if (l[i] < want_min[b]) want_min[b] = l[i];
+                want_cnt[b] += l[i] > -INFINITY;
             }
             for (int b = 0; b <= NB; b++) {
                 double got = (hist[0][b] + hist[1][b]) + (hist[2][b] + hist[3][b]);
                 if (fabs(got - want[b]) > 1e-12 * (want[b] + 1e-300))
                     fail_msg("%s n=%d bin %d: %g, want %g", variants[v].name, n, b, got, want[b]);
-                assert_true(lmin[b] == want_min[b]);
+                int32_t c = (cnt[0][b] + cnt[1][b]) + (cnt[2][b] + cnt[3][b]);
+                if (c != want_cnt[b]) fail_msg("%s n=%d bin %d: count %d, want %d", variants[v].name, n, b, c, want_cnt[b]);
             }
         }
 }
