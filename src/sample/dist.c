@@ -222,13 +222,7 @@ static void build_dense(g3_sampler *s, const float *l, g3_dist *d) {
     float lo, hi;
     bin_bounds(m, temp, cross, &lo, &hi);
     g3_cand *c = s->cand;
-    int nb = 0;
-    for (int i = 0; i < s->vocab; i++) { /* the crossing bin's members; branch-free (a coin flip when flat) */
-        c[nb].logit = l[i];
-        c[nb].w = w[i];
-        c[nb].id = i;
-        nb += l[i] >= lo && l[i] < hi && w[i] > 0.0f;
-    }
+    int nb = g3_smp_collect(l, w, s->vocab, lo, hi, c); /* the crossing bin's members */
     int j = g3_cand_mass_prefix(c, nb, target - above);
     /* the last kept token in the best-first order is the threshold: keep everything at or above it */
     g3_cand last = {hi, 0.0f, INT32_MAX}; /* j == 0 only through rounding: the bins above are then the set */

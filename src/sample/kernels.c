@@ -57,3 +57,11 @@ double g3_smp_cand_weights(g3_cand *c, int n, float m, float temp) {
 }
 
 double g3_smp_sumexp(const float *l, int n, float m) { return G3_SMP_DISPATCH(g3_smp_sumexp, l, n, m); }
+
+int g3_smp_collect(const float *l, const float *w, int n, float lo, float hi, g3_cand *out) {
+    return G3_SMP_DISPATCH(g3_smp_collect, l, w, n, lo, hi, out);
+}
+
+int g3_smp_top_n(const float *l, int n, int nt, g3_token_logprob *top) {
+    return G3_SMP_DISPATCH(g3_smp_top_n, l, n, nt, top);
+}

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "gemma3.h"
 #include "sample/select.h"
 
 #define G3_SMP_BLOCK 64 /* weights per partial sum written by g3_smp_weights */
@@ -40,6 +41,14 @@ double g3_smp_mask(const float *l, int n, float m, float temp, float thr, float 
 /* c[j].w = exp((c[j].logit - m) / temp) (the same exp as above); returns the sum in double. */
 double g3_smp_cand_weights(g3_cand *c, int n, float m, float temp);
 
+/* The nt (>= 1) largest l[i] > -inf into top[0..k) as (i, l[i]), best first, lower id first among equal values;
+ * returns k = min(nt, number of such l[i]). */
+int g3_smp_top_n(const float *l, int n, int nt, g3_token_logprob *top);
+
+/* Appends to out (in index order) every token with lo <= l[i] < hi and w[i] > 0 as (l[i], w[i], i); returns
+ * how many. out must hold n entries. */
+int g3_smp_collect(const float *l, const float *w, int n, float lo, float hi, g3_cand *out);
+
 /* Sum of exp(l[i] - m) over the l[i] > -inf (NaN and terms below exp(-87.5) count 0), m >= every l[i]: the
  * log-softmax normalizer. Float lanes per 64 terms, then double: relative error ~1e-7. */
 double g3_smp_sumexp(const float *l, int n, float m);
@@ -63,7 +72,9 @@ int g3_smp_cpu_avx2(void);
     void g3_smp_mask_##sfx(const float *l, int n, float m, float temp, float thr, float lstar, int32_t idstar,          \
                            float *w, double *blocks);                                                                  \
     void g3_smp_cand_weights_##sfx(g3_cand *c, int n, float m, float temp);                                           \
-    double g3_smp_sumexp_##sfx(const float *l, int n, float m);
+    double g3_smp_sumexp_##sfx(const float *l, int n, float m);                                                       \
+    int g3_smp_collect_##sfx(const float *l, const float *w, int n, float lo, float hi, g3_cand *out);                 \
+    int g3_smp_top_n_##sfx(const float *l, int n, int nt, g3_token_logprob *top);
 G3_SMP_DECLARE(base)
 #if G3_SMP_HAVE_AVX2
 G3_SMP_DECLARE(avx2)

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "gemma3.h"
 #include "sample/kernels.h"
 
 #define G3_SMP_CAT2(a, b) a##_##b
@@ -169,6 +170,53 @@ void G3_SMP_FN(g3_smp_mask)(const float *l, int n, float m, float temp, float th
         }
         blocks[b] = lanes_sum(acc);
     }
+}
+
+int G3_SMP_FN(g3_smp_collect)(const float *l, const float *w, int n, float lo, float hi, g3_cand *out) {
+    const vf vlo = splat(lo), vhi = splat(hi), zero = splat(0.0f);
+    int nb = 0;
+    for (int i = 0; i < n; i += W) {
+        vf x = load_padded(l, i, n), wv = zero;
+        if (i + W <= n) wv = load(w + i);
+        else
+            for (int k = 0; k < n - i; k++) wv[k] = w[i + k];
+        vi in = (x >= vlo) & (x < vhi) & (wv > zero); /* pads have weight 0 */
+        int any = 0;
+        for (int k = 0; k < W; k++) any |= in[k];
+        if (!any) continue; /* the common case when the range is narrow */
+        int kn = n - i < W ? n - i : W;
+        for (int k = 0; k < kn; k++) { /* branch-free: nb <= i + k < n */
+            out[nb].logit = x[k];
+            out[nb].w = wv[k];
+            out[nb].id = i + k;
+            nb -= in[k]; /* -1 when in */
+        }
+    }
+    return nb;
+}
+
+int G3_SMP_FN(g3_smp_top_n)(const float *l, int n, int nt, g3_token_logprob *top) {
+    int k = 0;
+    float thr = -INFINITY; /* the value to beat: -inf until top is full (so -inf and NaN never enter) */
+    for (int i = 0; i < n; i += W) {
+        vi gt = load_padded(l, i, n) > splat(thr);
+        int any = 0;
+        for (int q = 0; q < W; q++) any |= gt[q];
+        if (!any) continue; /* nearly always, once the threshold has risen */
+        for (int q = 0; q < W && i + q < n; q++) {
+            float v = l[i + q];
+            if (!(v > thr)) continue;
+            int j = k < nt ? k++ : nt - 1; /* full: the last entry drops out */
+            while (j > 0 && v > top[j - 1].logprob) { /* strict: equal values keep the lower id first */
+                top[j] = top[j - 1];
+                j--;
+            }
+            top[j].token = i + q;
+            top[j].logprob = v;
+            if (k == nt) thr = top[nt - 1].logprob;
+        }
+    }
+    return k;
 }
 
 double G3_SMP_FN(g3_smp_sumexp)(const float *l, int n, float m) {

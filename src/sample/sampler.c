@@ -225,33 +225,16 @@ static int32_t argmax(const float *l, int n) {
  * id on ties, -inf never listed). Returns lse; *argmax_out gets the argmax (same rule as argmax()). A +inf
  * logit makes the distribution uniform over the +inf tokens: lse is then +inf and *n_inf counts them. */
 static double lse_and_top(g3_sampler *s, const float *l, int nt, int *n_top, int32_t *argmax_out, int *n_inf) {
-    g3_token_logprob *top = s->top;
-    int k = 0;
-    int32_t am = 0;
-    float m = -INFINITY;
-    *n_inf = 0;
-    for (int i = 0; i < s->vocab; i++) {
-        float x = l[i];
-        if (!(x > -INFINITY)) continue; /* -inf and NaN */
-        if (x > m) {
-            m = x;
-            am = i;
-        }
-        if (x == INFINITY) (*n_inf)++;
-        if (k < nt || x > top[nt - 1].logprob) {
-            int j = k < nt ? k++ : nt - 1; /* the slot freed at the end */
-            while (j > 0 && x > top[j - 1].logprob) {
-                top[j] = top[j - 1];
-                j--;
-            }
-            top[j].token = i;
-            top[j].logprob = x;
-        }
-    }
+    int k = g3_smp_top_n(l, s->vocab, nt, s->top); /* nt >= 1, so top[0] is the argmax */
     *n_top = k;
-    *argmax_out = am;
+    *n_inf = 0;
+    *argmax_out = k > 0 ? s->top[0].token : 0;
+    float m = k > 0 ? s->top[0].logprob : -INFINITY;
     if (m == -INFINITY) return -INFINITY;
-    if (m == INFINITY) return INFINITY;
+    if (m == INFINITY) {
+        for (int i = 0; i < s->vocab; i++) *n_inf += l[i] == INFINITY;
+        return INFINITY;
+    }
     return (double)m + log(g3_smp_sumexp(l, s->vocab, m));
 }
 

@@ -18,6 +18,8 @@ typedef struct {
     void (*mask)(const float *, int, float, float, float, float, int32_t, float *, double *);
     void (*cand)(g3_cand *, int, float, float);
     double (*sumexp)(const float *, int, float);
+    int (*collect)(const float *, const float *, int, float, float, g3_cand *);
+    int (*top_n)(const float *, int, int, g3_token_logprob *);
 } variant;
 
 static variant variants[2];
@@ -27,12 +29,14 @@ static void pick_variants(void) {
     n_variants = 0;
     variants[n_variants++] = (variant){"base", g3_smp_argmax_base, g3_smp_weights_base, g3_smp_weights_hist_base,
                                        g3_smp_count_hist_base, g3_smp_mask_base, g3_smp_cand_weights_base,
-                                       g3_smp_sumexp_base};
+                                       g3_smp_sumexp_base, g3_smp_collect_base,
+                                       g3_smp_top_n_base};
 #if G3_SMP_HAVE_AVX2
     if (g3_smp_cpu_avx2())
         variants[n_variants++] = (variant){"avx2", g3_smp_argmax_avx2, g3_smp_weights_avx2,
                                            g3_smp_weights_hist_avx2, g3_smp_count_hist_avx2, g3_smp_mask_avx2, g3_smp_cand_weights_avx2,
-                                           g3_smp_sumexp_avx2};
+                                           g3_smp_sumexp_avx2, g3_smp_collect_avx2,
+                                           g3_smp_top_n_avx2};
     else
         print_message("no AVX2+FMA on this CPU: only the base kernels are tested\n");
 #endif
@@ -251,6 +255,58 @@ static void test_sumexp(void **state) {
         }
 }
 
+static void test_collect(void **state) {
+    (void)state;
+    float l[4099], w[4099];
+    g3_cand out[4099];
+    trng_state = 7;
+    for (int v = 0; v < n_variants; v++)
+        for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
+            for (int rep = 0; rep < 4; rep++) {
+                int n = lengths[li];
+                fill(l, n, 4.0);
+                for (int i = 0; i < n; i++) w[i] = trng() % 5 ? (float)trand(0.1, 1) : 0.0f;
+                float lo = rep < 2 ? 1.5f : -1.0f, hi = rep % 2 ? 1.75f : 3.0f; /* 1.5: ties on the lower bound */
+                int got = variants[v].collect(l, w, n, lo, hi, out), k = 0;
+                for (int i = 0; i < n; i++)
+                    if (l[i] >= lo && l[i] < hi && w[i] > 0) {
+                        if (k >= got || out[k].id != i || out[k].logit != l[i] || out[k].w != w[i])
+                            fail_msg("%s n=%d: member %d (token %d) missing or wrong", variants[v].name, n, k, i);
+                        k++;
+                    }
+                assert_int_equal(got, k);
+            }
+}
+
+static int cmp_desc_id(const void *a, const void *b) {
+    const g3_token_logprob *x = a, *y = b;
+    if (x->logprob != y->logprob) return x->logprob > y->logprob ? -1 : 1;
+    return x->token - y->token;
+}
+
+static void test_top_n(void **state) {
+    (void)state;
+    float l[4099];
+    static g3_token_logprob ref[4099];
+    g3_token_logprob top[20];
+    trng_state = 8;
+    for (int v = 0; v < n_variants; v++)
+        for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
+            for (int nt = 1; nt <= 20; nt += 6) {
+                int n = lengths[li], nv = 0;
+                fill(l, n, nt % 2 ? 1.0 : 5.0); /* spread 1: the 1.5 ties lead */
+                for (int i = 0; i < n; i++)
+                    if (l[i] > -INFINITY) ref[nv++] = (g3_token_logprob){i, l[i]};
+                qsort(ref, (size_t)nv, sizeof *ref, cmp_desc_id);
+                int got = variants[v].top_n(l, n, nt, top);
+                assert_int_equal(got, nv < nt ? nv : nt);
+                for (int j = 0; j < got; j++)
+                    if (top[j].token != ref[j].token || top[j].logprob != ref[j].logprob)
+                        fail_msg("%s n=%d nt=%d: entry %d is (%d, %g), want (%d, %g)", variants[v].name, n, nt, j,
+                                 top[j].token, top[j].logprob, ref[j].token, ref[j].logprob);
+            }
+}
+
 static int setup(void **state) {
     (void)state;
     pick_variants();
@@ -262,6 +318,8 @@ int main(void) {
         cmocka_unit_test(test_argmax),  cmocka_unit_test(test_weights),      cmocka_unit_test(test_exp_range),
         cmocka_unit_test(test_hist),    cmocka_unit_test(test_mask),         cmocka_unit_test(test_cand_weights),
         cmocka_unit_test(test_sumexp),
+        cmocka_unit_test(test_collect),
+        cmocka_unit_test(test_top_n),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
