@@ -55,6 +55,21 @@ class Target:
         return r.status, json.loads(body)
 
 
+def server_counters(t):
+    """gemma3 serve's cumulative counters from /metrics ({} for servers without them)."""
+    try:
+        st, body = t.get("/metrics")
+    except OSError:
+        return {}
+    out = {}
+    if st == 200:
+        for line in body.decode("utf-8", "replace").splitlines():
+            for k in ("gemma3_prompt_tokens_cached_total", "gemma3_prompt_tokens_total", "gemma3_preemptions_total"):
+                if line.startswith(k + " "):
+                    out[k] = float(line.split()[1])
+    return out
+
+
 def one_request(t, model, ids, out_tokens, timeout):
     """Streams one completion; returns dict(ok, ttft, itls, n_out, e2e, err)."""
     body = json.dumps({"model": model, "prompt": ids, "max_tokens": out_tokens, "temperature": 0,
@@ -114,7 +129,8 @@ def main():
     ap.add_argument("--output-tokens", "-o", type=int, default=64)
     ap.add_argument("--shared-prefix", type=int, default=0, help="tokens every prompt shares at its start")
     ap.add_argument("--token-range", default="200:900", help="random prompt ids are drawn from LO:HI")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=None,
+                    help="prompt generator seed (default: a fresh one, so runs do not hit each other's prefix cache)")
     ap.add_argument("--warmup", type=int, default=2, help="requests sent (and not counted) before the run")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--json", default=None, help="also write the results here")
@@ -129,6 +145,8 @@ def main():
     st, tk = t.post("/tokenize", {"prompt": ""})
     bos = tk["tokens"][:1] if st == 200 else [2]
     lo, hi = (int(x) for x in a.token_range.split(":"))
+    if a.seed is None:
+        a.seed = random.SystemRandom().randrange(1 << 31)
     rng = random.Random(a.seed)
     prefix = [rng.randrange(lo, hi) for _ in range(a.shared_prefix)]
     n_rand = max(0, a.prompt_tokens - len(bos) - len(prefix))
@@ -151,12 +169,15 @@ def main():
                 results.append(r)
 
     threads = [threading.Thread(target=client) for _ in range(a.concurrency)]
+    c0 = server_counters(t)
     t0 = time.perf_counter()
     for th in threads:
         th.start()
     for th in threads:
         th.join()
     wall = time.perf_counter() - t0
+    c1 = server_counters(t)
+    delta = {k: c1[k] - c0.get(k, 0) for k in c1}
 
     ok = [r for r in results if r["ok"]]
     bad = [r for r in results if not r["ok"]]
@@ -168,21 +189,27 @@ def main():
     res = {
         "model": model, "url": a.url, "concurrency": a.concurrency, "requests": a.requests,
         "prompt_tokens": a.prompt_tokens, "output_tokens": a.output_tokens, "shared_prefix": a.shared_prefix,
+        "seed": a.seed,
         "completed": len(ok), "failed": len(bad), "wall_s": wall,
         "requests_per_s": len(ok) / wall, "output_tok_per_s": out_tok / wall,
         "total_tok_per_s": (out_tok + in_tok) / wall,
         "ttft_ms": {"p50": pct(ttft, 50), "p90": pct(ttft, 90), "p99": pct(ttft, 99), "mean": sum(ttft) / max(1, len(ttft))},
         "itl_ms": {"p50": pct(itl, 50), "p90": pct(itl, 90), "p99": pct(itl, 99), "mean": sum(itl) / max(1, len(itl))},
         "e2e_ms": {"p50": pct(e2e, 50), "p90": pct(e2e, 90), "p99": pct(e2e, 99)},
+        "server_counters_delta": delta,
     }
-    print("model %s  concurrency %d  requests %d  prompt %d tok  output %d tok  shared prefix %d" % (
-        model, a.concurrency, a.requests, a.prompt_tokens, a.output_tokens, a.shared_prefix))
+    print("model %s  concurrency %d  requests %d  prompt %d tok  output %d tok  shared prefix %d  seed %d" % (
+        model, a.concurrency, a.requests, a.prompt_tokens, a.output_tokens, a.shared_prefix, a.seed))
     print("completed %d  failed %d  wall %.2f s" % (len(ok), len(bad), wall))
     print("requests/s %.2f  output tok/s %.1f  total tok/s %.1f" % (
         res["requests_per_s"], res["output_tok_per_s"], res["total_tok_per_s"]))
     for k in ("ttft_ms", "itl_ms", "e2e_ms"):
         v = res[k]
         print("%-7s p50 %8.1f  p90 %8.1f  p99 %8.1f  (ms)" % (k[:-3].upper(), v["p50"], v["p90"], v["p99"]))
+    if delta:
+        print("server: %d prompt tokens, %d from the prefix cache, %d preemptions" % (
+            delta.get("gemma3_prompt_tokens_total", 0), delta.get("gemma3_prompt_tokens_cached_total", 0),
+            delta.get("gemma3_preemptions_total", 0)))
     for r in bad[:5]:
         print("error:", r["err"])
     if a.json:
