@@ -271,12 +271,18 @@ g3_status g3_tok_finalize(g3_tokenizer *t, g3_error *err) {
         if (!has_space_sym(s, p->len)) continue;
         char *o = t->arena + t->arena_len;
         size_t n = 0;
-        for (uint32_t k = 0; k < p->len;) {
-            if (k + 3 <= p->len && memcmp(s + k, SPACE_SYM, 3) == 0) {
+        for (const char *e = s + p->len; s < e;) { /* copy runs up to each U+2581, which becomes ' ' */
+            const char *c = memchr(s, 0xE2, (size_t)(e - s));
+            if (!c) c = e;
+            memcpy(o + n, s, (size_t)(c - s));
+            n += (size_t)(c - s);
+            s = c;
+            if (s == e) break;
+            if (e - s >= 3 && (uint8_t)s[1] == 0x96 && (uint8_t)s[2] == 0x81) {
                 o[n++] = ' ';
-                k += 3;
+                s += 3;
             } else {
-                o[n++] = s[k++];
+                o[n++] = *s++;
             }
         }
         o[n] = 0;

@@ -106,7 +106,8 @@ struct g3_gguf_writer;
 g3_status g3_tok_write_gguf(const g3_tokenizer *t, struct g3_gguf_writer *gw, g3_error *err);
 
 /* ---- lookups ---------------------------------------------------------------------------------------------- */
-/* 64-bit hash of a byte string (8 bytes at a time). */
+/* 64-bit hash of a byte string: 8 bytes at a time, the tail read as two overlapping loads (which together
+ * determine the tail, as its length is known), so no byte past the string is touched. */
 static inline uint64_t g3_tok_hash(const char *s, size_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
     while (n >= 8) {
@@ -117,8 +118,17 @@ static inline uint64_t g3_tok_hash(const char *s, size_t n) {
         s += 8;
         n -= 8;
     }
-    uint64_t w = 0;
-    memcpy(&w, s, n);
+    uint64_t w;
+    if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + n - 4, 4);
+        w = (uint64_t)a | (uint64_t)b << 32;
+    } else if (n > 0) {
+        w = (uint64_t)(uint8_t)s[0] | (uint64_t)(uint8_t)s[n / 2] << 8 | (uint64_t)(uint8_t)s[n - 1] << 16;
+    } else {
+        w = 0;
+    }
     h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
     h ^= h >> 29;
     return h;
@@ -126,10 +136,9 @@ static inline uint64_t g3_tok_hash(const char *s, size_t n) {
 
 /* Probes one of the maps. The fingerprint spares a visit to the piece table for nearly every probe that does not
  * match: most encoder lookups are misses (adjacent symbols whose concatenation is not a piece). */
-static inline int32_t g3_tok_lookup(const g3_tokenizer *t, const uint64_t *slots, uint32_t mask, const char *s,
-                                    size_t len) {
+static inline int32_t g3_tok_lookup_h(const g3_tokenizer *t, const uint64_t *slots, uint32_t mask, const char *s,
+                                      size_t len, uint64_t h) {
     if (!slots) return -1;
-    uint64_t h = g3_tok_hash(s, len);
     uint32_t fp = (uint32_t)(h >> 32);
     for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
         uint64_t v = slots[i];
@@ -139,6 +148,11 @@ static inline int32_t g3_tok_lookup(const g3_tokenizer *t, const uint64_t *slots
             if (p->len == len && memcmp(t->arena + p->off, s, len) == 0) return (int32_t)((uint32_t)v - 1);
         }
     }
+}
+
+static inline int32_t g3_tok_lookup(const g3_tokenizer *t, const uint64_t *slots, uint32_t mask, const char *s,
+                                    size_t len) {
+    return g3_tok_lookup_h(t, slots, mask, s, len, g3_tok_hash(s, len));
 }
 
 /* Id of the piece with these bytes in the normal map (NORMAL/USER_DEFINED/UNUSED) or the reserved map
