@@ -7,7 +7,8 @@
 # Environment: G3_GPU_PREBUILT=DIR  use DIR/{test_cuda_kernels,test_cuda_model,g3cuda_bench} (and DIR/lib/*.so on
 #              LD_LIBRARY_PATH) instead of building (for machines without the Debian -dev packages);
 #              G3_FIXTURES=DIR      fixture models (default ../shared/fixtures); OUT=DIR  where logs go (default
-#              ./gpu-results). Prints a summary last; exits non-zero if a test failed.
+#              ./gpu-results); G3_TEST_TIMEOUT / G3_BENCH_TIMEOUT  seconds allowed per test / for the benchmark
+#              (default 900 / 3600). Prints a summary last; exits non-zero if a test failed.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 BENCH_ARGS="--sizes 1b,4b,27b --quants bf16,int8,int4"
@@ -39,7 +40,7 @@ status=0
 summary=""
 if [ "$RUN_TESTS" = 1 ]; then
   for t in test_cuda_kernels test_cuda_model; do
-    "$BIN/$t" >"$OUT/$t.log" 2>&1
+    timeout "${G3_TEST_TIMEOUT:-900}" "$BIN/$t" >"$OUT/$t.log" 2>&1
     rc=$?
     [ $rc -ne 0 ] && status=1
     summary="$summary$t: exit $rc\n"
@@ -48,7 +49,7 @@ if [ "$RUN_TESTS" = 1 ]; then
 fi
 if [ "$RUN_BENCH" = 1 ]; then
   # shellcheck disable=SC2086
-  "$BIN/g3cuda_bench" $BENCH_ARGS 2>&1 | tee "$OUT/bench.md"
+  timeout "${G3_BENCH_TIMEOUT:-3600}" "$BIN/g3cuda_bench" $BENCH_ARGS 2>&1 | tee "$OUT/bench.md"
   [ "${PIPESTATUS[0]}" -ne 0 ] && status=1
 fi
 printf "%b" "$summary"

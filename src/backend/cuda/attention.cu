@@ -1,7 +1,8 @@
 /* Attention over the paged KV cache: QK-norm + RoPE + cache write for each row's q/k/v, then flash-decoding
- * (each (row, kv head) pair's keys split across blocks, float32 online softmax, partials merged by a second
- * kernel). Every row reads its position and its sequence's block table from device memory, so the same launches
- * serve decode rows, prefill chunks and graph replays. GQA: kv head h serves query heads h*G .. h*G+G-1.
+ * (each (row, kv head) pair's keys split across blocks, float32 online softmax, partials merged by the last
+ * block of the pair to finish). Every row reads its position and its sequence's block table from device memory,
+ * so the same launches serve decode rows, prefill chunks and graph replays. GQA: kv head h serves query heads
+ * h*G .. h*G+G-1.
  *
  * Cache block layout (float32): [n_layers_of_kind][2 (K, V)][NKV][kv_block][D]; a key at position p of sequence u
  * lives in physical block bt[u][kind][p / kv_block], slot p % kv_block. Sliding layers see keys p-W+1..p. */
@@ -14,19 +15,21 @@ __device__ __forceinline__ float *kv_row(const g3c_attn_args &a, int u, int p, i
     return a.pool + ((off + h) * a.kv_block + p % a.kv_block) * a.D;
 }
 
-/* grid (m, ceil(heads/4)), block (32, 4): one warp per head of q, k or v. */
-__global__ void k_qkv_post(g3c_attn_args a, const float *y, const float *y2, const float *qn, const float *kn,
-                           float *qout) {
+/* grid (m, ceil(heads/4)), block (32, 4): one warp per head of q, k or v. Reads (and zeroes) the ny slices of y. */
+__global__ void k_qkv_post(g3c_attn_args a, float *y, int ny, const float *qn, const float *kn, float *qout) {
+    g3c_pdl_wait();
     const int r = blockIdx.x, hh = blockIdx.y * 4 + threadIdx.y, lane = threadIdx.x;
     const int D = a.D, NHT = a.NH + 2 * a.NKV, half = D / 2;
     if (hh >= NHT) return;
-    const size_t src = (size_t)r * NHT * D + (size_t)hh * D;
+    const size_t src = (size_t)r * NHT * D + (size_t)hh * D, sl = (size_t)a.m * NHT * D;
     const int u = a.rows.useq[r], p = a.rows.pos[r];
     if (hh >= a.NH + a.NKV) { /* v: straight into the cache */
-        if (u < 0) return;
-        float *dst = kv_row(a, u, p, 1, hh - a.NH - a.NKV);
-        if (!dst) return;
-        for (int i = lane; i < D; i += 32) dst[i] = y[src + i] + (y2 ? y2[src + i] : 0.f);
+        float *dst = u < 0 ? NULL : kv_row(a, u, p, 1, hh - a.NH - a.NKV);
+        for (int i = lane; i < D; i += 32) {
+            float v = 0.f;
+            for (int j = 0; j < ny; j++) v += y[j * sl + src + i], y[j * sl + src + i] = 0.f;
+            if (dst) dst[i] = v;
+        }
         return;
     }
     const float *nw = hh < a.NH ? qn : kn;
@@ -36,8 +39,10 @@ __global__ void k_qkv_post(g3c_attn_args a, const float *y, const float *y2, con
         int i = lane + 32 * t;
         v0[t] = v1[t] = 0.f;
         if (i < half) {
-            v0[t] = y[src + i] + (y2 ? y2[src + i] : 0.f);
-            v1[t] = y[src + i + half] + (y2 ? y2[src + i + half] : 0.f);
+            for (int j = 0; j < ny; j++) {
+                v0[t] += y[j * sl + src + i], v1[t] += y[j * sl + src + i + half];
+                y[j * sl + src + i] = 0.f, y[j * sl + src + i + half] = 0.f;
+            }
             ss += v0[t] * v0[t] + v1[t] * v1[t];
         }
     }
@@ -63,9 +68,17 @@ __global__ void k_qkv_post(g3c_attn_args a, const float *y, const float *y2, con
     }
 }
 
-/* grid (NKV, m, n_splits), 128 threads. Writes per split: {max, sum, o[G][D] unnormalized} for each q head. */
+/* grid (NKV, m, n_splits), 128 threads: the keys of one (row, kv head) split into n_splits ranges. Each warp walks
+ * its keys four at a time (block-table lookups, then all K and V rows loaded before use), keeping a float32 online
+ * softmax per query head; the 4 warps merge in shared memory. With one split the block normalizes and writes o;
+ * otherwise it writes {max, sum, o[G][D] unnormalized} per head to part, and the last block of the (row, kv head)
+ * to finish (a counter, reset by that block) merges all splits and writes o. */
 template <int G, int EPL>
-__global__ void __launch_bounds__(128) k_attn(g3c_attn_args a, const float *__restrict__ q, float *__restrict__ part) {
+__global__ void __launch_bounds__(128) k_attn(g3c_attn_args a, const float *__restrict__ q, float *__restrict__ part,
+                                              unsigned *__restrict__ cnt, float *__restrict__ o,
+                                              __nv_bfloat16 *__restrict__ oh, int split) {
+    constexpr int NK = 4; /* keys per warp per step */
+    g3c_pdl_wait();
     const int kh = blockIdx.x, r = blockIdx.y, s = blockIdx.z, S = gridDim.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, D = a.D;
     const int u = a.rows.useq[r], p = a.rows.pos[r];
@@ -73,7 +86,7 @@ __global__ void __launch_bounds__(128) k_attn(g3c_attn_args a, const float *__re
     if (u >= 0) {
         int lo = a.kind == 1 ? max(0, p - a.window + 1) : 0;
         int n = p - lo + 1, chunk = (n + S - 1) / S;
-        chunk = (chunk + 7) & ~7;
+        chunk = (chunk + 3) & ~3;
         k0 = lo + s * chunk, k1 = min(p + 1, k0 + chunk);
     }
     float qv[G][EPL], acc[G][EPL], mx[G], l[G];
@@ -87,52 +100,45 @@ __global__ void __launch_bounds__(128) k_attn(g3c_attn_args a, const float *__re
             acc[g][e] = 0.f;
         }
     }
-    for (int k = k0 + warp; k < k1; k += 8) {
-        const int nk = k + 4 < k1 ? 2 : 1;
-        float kr[2][EPL], sc[2][G];
+    for (int k = k0 + warp; k < k1; k += 4 * NK) {
+        const float *kp[NK], *vp[NK];
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const float *kp = j < nk ? kv_row(a, u, k + 4 * j, 0, kh) : NULL;
+        for (int j = 0; j < NK; j++) {
+            const int kk = k + 4 * j;
+            kp[j] = kk < k1 ? kv_row(a, u, kk, 0, kh) : NULL;
+            vp[j] = kk < k1 ? kv_row(a, u, kk, 1, kh) : NULL;
+        }
+        float kr[NK][EPL], vr[NK][EPL];
+#pragma unroll
+        for (int j = 0; j < NK; j++)
 #pragma unroll
             for (int e = 0; e < EPL; e++) {
                 int d = lane + 32 * e;
-                kr[j][e] = kp && d < D ? kp[d] : 0.f;
+                kr[j][e] = kp[j] && d < D ? kp[j][d] : 0.f;
+                vr[j][e] = vp[j] && d < D ? vp[j][d] : 0.f;
             }
+#pragma unroll
+        for (int j = 0; j < NK; j++) {
+            if (!kp[j]) continue; /* warp-uniform */
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 float t = 0.f;
 #pragma unroll
                 for (int e = 0; e < EPL; e++) t = fmaf(qv[g][e], kr[j][e], t);
-                for (int o = 16; o; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+                for (int of = 16; of; of >>= 1) t += __shfl_xor_sync(0xffffffffu, t, of);
                 t *= a.scale;
                 if (a.softcap > 0.f) t = a.softcap * tanhf(t / a.softcap);
-                sc[j][g] = (j < nk && kp) ? t : -INFINITY;
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            if (j >= nk) break;
-            const float *vp = kv_row(a, u, k + 4 * j, 1, kh);
-            float vr[EPL];
-#pragma unroll
-            for (int e = 0; e < EPL; e++) {
-                int d = lane + 32 * e;
-                vr[e] = vp && d < D ? vp[d] : 0.f;
-            }
-#pragma unroll
-            for (int g = 0; g < G; g++) {
-                float sv = sc[j][g];
-                if (sv == -INFINITY) continue;
-                float mn = fmaxf(mx[g], sv), corr = expf(mx[g] - mn), pw = expf(sv - mn);
+                float mn = fmaxf(mx[g], t), corr = expf(mx[g] - mn), pw = expf(t - mn);
                 l[g] = l[g] * corr + pw;
 #pragma unroll
-                for (int e = 0; e < EPL; e++) acc[g][e] = acc[g][e] * corr + pw * vr[e];
+                for (int e = 0; e < EPL; e++) acc[g][e] = acc[g][e] * corr + pw * vr[j][e];
                 mx[g] = mn;
             }
         }
     }
     /* merge the 4 warps */
-    extern __shared__ float sm[]; /* [4][G][D + 2] */
+    extern __shared__ float sm[]; /* [4][G][D + 2], then [G][2] */
+    __shared__ int last;
     const int W = D + 2;
 #pragma unroll
     for (int g = 0; g < G; g++) {
@@ -145,88 +151,102 @@ __global__ void __launch_bounds__(128) k_attn(g3c_attn_args a, const float *__re
         }
     }
     __syncthreads();
-    for (int t = threadIdx.x; t < G * (D + 2); t += 128) {
+    const size_t ob = (size_t)r * a.NH * D + (size_t)kh * G * D; /* o of head kh*G, row r */
+    for (int t = threadIdx.x; t < G * W; t += 128) {
         int g = t / W, c = t % W;
         float M = -INFINITY;
         for (int w = 0; w < 4; w++) M = fmaxf(M, sm[((size_t)w * G + g) * W]);
-        float out;
-        if (c == 0) {
-            out = M;
-        } else {
-            out = 0.f;
-            if (M != -INFINITY)
-                for (int w = 0; w < 4; w++) {
-                    const float *b = sm + ((size_t)w * G + g) * W;
-                    if (b[0] != -INFINITY) out += b[c] * expf(b[0] - M);
-                }
-        }
-        part[(((size_t)r * S + s) * a.NH + kh * G + g) * W + c] = out;
-    }
-}
-
-/* grid (m, NH), block 128: merges the splits and normalizes. */
-__global__ void k_attn_combine(const float *part, int S, int NH, int D, float *o, __nv_bfloat16 *oh, int split, int m) {
-    const int r = blockIdx.x, h = blockIdx.y, W = D + 2;
-    float M = -INFINITY;
-    for (int s = 0; s < S; s++) M = fmaxf(M, part[(((size_t)r * S + s) * NH + h) * W]);
-    float L = 0.f;
-    if (M != -INFINITY)
-        for (int s = 0; s < S; s++) {
-            const float *b = part + (((size_t)r * S + s) * NH + h) * W;
-            if (b[0] != -INFINITY) L += b[1] * expf(b[0] - M);
-        }
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float acc = 0.f;
-        if (L > 0.f)
-            for (int s = 0; s < S; s++) {
-                const float *b = part + (((size_t)r * S + s) * NH + h) * W;
-                if (b[0] != -INFINITY) acc += b[2 + d] * expf(b[0] - M);
+        float out = 0.f, L = 0.f;
+        if (M != -INFINITY)
+            for (int w = 0; w < 4; w++) {
+                const float *b = sm + ((size_t)w * G + g) * W;
+                if (b[0] != -INFINITY) out += b[c] * expf(b[0] - M), L += b[1] * expf(b[0] - M);
             }
-        float v = L > 0.f ? acc / L : 0.f;
-        size_t idx = (size_t)r * NH * D + (size_t)h * D + d;
-        o[idx] = v;
-        if (oh) {
-            __nv_bfloat16 hv = __float2bfloat16_rn(v);
-            oh[idx] = hv;
-            if (split) oh[(size_t)m * NH * D + idx] = __float2bfloat16_rn(v - __bfloat162float(hv));
+        if (c == 0) out = M;
+        if (S == 1) { /* this block has every key: normalize */
+            if (c >= 2) {
+                float v = L > 0.f ? out / L : 0.f;
+                size_t idx = ob + (size_t)g * D + (c - 2);
+                o[idx] = v;
+                __nv_bfloat16 hv = __float2bfloat16_rn(v);
+                oh[idx] = hv;
+                if (split) oh[(size_t)a.m * a.NH * D + idx] = __float2bfloat16_rn(v - __bfloat162float(hv));
+            }
+        } else {
+            part[(((size_t)r * S + s) * a.NH + kh * G + g) * W + c] = out;
         }
     }
+    if (S == 1) return;
+    /* last block of this (row, kv head) merges the splits */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&cnt[(size_t)r * a.NKV + kh], 1u) == (unsigned)(S - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    float *ml = sm + (size_t)4 * G * W; /* [G][2]: max, 1/sum */
+    if (threadIdx.x < G) {
+        const int g = threadIdx.x;
+        float M = -INFINITY, L = 0.f;
+        for (int j = 0; j < S; j++) M = fmaxf(M, __ldcg(part + (((size_t)r * S + j) * a.NH + kh * G + g) * W));
+        if (M != -INFINITY)
+            for (int j = 0; j < S; j++) {
+                const float *b = part + (((size_t)r * S + j) * a.NH + kh * G + g) * W;
+                float bm = __ldcg(b);
+                if (bm != -INFINITY) L += __ldcg(b + 1) * expf(bm - M);
+            }
+        ml[2 * g] = M, ml[2 * g + 1] = L > 0.f ? 1.f / L : 0.f;
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < G * D; t += 128) {
+        const int g = t / D, d = t % D;
+        const float M = ml[2 * g], iL = ml[2 * g + 1];
+        float accv = 0.f;
+        if (iL > 0.f)
+            for (int j = 0; j < S; j++) {
+                const float *b = part + (((size_t)r * S + j) * a.NH + kh * G + g) * W;
+                float bm = __ldcg(b);
+                if (bm != -INFINITY) accv += __ldcg(b + 2 + d) * expf(bm - M);
+            }
+        const float v = accv * iL;
+        const size_t idx = ob + (size_t)g * D + d;
+        o[idx] = v;
+        __nv_bfloat16 hv = __float2bfloat16_rn(v);
+        oh[idx] = hv;
+        if (split) oh[(size_t)a.m * a.NH * D + idx] = __float2bfloat16_rn(v - __bfloat162float(hv));
+    }
+    if (threadIdx.x == 0) cnt[(size_t)r * a.NKV + kh] = 0u;
 }
 
-cudaError_t g3c_qkv_post(const g3c_attn_args *a, const float *y, const float *y2, const float *qn, const float *kn,
-                         float *qout, cudaStream_t st) {
+cudaError_t g3c_qkv_post(const g3c_attn_args *a, float *y, int ny, const float *qn, const float *kn, float *qout,
+                         cudaStream_t st) {
     if (a->D > 256 || a->D % 2) return cudaErrorInvalidValue;
     dim3 grid(a->m, (a->NH + 2 * a->NKV + 3) / 4), blk(32, 4);
-    k_qkv_post<<<grid, blk, 0, st>>>(*a, y, y2, qn, kn, qout);
-    return cudaGetLastError();
+    return g3c_launch(k_qkv_post, grid, blk, 0, st, *a, y, ny, qn, kn, qout);
 }
 
 size_t g3c_attn_part_floats(int rows_x_splits, int NH, int D) { return (size_t)rows_x_splits * NH * (D + 2); }
 
-template <int G> static cudaError_t launch_g(const g3c_attn_args *a, const float *q, float *part, cudaStream_t st) {
+template <int G>
+static cudaError_t launch_g(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt, float *o,
+                            __nv_bfloat16 *oh, int split, cudaStream_t st) {
     dim3 grid(a->NKV, a->m, a->n_splits);
-    size_t sm = (size_t)4 * G * (a->D + 2) * sizeof(float);
+    size_t sm = (size_t)(4 * G * (a->D + 2) + 2 * G) * sizeof(float);
     int epl = (a->D + 31) / 32;
-    if (epl <= 1) k_attn<G, 1><<<grid, 128, sm, st>>>(*a, q, part);
-    else if (epl <= 2) k_attn<G, 2><<<grid, 128, sm, st>>>(*a, q, part);
-    else if (epl <= 4) k_attn<G, 4><<<grid, 128, sm, st>>>(*a, q, part);
-    else if (epl <= 8) k_attn<G, 8><<<grid, 128, sm, st>>>(*a, q, part);
-    else return cudaErrorInvalidValue;
-    return cudaGetLastError();
+    if (epl <= 1) return g3c_launch(k_attn<G, 1>, grid, dim3(128), sm, st, *a, q, part, cnt, o, oh, split);
+    if (epl <= 2) return g3c_launch(k_attn<G, 2>, grid, dim3(128), sm, st, *a, q, part, cnt, o, oh, split);
+    if (epl <= 4) return g3c_launch(k_attn<G, 4>, grid, dim3(128), sm, st, *a, q, part, cnt, o, oh, split);
+    if (epl <= 8) return g3c_launch(k_attn<G, 8>, grid, dim3(128), sm, st, *a, q, part, cnt, o, oh, split);
+    return cudaErrorInvalidValue;
 }
 
-cudaError_t g3c_attention(const g3c_attn_args *a, const float *q, float *part, float *o, __nv_bfloat16 *oh, int split,
-                          cudaStream_t st) {
-    int G = a->NH / a->NKV;
-    cudaError_t e;
-    switch (G) {
-    case 1: e = launch_g<1>(a, q, part, st); break;
-    case 2: e = launch_g<2>(a, q, part, st); break;
-    case 4: e = launch_g<4>(a, q, part, st); break;
-    case 8: e = launch_g<8>(a, q, part, st); break;
-    default: return cudaErrorInvalidValue;
+cudaError_t g3c_attention(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt, float *o,
+                          __nv_bfloat16 *oh, int split, cudaStream_t st) {
+    switch (a->NH / a->NKV) {
+    case 1: return launch_g<1>(a, q, part, cnt, o, oh, split, st);
+    case 2: return launch_g<2>(a, q, part, cnt, o, oh, split, st);
+    case 4: return launch_g<4>(a, q, part, cnt, o, oh, split, st);
+    case 8: return launch_g<8>(a, q, part, cnt, o, oh, split, st);
     }
-    if (e != cudaSuccess) return e;
-    k_attn_combine<<<dim3(a->m, a->NH), 128, 0, st>>>(part, a->n_splits, a->NH, a->D, o, oh, split, a->m);
-    return cudaGetLastError();
+    return cudaErrorInvalidValue;
 }

@@ -265,10 +265,45 @@ cudaError_t g3c_fill_random_bf16(__nv_bfloat16 *dst, size_t n, float sd, uint64_
 }
 
 /* ---- dequantization ------------------------------------------------------------------------------------------- */
+/* 8 consecutive values of a row per thread (groups are multiples of 8), one 16-byte store */
 __global__ void k_dequant_bf16(g3_dmat w, __nv_bfloat16 *dst) {
-    size_t n = (size_t)w.n * w.k;
-    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
-        dst[e] = __float2bfloat16_rn(dmat_val(w, e / w.k, (int)(e % w.k)));
+    g3c_pdl_wait();
+    const int k8 = w.k / 8, ngr = w.k / w.g;
+    const size_t n8 = (size_t)w.n * k8;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n8; e += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = e / k8;
+        const int c = (int)(e % k8) * 8;
+        const size_t gi = r * ngr + c / w.g;
+        float f[8];
+        if (w.qt == G3Q_INT4) {
+            uint32_t q = *(const uint32_t *)((const uint8_t *)w.q + r * (w.k / 2) + c / 2); /* nibble i = value i */
+            const float s = w.s[gi], z = w.z[gi];
+#pragma unroll
+            for (int i = 0; i < 8; i++) f[i] = s * (float)((q >> (4 * i)) & 15u) + z;
+        } else if (w.qt == G3Q_INT8) {
+            uint2 q = *(const uint2 *)((const int8_t *)w.q + r * w.k + c);
+            const float s = w.s[gi];
+#pragma unroll
+            for (int i = 0; i < 8; i++) f[i] = s * (float)(int8_t)(((i < 4 ? q.x : q.y) >> (8 * (i & 3))) & 0xffu);
+        } else if (w.qt == G3Q_FP8) {
+            uint2 q = *(const uint2 *)((const uint8_t *)w.q + r * w.k + c);
+            const float s = w.s[gi];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                __nv_fp8_e4m3 v;
+                v.__x = (__nv_fp8_storage_t)(((i < 4 ? q.x : q.y) >> (8 * (i & 3))) & 0xffu);
+                f[i] = s * (float)v;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) f[i] = dmat_val(w, r, c + i);
+        }
+        uint4 o;
+        __nv_bfloat162 h0 = __floats2bfloat162_rn(f[0], f[1]), h1 = __floats2bfloat162_rn(f[2], f[3]);
+        __nv_bfloat162 h2 = __floats2bfloat162_rn(f[4], f[5]), h3 = __floats2bfloat162_rn(f[6], f[7]);
+        o.x = *(uint32_t *)&h0, o.y = *(uint32_t *)&h1, o.z = *(uint32_t *)&h2, o.w = *(uint32_t *)&h3;
+        *(uint4 *)(dst + r * w.k + c) = o;
+    }
 }
 __global__ void k_dequant_f32(g3_dmat w, float *dst) {
     size_t n = (size_t)w.n * w.k;
@@ -276,8 +311,8 @@ __global__ void k_dequant_f32(g3_dmat w, float *dst) {
         dst[e] = dmat_val(w, e / w.k, (int)(e % w.k));
 }
 cudaError_t g3c_dequant_bf16(const g3_dmat *w, __nv_bfloat16 *dst, cudaStream_t st) {
-    k_dequant_bf16<<<4096, 256, 0, st>>>(*w, dst);
-    return cudaGetLastError();
+    if (w->k % 8 || w->g % 8) return cudaErrorInvalidValue;
+    return g3c_launch(k_dequant_bf16, dim3(4096), dim3(256), 0, st, *w, dst);
 }
 cudaError_t g3c_dequant_f32(const g3_dmat *w, float *dst, cudaStream_t st) {
     k_dequant_f32<<<1024, 256, 0, st>>>(*w, dst);

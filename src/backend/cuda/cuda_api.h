@@ -5,8 +5,11 @@
  * Environment (read by g3_backend_cuda.create, i.e. with default options):
  *   G3_CUDA_QUANT = bf16 | int8 | int4 | fp8   resident format of float-typed weights (default bf16);
  *                                              GGUF Q8_0/Q6_K/Q4_0/Q4_K weights keep their own family
- *   G3_CUDA_GEMM  = split | bf16               cuBLAS activations as bf16 hi+lo (default) or plain bf16
- *   G3_CUDA_GRAPHS = 0                         run every step eagerly (no CUDA graphs) */
+ *   G3_CUDA_GEMM  = split | bf16               activations of tensor-core products as bf16 hi+lo (default) or
+ *                                              plain bf16 (half the cuBLAS work; ~2^-9 relative rounding)
+ *   G3_CUDA_GRAPHS = 0                         run every step eagerly (no CUDA graphs)
+ *   G3_CUDA_TC = 0                             no tensor-core decode kernels (CUDA-core GEMV up to 8/16 rows)
+ *   G3_CUDA_PDL = 0                            no programmatic dependent launch */
 #ifndef G3_BACKEND_CUDA_API_H
 #define G3_BACKEND_CUDA_API_H
 
@@ -34,6 +37,10 @@ g3_status g3_cuda_forward_argmax(g3_backend *b, const g3_batch *batch, int32_t *
 uint64_t g3_cuda_resident_bytes(const g3_backend *b);
 /* Short description: "bf16", "int8", ... and the GEMM mode. */
 const char *g3_cuda_describe(const g3_backend *b);
+/* Switches the GEMM mode (1 split hi+lo, 2 plain bf16) of a created backend; drops the captured graphs. */
+g3_status g3_cuda_set_gemm(g3_backend *b, int gemm, g3_error *err);
+/* Nodes (kernels and copies) of the captured decode graph of the bucket holding m rows; 0 if none captured. */
+int g3_cuda_graph_nodes(const g3_backend *b, int m);
 
 /* Device memory bandwidth (GB/s): read-only streaming kernel over `bytes`, and cudaMemcpy device-to-device
  * counting read + write. Dense bf16 GEMM rate (TFLOP/s) through cuBLAS at n x n x n. */
@@ -46,6 +53,10 @@ g3_status g3_cuda_probe(size_t bytes, int n, double *read_gbs, double *copy_gbs,
  * [n][k] float32. */
 g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n, int k, const char *quant, int gemm,
                               int geglu, const float *x, int m, float *y, float *wdeq, g3_error *err);
+
+/* Path the forward takes for m rows of such a matrix: 0 CUDA-core GEMV, 1 tensor-core kernel, 2 cuBLAS; -1 if the
+ * format is not supported. */
+int g3_cuda_test_mm_path(uint32_t src_type, int n, int k, const char *quant, int gemm, int m);
 
 typedef struct g3_cuda_attn_test {
     int NH, NKV, D, kind, window, kv_block, mbps, n_blocks, n_layers_kind, layer_in_kind, n_splits;

@@ -6,7 +6,10 @@
  *
  * Per layer (GEMMA3.md):  y = xn Wqkv^T -> QK-norm, RoPE, K/V into the cache -> paged attention -> o Wo^T ->
  *   x += rms(.)*(1+w_post_attn), xn = rms(x)*(1+w_pre_ffn) -> GeGLU(xn Wgu^T) -> Wdown -> x += rms(.)*(1+w_post_ffn),
- *   xn = rms(x)*(1+w_next).  Head: logits = softcap(xn_final E^T) for the rows asked for. */
+ *   xn = rms(x)*(1+w_next).  Head: logits = softcap(xn_final E^T) for the rows asked for.
+ * Every producer of a matrix-product input writes float32 and bf16 (hi, lo) copies; every product's output buffer
+ * is zero between uses (the consumer zeroes it), since the tensor-core kernels accumulate with atomics. Kernels are
+ * launched with programmatic dependent launch so that each one's blocks are scheduled while its predecessor drains. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,9 +46,12 @@ struct g3_backend {
     __nv_bfloat16 *xh, *oh, *ah, *hxh, *wscratch;
     int HC;                                     /* head chunk rows */
     int32_t *d_par, *h_par, *d_ids, *seq_map;
+    unsigned *acnt, *tcnt;                      /* attention split counters [R][NKV]; GeGLU tile counters */
+    int tcnt_n;
     size_t par_ints;
     cudaGraphExec_t graph[NBUCKET];
     int graph_failed[NBUCKET];
+    int graph_nodes[NBUCKET];
     uint64_t resident;
 };
 
@@ -204,7 +210,8 @@ static void cuda_destroy(g3_backend *b) {
             free_dmat(&b->L[l].qkv), free_dmat(&b->L[l].o), free_dmat(&b->L[l].gu), free_dmat(&b->L[l].down);
     free(b->L);
     void *dev[] = {b->norms, b->inv_freq, b->pool[0], b->pool[1], b->x, b->xn, b->y, b->q, b->o, b->a, b->part,
-                   b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->cub_ws};
+                   b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->cub_ws,
+                   b->acnt, b->tcnt};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     cudaFreeHost(b->h_par);
     free(b->seq_map);
@@ -213,9 +220,9 @@ static void cuda_destroy(g3_backend *b) {
     free(b);
 }
 
-static int n_splits_for(const g3_backend *b, int m) {
-    int want = (2 * b->n_sm + m * b->c.n_kv_heads - 1) / (m * b->c.n_kv_heads);
-    return want < 1 ? 1 : want > 32 ? 32 : want;
+static int n_splits_for(const g3_backend *b, int m) { /* ~4 blocks per SM of keys split for decode */
+    int want = (4 * b->n_sm + m * b->c.n_kv_heads - 1) / (m * b->c.n_kv_heads);
+    return want < 1 ? 1 : want > 64 ? 64 : want;
 }
 
 static size_t kv_block_bytes(const g3_config *c, const g3_backend_cfg *cfg, int kind) {
@@ -274,6 +281,7 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         CK(cudaStreamCreateWithFlags(&b->st, cudaStreamNonBlocking), "stream");
         CK(cudaDeviceGetAttribute(&b->n_sm, cudaDevAttrMultiProcessorCount, cfg->device), "device query");
         if (cublasCreate(&b->cub) != CUBLAS_STATUS_SUCCESS) CK(cudaErrorUnknown, "cublasCreate");
+        CK(g3c_tc_init(), "tensor-core kernel occupancy");
         size_t ws = 64u << 20;
         CK(cudaMalloc(&b->cub_ws, ws), "cuBLAS workspace");
         cublasSetStream(b->cub, b->st);
@@ -326,15 +334,14 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         b->hx = (float *)dalloc((size_t)b->HC * H * 4, &ok);
         b->logy = (float *)dalloc((size_t)2 * b->HC * c->vocab * 4, &ok);
         b->logits = (float *)dalloc((size_t)R * c->vocab * 4, &ok);
-        if (R > 8) {
-            b->xh = (__nv_bfloat16 *)dalloc((size_t)2 * R * H * 2, &ok);
-            b->oh = (__nv_bfloat16 *)dalloc((size_t)2 * R * NQ * 2, &ok);
-            b->ah = (__nv_bfloat16 *)dalloc((size_t)2 * R * F * 2, &ok);
-        }
-        if (b->HC > 8) b->hxh = (__nv_bfloat16 *)dalloc((size_t)2 * b->HC * H * 2, &ok);
-        /* bf16 scratch for cuBLAS on quantized matrices, when some batch is large enough to want it */
+        b->xh = (__nv_bfloat16 *)dalloc((size_t)2 * R * H * 2, &ok);
+        b->oh = (__nv_bfloat16 *)dalloc((size_t)2 * R * NQ * 2, &ok);
+        b->ah = (__nv_bfloat16 *)dalloc((size_t)2 * R * F * 2, &ok);
+        b->hxh = (__nv_bfloat16 *)dalloc((size_t)2 * b->HC * H * 2, &ok);
+        /* bf16 scratch for cuBLAS on quantized matrices, when some batch is large enough to want it (beyond 64
+         * rows with the tensor-core kernels, 16 without) */
         size_t big = 0;
-        int anyq = 0, lim = 1 << 30;
+        int anyq = 0;
         const g3_dmat *all[4];
         for (int l = 0; l <= c->n_layers; l++) {
             int na = 0;
@@ -345,14 +352,21 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
                     anyq = 1;
                     size_t nk = (size_t)all[i]->n * all[i]->k;
                     if (nk > big) big = nk;
-                    if (g3c_gemv_limit(all[i]->qt) < lim) lim = g3c_gemv_limit(all[i]->qt);
                 }
         }
-        if (anyq && R > lim) b->wscratch = (__nv_bfloat16 *)dalloc(big * 2, &ok);
+        if (anyq && R > 16) b->wscratch = (__nv_bfloat16 *)dalloc(big * 2, &ok);
+        b->acnt = (unsigned *)dalloc((size_t)R * c->n_kv_heads * 4, &ok);
+        b->tcnt_n = (2 * F + 15) / 16;
+        b->tcnt = (unsigned *)dalloc((size_t)b->tcnt_n * 4, &ok);
         b->par_ints = off_bt(b) + (size_t)R * 2 * cfg->max_blocks_per_seq;
         b->d_par = (int32_t *)dalloc(b->par_ints * 4, &ok);
         b->d_ids = (int32_t *)dalloc((size_t)R * 4, &ok);
         if (!ok) { rc = g3c_fail(err, G3_ERR_NOMEM, "cuda: out of device memory for the KV cache or buffers"); goto fail; }
+        /* product outputs start (and stay, between uses) at zero */
+        CK(cudaMemsetAsync(b->y, 0, (size_t)2 * R * maxN * 4, b->st), "clearing buffers");
+        CK(cudaMemsetAsync(b->logy, 0, (size_t)2 * b->HC * c->vocab * 4, b->st), "clearing buffers");
+        CK(cudaMemsetAsync(b->acnt, 0, (size_t)R * c->n_kv_heads * 4, b->st), "clearing counters");
+        CK(cudaMemsetAsync(b->tcnt, 0, (size_t)b->tcnt_n * 4, b->st), "clearing counters");
         CK(cudaMallocHost((void **)&b->h_par, b->par_ints * 4), "pinned parameter buffer");
         b->seq_map = (int32_t *)malloc(sizeof(int32_t) * cfg->max_seqs);
         if (!b->seq_map) { rc = g3c_fail(err, G3_ERR_NOMEM, "cuda: out of memory"); goto fail; }
@@ -379,47 +393,41 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
     const int32_t *P = b->d_par;
     g3c_rows rows = {P, P + b->R, P + 2 * b->R, P + off_bt(b), b->bc.max_blocks_per_seq};
     const int32_t *out_rows = P + 3 * b->R;
-    const int wide = m > 8, split = b->split;
-    g3c_mm_ctx mc = {b->cub, b->st, b->wscratch, split};
-    const float *y2;
-    int fused;
+    const int split = b->split;
+    g3c_mm_ctx mc = {b->cub, b->st, b->wscratch, split, b->n_sm, b->tcnt, b->tcnt_n};
+    int ny, fused;
     cudaError_t e;
 #define RUN(call)                                                                                                      \
     if ((e = (call)) != cudaSuccess) return e
-    RUN(g3c_embed_norm(&b->embed, rows.token, c->embed_scale, b->L[0].attn_norm, c->rms_eps, m, H, b->x, b->xn,
-                       wide ? b->xh : NULL, split, b->st));
+    RUN(g3c_embed_norm(&b->embed, rows.token, c->embed_scale, b->L[0].attn_norm, c->rms_eps, m, H, b->x, b->xn, b->xh,
+                       split, b->st));
     for (int l = 0; l < c->n_layers; l++) {
         const layer_dev *L = &b->L[l];
-        RUN(g3c_mm(&mc, &L->qkv, b->xn, b->xh, m, b->y, &y2, 0, &fused));
+        RUN(g3c_mm(&mc, &L->qkv, b->xn, b->xh, m, b->y, &ny, NULL, NULL, 0, &fused));
         g3c_attn_args a;
         a.rows = rows, a.m = m, a.NH = c->n_heads, a.NKV = c->n_kv_heads, a.D = D, a.kind = L->kind;
         a.layer_in_kind = L->index_in_kind, a.n_layers_kind = b->n_kind[L->kind], a.kv_block = b->bc.kv_block;
         a.window = c->sliding_window, a.scale = 1.f / sqrtf(c->query_pre_attn_scalar), a.softcap = c->attn_softcap;
         a.eps = c->rms_eps, a.inv_freq = b->inv_freq + L->kind * (D / 2), a.pool = b->pool[L->kind];
         a.n_splits = n_splits_for(b, m);
-        RUN(g3c_qkv_post(&a, b->y, y2, L->q_norm, L->k_norm, b->q, b->st));
-        RUN(g3c_attention(&a, b->q, b->part, b->o, wide ? b->oh : NULL, split, b->st));
-        RUN(g3c_mm(&mc, &L->o, b->o, b->oh, m, b->y, &y2, 0, &fused));
-        RUN(g3c_add_norm(b->x, b->y, y2, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, wide ? b->xh : NULL,
-                         split, b->st));
-        if (g3c_mm_uses_gemv(&mc, &L->gu, m)) {
-            RUN(g3c_mm(&mc, &L->gu, b->xn, b->xh, m, b->a, &y2, 1, &fused));
-            if (wide && !g3c_mm_uses_gemv(&mc, &L->down, m)) RUN(g3c_to_bf16(b->a, m, F, b->ah, split, b->st));
-        } else {
-            RUN(g3c_mm(&mc, &L->gu, b->xn, b->xh, m, b->y, &y2, 1, &fused));
-            RUN(g3c_geglu(b->y, y2, m, F, b->a, wide ? b->ah : NULL, split, b->st));
-        }
-        RUN(g3c_mm(&mc, &L->down, b->a, b->ah, m, b->y, &y2, 0, &fused));
+        RUN(g3c_qkv_post(&a, b->y, ny, L->q_norm, L->k_norm, b->q, b->st));
+        RUN(g3c_attention(&a, b->q, b->part, b->acnt, b->o, b->oh, split, b->st));
+        RUN(g3c_mm(&mc, &L->o, b->o, b->oh, m, b->y, &ny, NULL, NULL, 0, &fused));
+        RUN(g3c_add_norm(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
+        RUN(g3c_mm(&mc, &L->gu, b->xn, b->xh, m, b->y, &ny, b->a, b->ah, 1, &fused));
+        if (!fused) RUN(g3c_geglu(b->y, ny, m, F, b->a, b->ah, split, b->st));
+        else if (fused == 1 && g3c_mm_path(&mc, &L->down, m) != G3C_PATH_GEMV)
+            RUN(g3c_to_bf16(b->a, m, F, b->ah, split, b->st));
+        RUN(g3c_mm(&mc, &L->down, b->a, b->ah, m, b->y, &ny, NULL, NULL, 0, &fused));
         const float *next = l + 1 < c->n_layers ? b->L[l + 1].attn_norm : b->final_norm;
-        RUN(g3c_add_norm(b->x, b->y, y2, L->post_ffn, next, c->rms_eps, m, H, b->xn, wide ? b->xh : NULL, split,
-                         b->st));
+        RUN(g3c_add_norm(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
     }
     for (int c0 = 0; c0 < n_out; c0 += b->HC) {
         int hc = n_out - c0 < b->HC ? n_out - c0 : b->HC;
         RUN(g3c_gather_rows(b->xn, out_rows + c0, hc, H, b->hx, b->st));
-        if (!g3c_mm_uses_gemv(&mc, &b->embed, hc)) RUN(g3c_to_bf16(b->hx, hc, H, b->hxh, split, b->st));
-        RUN(g3c_mm(&mc, &b->embed, b->hx, b->hxh, hc, b->logy, &y2, 0, &fused));
-        RUN(g3c_finish_logits(b->logy, y2, hc, V, c->final_softcap, b->logits + (size_t)c0 * V, b->st));
+        if (g3c_mm_path(&mc, &b->embed, hc) != G3C_PATH_GEMV) RUN(g3c_to_bf16(b->hx, hc, H, b->hxh, split, b->st));
+        RUN(g3c_mm(&mc, &b->embed, b->hx, b->hxh, hc, b->logy, &ny, NULL, NULL, 0, &fused));
+        RUN(g3c_finish_logits(b->logy, ny, hc, V, c->final_softcap, b->logits + (size_t)c0 * V, b->st));
     }
 #undef RUN
     return cudaSuccess;
@@ -474,6 +482,9 @@ static g3_status run_step(g3_backend *b, const g3_batch *bt, g3_error *err) {
         cudaError_t e2 = e == cudaSuccess ? record(b, mrun, mrun) : e;
         if (e == cudaSuccess) e = cudaStreamEndCapture(b->st, &g);
         if (e == cudaSuccess && e2 == cudaSuccess) e = cudaGraphInstantiate(&b->graph[bk], g, 0);
+        size_t nn = 0;
+        if (e == cudaSuccess && e2 == cudaSuccess && cudaGraphGetNodes(g, NULL, &nn) == cudaSuccess)
+            b->graph_nodes[bk] = (int)nn;
         if (g) cudaGraphDestroy(g);
         if (e != cudaSuccess || e2 != cudaSuccess) {
             b->graph[bk] = NULL, b->graph_failed[bk] = 1, bk = -1, mrun = M;
@@ -515,6 +526,24 @@ static g3_status cuda_copy_block(g3_backend *b, int kind, int src, int dst, g3_e
 }
 
 extern "C" uint64_t g3_cuda_resident_bytes(const g3_backend *b) { return b->resident; }
+
+extern "C" int g3_cuda_graph_nodes(const g3_backend *b, int m) {
+    int bk = bucket_of(m);
+    return bk < 0 || !b->graph[bk] ? 0 : b->graph_nodes[bk];
+}
+
+extern "C" g3_status g3_cuda_set_gemm(g3_backend *b, int gemm, g3_error *err) {
+    if (gemm < 1 || gemm > 2) return g3c_fail(err, G3_ERR_ARG, "cuda: GEMM mode %d (1 split, 2 plain bf16)", gemm);
+    G3C_CK(cudaStreamSynchronize(b->st), "set_gemm");
+    for (int i = 0; i < NBUCKET; i++) {
+        if (b->graph[i]) cudaGraphExecDestroy(b->graph[i]);
+        b->graph[i] = NULL, b->graph_failed[i] = 0, b->graph_nodes[i] = 0;
+    }
+    b->split = gemm == 1;
+    char *comma = strstr(b->desc, ", gemm");
+    if (comma) snprintf(comma, sizeof b->desc - (size_t)(comma - b->desc), ", gemm %s", b->split ? "bf16x2" : "bf16");
+    return G3_OK;
+}
 extern "C" const char *g3_cuda_describe(const g3_backend *b) { return b->desc; }
 extern "C" int g3_cuda_device_count(void) {
     int n = 0;

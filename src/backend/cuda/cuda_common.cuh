@@ -1,14 +1,19 @@
-/* Shared declarations of the CUDA backend: the resident matrix formats, error helpers and the launchers that
- * cuda_backend.cu strings together. Internal to src/backend/cuda (C++ linkage); the C-callable extras are in
- * cuda_api.h.
+/* Shared declarations of the CUDA backend: the resident matrix formats, error helpers, the launch helper and the
+ * launchers that cuda_backend.cu strings together. Internal to src/backend/cuda (C++ linkage); the C-callable extras
+ * are in cuda_api.h.
  *
  * Resident matrix formats (W: n rows = output channels, k values per row, row-major):
  *   G3Q_BF16  bf16 w[n][k]
  *   G3Q_INT8  int8 q[n][k], float s[n][k/g]                      w = s*q          (g = k: per channel)
  *   G3Q_INT4  u8 q[n][k/2] (byte j: lo nibble = value 2j, hi = 2j+1), float s[n][k/g], z[n][k/g]   w = s*q + z
  *   G3Q_FP8   e4m3 q[n][k], float s[n][k/g]                      w = s*float(q)   (g = k)
- * Activations entering a matrix product are float32 [m][k] for the GEMV kernels (m <= 8) and bf16 for cuBLAS
- * (optionally split as hi + lo so that the product keeps ~16 mantissa bits of the activations). */
+ * Activations entering a matrix product: float32 [m][k] for the CUDA-core GEMV (gemv.cu), bf16 for the tensor-core
+ * kernels (tc_gemv.cu) and cuBLAS: xh = hi rows [m][k], then (split) lo rows [m][k] with lo = bf16(x - hi), so that
+ * hi + lo keeps ~16 mantissa bits of each activation.
+ *
+ * Output buffers of matrix products ("y"): every kernel that consumes one (QK-norm, add-norm, GeGLU, logits) reads
+ * its ny slices ([ny][m][n]) and writes zeros back, so that y is all zeros whenever a product starts: the
+ * tensor-core kernels split K across warps and add their partial sums with atomics. */
 #ifndef G3_CUDA_COMMON_CUH
 #define G3_CUDA_COMMON_CUH
 
@@ -18,6 +23,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 extern "C" {
 #include "gemma3.h"
@@ -63,6 +69,32 @@ g3_status g3c_fail(g3_error *err, g3_status code, const char *fmt, ...);
                             cudaGetErrorString(e_));                                                                   \
     } while (0)
 
+/* ---- launches ------------------------------------------------------------------------------------------------ */
+/* Programmatic dependent launch: forward kernels are launched with programmatic stream serialization, so the next
+ * kernel's blocks are scheduled while the previous kernel drains; each forward kernel starts with g3c_pdl_wait(),
+ * which returns once the previous kernel has completed and its writes are visible, then lets its own successor be
+ * scheduled. Without the launch attribute both instructions are no-ops. */
+static __device__ __forceinline__ void g3c_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+/* 1 unless $G3_CUDA_PDL=0 (read once). */
+int g3c_pdl_enabled(void);
+template <typename... KArgs, typename... Args>
+static cudaError_t g3c_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                              Args... args) {
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
+    cfg.attrs = at, cfg.numAttrs = g3c_pdl_enabled() && st ? 1 : 0; /* not on the legacy stream */
+    return cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
+}
+
 /* ---- conversion at load (convert.cu) ---------------------------------------------------------------------- */
 /* Converts rows [0, n_rows) of a raw source tensor (GGUF/our dtype `src_type`, k values per row, already on the
  * device) into rows dst_row0 + i*dst_step of dst. `exact` picks the lossless repack of a quantized source. */
@@ -70,7 +102,7 @@ cudaError_t g3c_convert_rows(const void *src, uint32_t src_type, int n_rows, g3_
                              cudaStream_t st);
 /* Fills n*k bf16 values with uniform random numbers of standard deviation sd (deterministic in seed). */
 cudaError_t g3c_fill_random_bf16(__nv_bfloat16 *dst, size_t n, float sd, uint64_t seed, cudaStream_t st);
-/* Dequantizes the whole matrix to bf16 [n][k] (for cuBLAS on quantized weights). */
+/* Dequantizes the whole matrix to bf16 [n][k] (for cuBLAS on quantized weights; 8 values per thread). */
 cudaError_t g3c_dequant_bf16(const g3_dmat *w, __nv_bfloat16 *dst, cudaStream_t st);
 /* Row-wise dequantization to float32 [n][k] (tests). */
 cudaError_t g3c_dequant_f32(const g3_dmat *w, float *dst, cudaStream_t st);
@@ -83,29 +115,56 @@ int g3c_can_convert(uint32_t src_type, int qt, int g);
 size_t g3c_src_row_bytes(uint32_t t, int k);
 size_t g3c_dmat_bytes(int qt, int n, int k, int g);
 
-/* ---- matrix products (gemv.cu) ---------------------------------------------------------------------------- */
-/* y[i][j] = sum_k x[i][k] * W[j][k] for i < m (m <= 8), x float32 with row stride ldx, y row stride ldy.
- * geglu: W rows come in (gate, up) pairs and y[i][j/2] = gelu_tanh(gate) * up for each pair instead. */
+/* ---- matrix products on CUDA cores (gemv.cu) -------------------------------------------------------------- */
+/* y[i][j] = sum_k x[i][k] * W[j][k] for i < m (m <= 8), x float32 with row stride ldx, y row stride ldy (written,
+ * not accumulated). geglu: W rows come in (gate, up) pairs and y[i][j/2] = gelu_tanh(gate) * up instead.
+ * Exact for every format (GGUF groups of 16/32 included); the tensor-core kernels take over where they can. */
 cudaError_t g3c_gemv(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu, cudaStream_t st);
+
+/* ---- matrix products on tensor cores (tc_gemv.cu) ----------------------------------------------------------- */
+/* y[i][j] += sum_k x[i][k] W[j][k] for i < m (atomically; y must hold zeros or a partial sum), with xh the bf16
+ * activations ([m][k] hi, then [m][k] lo when split). Weights are streamed once with 16-byte loads, decoded in
+ * registers (int4 nibbles by mask-and-or into bf16, int8 through float, fp8 through half) and multiplied with
+ * mma.sync m16n8k16 into float32 accumulators; the work (16-row tiles x rounds of 4 16-byte chunks per row) is cut
+ * into equal contiguous pieces, one per warp of a persistent grid (stream-K).
+ * split (m <= 8): hi and lo are two columns each, exact weights (int4 scales and offsets applied per 128 values
+ * through an all-ones product that gives the sums of x); plain (m <= 64): bf16 activations, weights in groups
+ * smaller than a row dequantized to bf16 in registers. */
+struct g3c_tc_geglu {      /* GeGLU fused into the product (a == NULL: none) */
+    float *a;               /* [m][n/2] gelu_tanh(gate) * up, rows of W in (gate, up) pairs */
+    __nv_bfloat16 *ah;      /* its bf16 copy: hi [m][n/2], then lo when split */
+    unsigned *cnt;          /* [tiles] zero between launches (g3c_tc_tiles) */
+    int split;
+};
+int g3c_tc_supported(const g3_dmat *w, int m, int split);
+/* Row tiles of the kernel g3c_tc_mm picks for (w, m, split): the counters a fused GeGLU needs. */
+int g3c_tc_tiles(const g3_dmat *w, int m, int split);
+cudaError_t g3c_tc_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, int split, float *y, const g3c_tc_geglu *gg,
+                      int n_sm, cudaStream_t st);
+/* Occupancy of the tensor-core kernels (call once before capturing graphs; later calls are no-ops). */
+cudaError_t g3c_tc_init(void);
 
 /* ---- matrix products on any path (matmul.cu) -------------------------------------------------------------- */
 #include <cublas_v2.h>
 struct g3c_mm_ctx {
     cublasHandle_t cub;
     cudaStream_t st;
-    __nv_bfloat16 *wscratch; /* bf16 copy of a quantized matrix for cuBLAS (NULL: quantized matrices use GEMV) */
-    int split;               /* cuBLAS activations as bf16 hi + lo (two stacked row blocks) */
+    __nv_bfloat16 *wscratch; /* bf16 copy of one quantized matrix for cuBLAS (NULL: none, tensor cores up to 64) */
+    int split;               /* activations as bf16 hi + lo (cuBLAS: two stacked row blocks; tc: two columns) */
+    int n_sm;
+    unsigned *tile_cnt;      /* zeroed counters for a fused GeGLU, >= g3c_tc_tiles of any GeGLU matrix; NULL: none */
+    int tile_cnt_n;
 };
-/* Largest m for which the GEMV kernels beat dequantize + cuBLAS, per resident format. */
-int g3c_gemv_limit(int qt);
-/* 1 when g3c_mm takes the GEMV path for m rows of w. */
-int g3c_mm_uses_gemv(const g3c_mm_ctx *c, const g3_dmat *w, int m);
-/* y = x W^T for m rows. x: float32 [m][k]; xh: bf16 copy ([m][k] hi, then [m][k] lo when split), needed when
- * m > g3c_gemv_limit(w->qt). y: [m][n] float32 (GEMV) or [2m][n] when the split cuBLAS path ran; *y2 is then the
- * lo half (NULL otherwise). geglu: the GEMV path fuses GeGLU (y: [m][n/2], *y2 NULL, *fused = 1); the cuBLAS path
- * leaves the pairs for g3c_geglu (*fused = 0). */
+enum { G3C_PATH_GEMV = 0, G3C_PATH_TC = 1, G3C_PATH_CUBLAS = 2 };
+/* Path g3c_mm takes for m rows of w: tensor cores for m <= 8 (exact formats) and for quantized m <= 64, the
+ * CUDA-core GEMV for the other m <= 8 (and everything up to its old limit with $G3_CUDA_TC=0), else cuBLAS. */
+int g3c_mm_path(const g3c_mm_ctx *c, const g3_dmat *w, int m);
+/* y = x W^T for m rows. x: float32 [m][k] (GEMV path); xh: bf16 copies (tc and cuBLAS paths). y holds zeros on
+ * entry; on return it holds *ny slices [*ny][m][n] whose sum is the product (2 for split cuBLAS, else 1).
+ * geglu: gelu(gate)*up goes to a [m][n/2] directly where the path can fuse it: *fused = 1 (GEMV: a only) or 2
+ * (tensor cores: a and its bf16 copy ah); *fused = 0 leaves the (gate, up) pairs in y for g3c_geglu. */
 cudaError_t g3c_mm(const g3c_mm_ctx *c, const g3_dmat *w, const float *x, const __nv_bfloat16 *xh, int m, float *y,
-                   const float **y2, int geglu, int *fused);
+                   int *ny, float *a, __nv_bfloat16 *ah, int geglu, int *fused);
 
 /* ---- elementwise / norm kernels (kernels.cu) -------------------------------------------------------------- */
 struct g3c_rows { /* per-forward row parameters in device memory */
@@ -119,18 +178,18 @@ struct g3c_rows { /* per-forward row parameters in device memory */
 /* x[r] = E[token[r]] * scale; xn[r] = rms(x[r]) * w. Writes xh (bf16 hi rows, lo at +m rows when split). */
 cudaError_t g3c_embed_norm(const g3_dmat *E, const int32_t *token, float scale, const float *w, float eps, int m,
                            int H, float *x, float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st);
-/* x[r] += rms(y[r] (+ y2[r])) * w1; xn[r] = rms(x[r]) * w2 (+ bf16 copies). */
-cudaError_t g3c_add_norm(float *x, const float *y, const float *y2, const float *w1, const float *w2, float eps, int m,
+/* x[r] += rms(sum of the ny slices of y[r]) * w1 (the slices are zeroed); xn[r] = rms(x[r]) * w2 (+ bf16 copies). */
+cudaError_t g3c_add_norm(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m,
                          int H, float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st);
-/* a[r][i] = gelu_tanh(y[r][2i]) * y[r][2i+1] over interleaved (gate, up) rows (+ y2); bf16 copies. */
-cudaError_t g3c_geglu(const float *y, const float *y2, int m, int F, float *a, __nv_bfloat16 *ah, int split,
+/* a[r][i] = gelu_tanh(y[r][2i]) * y[r][2i+1] over interleaved (gate, up) rows (ny slices, zeroed); bf16 copies. */
+cudaError_t g3c_geglu(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split,
                       cudaStream_t st);
 /* f32 [m][n] -> bf16 hi [m][n] (+ lo at +m rows). */
 cudaError_t g3c_to_bf16(const float *x, int m, int n, __nv_bfloat16 *xh, int split, cudaStream_t st);
 /* dst[i] = src[rows[i]] for i < n (rows of width n_cols). */
 cudaError_t g3c_gather_rows(const float *src, const int32_t *rows, int n, int n_cols, float *dst, cudaStream_t st);
-/* logits[i][v] = softcap(y[i][v] (+ y2)) */
-cudaError_t g3c_finish_logits(const float *y, const float *y2, int m, int V, float cap, float *out, cudaStream_t st);
+/* logits[i][v] = softcap(sum of the ny slices of y[i][v]) (slices zeroed) */
+cudaError_t g3c_finish_logits(float *y, int ny, int m, int V, float cap, float *out, cudaStream_t st);
 /* ids[i] = argmax_v logits[i][v] */
 cudaError_t g3c_argmax(const float *logits, int m, int V, int32_t *ids, cudaStream_t st);
 
@@ -150,13 +209,16 @@ struct g3c_attn_args {
     float *pool;      /* KV pool of this kind */
     int n_splits;
 };
-/* QK-norm + RoPE of q and k, and the K/V write into the paged cache, from qkv = y (+ y2) [m][(NH+2NKV)*D];
+/* QK-norm + RoPE of q and k, and the K/V write into the paged cache, from qkv = the ny slices of y
+ * [ny][m][(NH+2NKV)*D] (zeroed after reading);
  * q goes to qout [m][NH*D]. */
-cudaError_t g3c_qkv_post(const g3c_attn_args *a, const float *y, const float *y2, const float *qn, const float *kn,
+cudaError_t g3c_qkv_post(const g3c_attn_args *a, float *y, int ny, const float *qn, const float *kn,
                          float *qout, cudaStream_t st);
-/* o[m][NH*D] = softmax(q k^T) v over the paged cache (flash-decoding with a_splits partials in part). */
-cudaError_t g3c_attention(const g3c_attn_args *a, const float *q, float *part, float *o, __nv_bfloat16 *oh, int split,
-                          cudaStream_t st);
+/* o[m][NH*D] = softmax(q k^T) v over the paged cache, and its bf16 copy oh (hi, then lo at +m rows when split):
+ * flash-decoding with n_splits partials in part, merged by the last block of each (row, kv head), which finds
+ * itself through cnt ([m][NKV] counters, zero between launches). */
+cudaError_t g3c_attention(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt, float *o,
+                          __nv_bfloat16 *oh, int split, cudaStream_t st);
 size_t g3c_attn_part_floats(int rows_x_splits, int NH, int D);
 
 #endif

@@ -1,6 +1,8 @@
-/* Matrix-vector products for decode (m <= 8 activation rows, float32) against resident weights in bf16, int8,
+/* Matrix-vector products on CUDA cores (m <= 8 activation rows, float32) against resident weights in bf16, int8,
  * int4 or fp8: the weights are streamed once from device memory with 16-byte loads, decoded in registers and
- * multiplied with float32 activations, accumulating in float32. Bandwidth-bound by design.
+ * multiplied with float32 activations, accumulating in float32. Exact for every format; since the tensor-core
+ * kernels (tc_gemv.cu) it serves the GGUF formats with scale groups of 16/32 values at m <= 8, and everything with
+ * $G3_CUDA_TC=0.
  *
  * Work split: a block of 4 warps; KS of them (1, 2 or 4, by row length) form a row group that owns R consecutive
  * output rows and takes interleaved 16-byte chunks of each row (lane l of warp j of the group reads chunk
@@ -56,6 +58,7 @@ template <int QT, int M, int R>
 __global__ void __launch_bounds__(128) k_gemv(g3_dmat w, const float *__restrict__ x, int ldx, int m,
                                               float *__restrict__ y, int ldy, int geglu, int KS) {
     constexpr int C = qtraits<QT>::C;
+    g3c_pdl_wait();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = warp / KS, ks = warp % KS;
     const int n0 = (blockIdx.x * (4 / KS) + grp) * R, K = w.k, nch = K / C;
     const size_t row_bytes = QT == G3Q_BF16 ? (size_t)K * 2 : QT == G3Q_INT4 ? (size_t)K / 2 : (size_t)K;
@@ -154,20 +157,21 @@ __global__ void __launch_bounds__(128) k_gemv(g3_dmat w, const float *__restrict
     }
 }
 
-template <int QT, int M> static void launch(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy,
+template <int QT, int M> static cudaError_t launch(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy,
                                             int geglu, cudaStream_t st) {
     constexpr int R = M <= 2 ? 2 : 4;
     /* warps per row group: enough chunks per lane for long rows, whole warps per row group for short ones */
     const int nch = w->k / qtraits<QT>::C, KS = nch >= 512 ? 4 : nch >= 192 ? 2 : 1, rows_blk = (4 / KS) * R;
-    k_gemv<QT, M, R><<<(w->n + rows_blk - 1) / rows_blk, 128, 0, st>>>(*w, x, ldx, m, y, ldy, geglu, KS);
+    return g3c_launch(k_gemv<QT, M, R>, dim3((w->n + rows_blk - 1) / rows_blk), dim3(128), 0, st, *w, x, ldx, m, y, ldy,
+                      geglu, KS);
 }
 
-template <int QT> static void launch_m(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
-                                       cudaStream_t st) {
-    if (m <= 1) launch<QT, 1>(w, x, ldx, m, y, ldy, geglu, st);
-    else if (m <= 2) launch<QT, 2>(w, x, ldx, m, y, ldy, geglu, st);
-    else if (m <= 4) launch<QT, 4>(w, x, ldx, m, y, ldy, geglu, st);
-    else launch<QT, 8>(w, x, ldx, m, y, ldy, geglu, st);
+template <int QT> static cudaError_t launch_m(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy,
+                                              int geglu, cudaStream_t st) {
+    if (m <= 1) return launch<QT, 1>(w, x, ldx, m, y, ldy, geglu, st);
+    if (m <= 2) return launch<QT, 2>(w, x, ldx, m, y, ldy, geglu, st);
+    if (m <= 4) return launch<QT, 4>(w, x, ldx, m, y, ldy, geglu, st);
+    return launch<QT, 8>(w, x, ldx, m, y, ldy, geglu, st);
 }
 
 cudaError_t g3c_gemv(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu, cudaStream_t st) {
@@ -175,13 +179,15 @@ cudaError_t g3c_gemv(const g3_dmat *w, const float *x, int ldx, int m, float *y,
         int mm = m - i0 < 8 ? m - i0 : 8;
         const float *xi = x + (size_t)i0 * ldx;
         float *yi = y + (size_t)i0 * ldy;
+        cudaError_t e;
         switch (w->qt) {
-        case G3Q_BF16: launch_m<G3Q_BF16>(w, xi, ldx, mm, yi, ldy, geglu, st); break;
-        case G3Q_INT8: launch_m<G3Q_INT8>(w, xi, ldx, mm, yi, ldy, geglu, st); break;
-        case G3Q_INT4: launch_m<G3Q_INT4>(w, xi, ldx, mm, yi, ldy, geglu, st); break;
-        case G3Q_FP8: launch_m<G3Q_FP8>(w, xi, ldx, mm, yi, ldy, geglu, st); break;
+        case G3Q_BF16: e = launch_m<G3Q_BF16>(w, xi, ldx, mm, yi, ldy, geglu, st); break;
+        case G3Q_INT8: e = launch_m<G3Q_INT8>(w, xi, ldx, mm, yi, ldy, geglu, st); break;
+        case G3Q_INT4: e = launch_m<G3Q_INT4>(w, xi, ldx, mm, yi, ldy, geglu, st); break;
+        case G3Q_FP8: e = launch_m<G3Q_FP8>(w, xi, ldx, mm, yi, ldy, geglu, st); break;
         default: return cudaErrorInvalidValue;
         }
+        if (e != cudaSuccess) return e;
     }
     return cudaGetLastError();
 }

@@ -96,56 +96,75 @@ static int parse_q(const char *s) {
     return -1;
 }
 
+extern "C" int g3_cuda_test_mm_path(uint32_t src_type, int n, int k, const char *quant, int gemm, int m) {
+    g3_dmat d;
+    memset(&d, 0, sizeof d);
+    int g, want = parse_q(quant), qt = g3c_target_format(src_type, want, k, &g);
+    if (want < 0 || qt < 0) return -1;
+    d.qt = qt, d.n = n, d.k = k, d.g = g;
+    g3c_mm_ctx mc = {NULL, 0, (__nv_bfloat16 *)&d /* any non-NULL scratch */, gemm != 2, 132, NULL, 0};
+    return g3c_mm_path(&mc, &d, m);
+}
+
 extern "C" g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n, int k, const char *quant, int gemm,
                                          int geglu, const float *x, int m, float *y, float *wdeq, g3_error *err) {
     g3_status rc = G3_OK;
     g3_dmat d;
     memset(&d, 0, sizeof d);
     void *src = NULL;
-    float *dx = NULL, *dy = NULL, *dw = NULL, *ha = NULL;
-    __nv_bfloat16 *dxh = NULL, *scr = NULL;
+    float *dx = NULL, *dy = NULL, *dw = NULL, *ha = NULL, *da = NULL;
+    __nv_bfloat16 *dxh = NULL, *scr = NULL, *dah = NULL;
+    unsigned *cnt = NULL;
     cublasHandle_t h = NULL;
-    const float *y2 = NULL;
-    int g, fused = 0, want = parse_q(quant), qt = g3c_target_format(src_type, want, k, &g);
-    size_t rb = g3c_src_row_bytes(src_type, k), ny = (size_t)(2 * m) * n;
+    cudaStream_t st = NULL;
+    int g, ny = 1, fused = 0, n_sm = 0, want = parse_q(quant), qt = g3c_target_format(src_type, want, k, &g);
+    size_t rb = g3c_src_row_bytes(src_type, k), nyf = (size_t)(2 * m) * n;
     if (want < 0 || qt < 0 || !rb) return g3c_fail(err, G3_ERR_UNSUPPORTED, "cuda test: type %u / %s", src_type, quant);
     d.qt = qt, d.n = n, d.k = k, d.g = g;
     size_t nk = (size_t)n * k, ng = (size_t)n * (k / g);
+    CKE(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+    CKE(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0), "attribute");
+    CKE(g3c_tc_init(), "tc init");
     CKE(cudaMalloc(&d.q, qt == G3Q_BF16 ? nk * 2 : qt == G3Q_INT4 ? nk / 2 : nk), "alloc");
     CKE(cudaMalloc((void **)&d.s, ng * 4), "alloc");
     CKE(cudaMalloc((void **)&d.z, ng * 4), "alloc");
     CKE(cudaMalloc(&src, rb * n), "alloc");
     CKE(cudaMemcpy(src, w, rb * n, cudaMemcpyHostToDevice), "upload");
-    CKE(g3c_convert_rows(src, src_type, n, &d, 0, 1, 0), "convert");
+    CKE(g3c_convert_rows(src, src_type, n, &d, 0, 1, st), "convert");
     CKE(cudaMalloc((void **)&dx, (size_t)m * k * 4), "alloc");
     CKE(cudaMalloc((void **)&dxh, (size_t)2 * m * k * 2), "alloc");
-    CKE(cudaMalloc((void **)&dy, ny * 4 + 64), "alloc");
+    CKE(cudaMalloc((void **)&dy, nyf * 4 + 64), "alloc");
+    CKE(cudaMemset(dy, 0, nyf * 4 + 64), "clear"); /* product outputs start at zero */
+    CKE(cudaMalloc((void **)&da, (size_t)m * n * 4), "alloc");
+    CKE(cudaMalloc((void **)&dah, (size_t)2 * m * n * 2), "alloc");
+    CKE(cudaMalloc((void **)&cnt, (size_t)(n / 16 + 1) * 4), "alloc");
+    CKE(cudaMemset(cnt, 0, (size_t)(n / 16 + 1) * 4), "clear");
     CKE(cudaMalloc((void **)&scr, nk * 2), "alloc");
     CKE(cudaMemcpy(dx, x, (size_t)m * k * 4, cudaMemcpyHostToDevice), "upload");
+    CKE(cudaStreamSynchronize(st), "sync");
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) CKE(cudaErrorUnknown, "cublasCreate");
+    cublasSetStream(h, st);
     {
-        g3c_mm_ctx mc = {h, 0, scr, gemm != 2};
+        g3c_mm_ctx mc = {h, st, scr, gemm != 2, n_sm, cnt, n / 16 + 1};
         int outw = geglu ? n / 2 : n;
-        CKE(g3c_to_bf16(dx, m, k, dxh, mc.split, 0), "to_bf16");
-        CKE(g3c_mm(&mc, &d, dx, dxh, m, dy, &y2, geglu, &fused), "matmul");
-        if (geglu && !fused) {
-            float *da = NULL;
-            CKE(cudaMalloc((void **)&da, (size_t)m * outw * 4), "alloc");
-            cudaError_t e = g3c_geglu(dy, y2, m, n / 2, da, NULL, 0, 0);
-            if (e == cudaSuccess) e = cudaMemcpy(y, da, (size_t)m * outw * 4, cudaMemcpyDeviceToHost);
-            cudaFree(da);
-            CKE(e, "geglu");
+        CKE(g3c_to_bf16(dx, m, k, dxh, mc.split, st), "to_bf16");
+        CKE(g3c_mm(&mc, &d, dx, dxh, m, dy, &ny, da, dah, geglu, &fused), "matmul");
+        if (geglu && !fused) CKE(g3c_geglu(dy, ny, m, n / 2, da, NULL, 0, st), "geglu");
+        CKE(cudaStreamSynchronize(st), "matmul");
+        if (geglu) {
+            CKE(cudaMemcpy(y, da, (size_t)m * outw * 4, cudaMemcpyDeviceToHost), "download");
         } else {
-            CKE(cudaMemcpy(y, dy, (size_t)m * outw * 4, cudaMemcpyDeviceToHost), "download");
-            if (y2) {
-                ha = (float *)malloc((size_t)m * outw * 4);
-                CKE(cudaMemcpy(ha, y2, (size_t)m * outw * 4, cudaMemcpyDeviceToHost), "download");
-                for (size_t i = 0; i < (size_t)m * outw; i++) y[i] += ha[i];
+            ha = (float *)malloc((size_t)ny * m * outw * 4);
+            if (!ha) CKE(cudaErrorMemoryAllocation, "host memory");
+            CKE(cudaMemcpy(ha, dy, (size_t)ny * m * outw * 4, cudaMemcpyDeviceToHost), "download");
+            for (size_t i = 0; i < (size_t)m * outw; i++) {
+                y[i] = 0.f;
+                for (int j = 0; j < ny; j++) y[i] += ha[(size_t)j * m * outw + i];
             }
         }
         if (wdeq) {
             CKE(cudaMalloc((void **)&dw, nk * 4), "alloc");
-            CKE(g3c_dequant_f32(&d, dw, 0), "dequant");
+            CKE(g3c_dequant_f32(&d, dw, st), "dequant");
             CKE(cudaMemcpy(wdeq, dw, nk * 4, cudaMemcpyDeviceToHost), "download");
         }
         CKE(cudaDeviceSynchronize(), "sync");
@@ -154,7 +173,8 @@ out:
     if (h) cublasDestroy(h);
     free(ha);
     cudaFree(d.q), cudaFree(d.s), cudaFree(d.z), cudaFree(src), cudaFree(dx), cudaFree(dxh), cudaFree(dy),
-        cudaFree(scr), cudaFree(dw);
+        cudaFree(scr), cudaFree(dw), cudaFree(da), cudaFree(dah), cudaFree(cnt);
+    if (st) cudaStreamDestroy(st);
     return rc;
 }
 
@@ -164,6 +184,8 @@ extern "C" g3_status g3_cuda_test_attention(const g3_cuda_attn_test *t, const fl
     g3_status rc = G3_OK;
     const int D = t->D, NQKV = (t->NH + 2 * t->NKV) * D;
     float *dqkv = NULL, *dq = NULL, *dpart = NULL, *dout = NULL, *pool = NULL, *dnorm = NULL;
+    __nv_bfloat16 *douth = NULL;
+    unsigned *dcnt = NULL;
     int32_t *dpar = NULL;
     size_t pool_floats = (size_t)t->n_blocks * t->n_layers_kind * 2 * t->NKV * t->kv_block * D;
     size_t ni = (size_t)3 * m + (size_t)n_u * 2 * t->mbps;
@@ -171,6 +193,9 @@ extern "C" g3_status g3_cuda_test_attention(const g3_cuda_attn_test *t, const fl
     CKE(cudaMalloc((void **)&dq, (size_t)m * t->NH * D * 4), "alloc");
     CKE(cudaMalloc((void **)&dout, (size_t)m * t->NH * D * 4), "alloc");
     CKE(cudaMalloc((void **)&dpart, g3c_attn_part_floats(m * t->n_splits, t->NH, D) * 4), "alloc");
+    CKE(cudaMalloc((void **)&douth, (size_t)2 * m * t->NH * D * 2), "alloc");
+    CKE(cudaMalloc((void **)&dcnt, (size_t)m * t->NKV * 4), "alloc");
+    CKE(cudaMemset(dcnt, 0, (size_t)m * t->NKV * 4), "clear");
     CKE(cudaMalloc((void **)&pool, pool_floats * 4), "alloc");
     CKE(cudaMemset(pool, 0xff, pool_floats * 4), "poison"); /* NaNs: reading an unwritten slot shows */
     CKE(cudaMalloc((void **)&dnorm, (size_t)(3 * D) * 4), "alloc");
@@ -189,12 +214,16 @@ extern "C" g3_status g3_cuda_test_attention(const g3_cuda_attn_test *t, const fl
         a.m = m, a.NH = t->NH, a.NKV = t->NKV, a.D = D, a.kind = t->kind, a.layer_in_kind = t->layer_in_kind;
         a.n_layers_kind = t->n_layers_kind, a.kv_block = t->kv_block, a.window = t->window, a.scale = t->scale;
         a.softcap = t->softcap, a.eps = t->eps, a.inv_freq = dnorm + 2 * D, a.pool = pool, a.n_splits = t->n_splits;
-        CKE(g3c_qkv_post(&a, dqkv, NULL, dnorm, dnorm + D, dq, 0), "qkv_post");
-        CKE(g3c_attention(&a, dq, dpart, dout, NULL, 0, 0), "attention");
+        CKE(g3c_qkv_post(&a, dqkv, 1, dnorm, dnorm + D, dq, 0), "qkv_post");
+        CKE(g3c_attention(&a, dq, dpart, dcnt, dout, douth, 1, 0), "attention");
+        /* again over poisoned output: the split counters must have been reset by the first launch */
+        CKE(cudaMemset(dout, 0xff, (size_t)m * t->NH * D * 4), "poison");
+        CKE(g3c_attention(&a, dq, dpart, dcnt, dout, douth, 1, 0), "attention");
         CKE(cudaMemcpy(o, dout, (size_t)m * t->NH * D * 4, cudaMemcpyDeviceToHost), "download");
         CKE(cudaDeviceSynchronize(), "sync");
     }
 out:
-    cudaFree(dqkv), cudaFree(dq), cudaFree(dpart), cudaFree(dout), cudaFree(pool), cudaFree(dnorm), cudaFree(dpar);
+    cudaFree(dqkv), cudaFree(dq), cudaFree(dpart), cudaFree(dout), cudaFree(pool), cudaFree(dnorm), cudaFree(dpar),
+        cudaFree(douth), cudaFree(dcnt);
     return rc;
 }

@@ -1,6 +1,9 @@
 /* Row-wise kernels of the forward: embedding + first norm, residual add with post-norm fused with the next
- * pre-norm, GeGLU over interleaved (gate, up) outputs, bf16 (hi/lo) copies of activations for cuBLAS, logits
- * finishing (softcap) and argmax. One block per row for the norms; float32 arithmetic throughout. */
+ * pre-norm, GeGLU over interleaved (gate, up) outputs, bf16 (hi/lo) copies of activations for the tensor-core
+ * kernels and cuBLAS, logits finishing (softcap) and argmax. One block per row for the norms; float32 arithmetic
+ * throughout. Kernels that consume a matrix product's output sum its slices and zero them (cuda_common.cuh). */
+#include <stdlib.h>
+
 #include "backend/cuda/cuda_common.cuh"
 
 #define NT 256
@@ -25,6 +28,7 @@ __global__ void __launch_bounds__(NT) k_embed_norm(g3_dmat E, const int32_t *tok
                                                    float eps, int m, int H, float *x, float *xn, __nv_bfloat16 *xh,
                                                    int split) {
     __shared__ float red[NT / 32];
+    g3c_pdl_wait();
     const int r = blockIdx.x;
     int tok = token[r];
     if (tok < 0 || tok >= E.n) tok = 0;
@@ -44,23 +48,26 @@ __global__ void __launch_bounds__(NT) k_embed_norm(g3_dmat E, const int32_t *tok
     }
 }
 
-__global__ void __launch_bounds__(NT) k_add_norm(float *x, const float *y, const float *y2, const float *w1,
-                                                 const float *w2, float eps, int m, int H, float *xn,
-                                                 __nv_bfloat16 *xh, int split) {
+__global__ void __launch_bounds__(NT) k_add_norm(float *x, float *y, int ny, const float *w1, const float *w2,
+                                                 float eps, int m, int H, float *xn, __nv_bfloat16 *xh, int split) {
     __shared__ float red[NT / 32];
+    g3c_pdl_wait();
     const int r = blockIdx.x;
-    const float *yr = y + (size_t)r * H, *y2r = y2 ? y2 + (size_t)r * H : NULL;
+    const size_t sl = (size_t)m * H;
+    float *yr = y + (size_t)r * H;
     float *xr = x + (size_t)r * H;
     float ss = 0.f;
     for (int i = threadIdx.x; i < H; i += NT) {
-        float v = yr[i] + (y2r ? y2r[i] : 0.f);
+        float v = 0.f;
+        for (int j = 0; j < ny; j++) v += yr[j * sl + i];
         ss += v * v;
     }
     ss = block_sum(ss, red);
     float inv = 1.f / sqrtf(ss / (float)H + eps);
     float s2 = 0.f;
     for (int i = threadIdx.x; i < H; i += NT) {
-        float v = yr[i] + (y2r ? y2r[i] : 0.f);
+        float v = 0.f;
+        for (int j = 0; j < ny; j++) v += yr[j * sl + i], yr[j * sl + i] = 0.f;
         float h = xr[i] + v * inv * w1[i];
         xr[i] = h;
         s2 += h * h;
@@ -74,15 +81,77 @@ __global__ void __launch_bounds__(NT) k_add_norm(float *x, const float *y, const
     }
 }
 
+/* The same with the row held in registers by 1024 threads (EPT values each, H <= 1024*EPT): one pass over y and x
+ * instead of three, for the latency-bound decode rows. */
+template <int EPT>
+__global__ void __launch_bounds__(1024) k_add_norm_r(float *x, float *y, int ny, const float *w1, const float *w2,
+                                                     float eps, int m, int H, float *xn, __nv_bfloat16 *xh,
+                                                     int split) {
+    __shared__ float red[32];
+    g3c_pdl_wait();
+    const int r = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const size_t sl = (size_t)m * H;
+    float *yr = y + (size_t)r * H, *xr = x + (size_t)r * H;
+    float v[EPT], xv[EPT], ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < EPT; e++) {
+        const int i = threadIdx.x + 1024 * e;
+        v[e] = 0.f, xv[e] = 0.f;
+        if (i < H) {
+            for (int j = 0; j < ny; j++) v[e] += yr[j * sl + i], yr[j * sl + i] = 0.f;
+            xv[e] = xr[i];
+        }
+        ss += v[e] * v[e];
+    }
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    ss = red[lane];
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = 1.f / sqrtf(ss / (float)H + eps);
+    float s2 = 0.f;
+#pragma unroll
+    for (int e = 0; e < EPT; e++) {
+        const int i = threadIdx.x + 1024 * e;
+        if (i < H) {
+            xv[e] += v[e] * inv * w1[i];
+            xr[i] = xv[e];
+            s2 += xv[e] * xv[e];
+        }
+    }
+    __syncthreads(); /* red reused */
+    for (int o = 16; o; o >>= 1) s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+    if (lane == 0) red[warp] = s2;
+    __syncthreads();
+    s2 = red[lane];
+    for (int o = 16; o; o >>= 1) s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+    const float inv2 = 1.f / sqrtf(s2 / (float)H + eps);
+#pragma unroll
+    for (int e = 0; e < EPT; e++) {
+        const int i = threadIdx.x + 1024 * e;
+        if (i < H) {
+            const float o = xv[e] * inv2 * w2[i];
+            xn[(size_t)r * H + i] = o;
+            if (xh) put_bf16(xh, split, m, r, H, i, o);
+        }
+    }
+}
+
 __device__ __forceinline__ float gelu_tanh(float x) {
     return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
-__global__ void k_geglu(const float *y, const float *y2, int m, int F, float *a, __nv_bfloat16 *ah, int split) {
-    size_t n = (size_t)m * F;
+__global__ void k_geglu(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split) {
+    g3c_pdl_wait();
+    const size_t n = (size_t)m * F, sl = 2 * n;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         size_t r = e / F, i = e % F, j = r * 2 * F + 2 * i;
-        float g = y[j] + (y2 ? y2[j] : 0.f), u = y[j + 1] + (y2 ? y2[j + 1] : 0.f);
+        float g = 0.f, u = 0.f;
+        for (int s = 0; s < ny; s++) {
+            float2 p = *(float2 *)(y + s * sl + j);
+            g += p.x, u += p.y;
+            *(float2 *)(y + s * sl + j) = make_float2(0.f, 0.f);
+        }
         float v = gelu_tanh(g) * u;
         a[e] = v;
         if (ah) put_bf16(ah, split, m, (int)r, F, (int)i, v);
@@ -90,20 +159,24 @@ __global__ void k_geglu(const float *y, const float *y2, int m, int F, float *a,
 }
 
 __global__ void k_to_bf16(const float *x, int m, int n, __nv_bfloat16 *xh, int split) {
+    g3c_pdl_wait();
     size_t tot = (size_t)m * n;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < tot; e += (size_t)gridDim.x * blockDim.x)
         put_bf16(xh, split, m, (int)(e / n), n, (int)(e % n), x[e]);
 }
 
 __global__ void k_gather(const float *src, const int32_t *rows, int n, int w, float *dst) {
+    g3c_pdl_wait();
     size_t tot = (size_t)n * w;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < tot; e += (size_t)gridDim.x * blockDim.x)
         dst[e] = src[(size_t)rows[e / w] * w + e % w];
 }
 
-__global__ void k_finish(const float *y, const float *y2, size_t n, float cap, float *out) {
+__global__ void k_finish(float *y, int ny, size_t n, float cap, float *out) {
+    g3c_pdl_wait();
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
-        float v = y[e] + (y2 ? y2[e] : 0.f);
+        float v = 0.f;
+        for (int s = 0; s < ny; s++) v += y[s * n + e], y[s * n + e] = 0.f;
         if (cap > 0.f) v = cap * tanhf(v / cap);
         out[e] = v;
     }
@@ -112,6 +185,7 @@ __global__ void k_finish(const float *y, const float *y2, size_t n, float cap, f
 __global__ void __launch_bounds__(NT) k_argmax(const float *logits, int V, int32_t *ids) {
     __shared__ float bv[NT / 32];
     __shared__ int bi[NT / 32];
+    g3c_pdl_wait();
     const float *l = logits + (size_t)blockIdx.x * V;
     float best = -INFINITY;
     int idx = 0x7fffffff;
@@ -138,34 +212,38 @@ static int grid_for(size_t n) {
     return g > 8192 ? 8192 : g < 1 ? 1 : (int)g;
 }
 
+int g3c_pdl_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("G3_CUDA_PDL");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on;
+}
+
 cudaError_t g3c_embed_norm(const g3_dmat *E, const int32_t *token, float scale, const float *w, float eps, int m,
                            int H, float *x, float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st) {
-    k_embed_norm<<<m, NT, 0, st>>>(*E, token, scale, w, eps, m, H, x, xn, xh, split);
-    return cudaGetLastError();
+    return g3c_launch(k_embed_norm, dim3(m), dim3(NT), 0, st, *E, token, scale, w, eps, m, H, x, xn, xh, split);
 }
-cudaError_t g3c_add_norm(float *x, const float *y, const float *y2, const float *w1, const float *w2, float eps, int m,
-                         int H, float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st) {
-    k_add_norm<<<m, NT, 0, st>>>(x, y, y2, w1, w2, eps, m, H, xn, xh, split);
-    return cudaGetLastError();
+cudaError_t g3c_add_norm(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m, int H,
+                         float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st) {
+    void (*k)(float *, float *, int, const float *, const float *, float, int, int, float *, __nv_bfloat16 *, int) =
+        H <= 2048 ? k_add_norm_r<2> : H <= 4096 ? k_add_norm_r<4> : H <= 6144 ? k_add_norm_r<6> : k_add_norm_r<8>;
+    if (H <= 8192) return g3c_launch(k, dim3(m), dim3(1024), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
+    return g3c_launch(k_add_norm, dim3(m), dim3(NT), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
 }
-cudaError_t g3c_geglu(const float *y, const float *y2, int m, int F, float *a, __nv_bfloat16 *ah, int split,
-                      cudaStream_t st) {
-    k_geglu<<<grid_for((size_t)m * F), 256, 0, st>>>(y, y2, m, F, a, ah, split);
-    return cudaGetLastError();
+cudaError_t g3c_geglu(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, cudaStream_t st) {
+    return g3c_launch(k_geglu, dim3(grid_for((size_t)m * F)), dim3(256), 0, st, y, ny, m, F, a, ah, split);
 }
 cudaError_t g3c_to_bf16(const float *x, int m, int n, __nv_bfloat16 *xh, int split, cudaStream_t st) {
-    k_to_bf16<<<grid_for((size_t)m * n), 256, 0, st>>>(x, m, n, xh, split);
-    return cudaGetLastError();
+    return g3c_launch(k_to_bf16, dim3(grid_for((size_t)m * n)), dim3(256), 0, st, x, m, n, xh, split);
 }
 cudaError_t g3c_gather_rows(const float *src, const int32_t *rows, int n, int n_cols, float *dst, cudaStream_t st) {
-    k_gather<<<grid_for((size_t)n * n_cols), 256, 0, st>>>(src, rows, n, n_cols, dst);
-    return cudaGetLastError();
+    return g3c_launch(k_gather, dim3(grid_for((size_t)n * n_cols)), dim3(256), 0, st, src, rows, n, n_cols, dst);
 }
-cudaError_t g3c_finish_logits(const float *y, const float *y2, int m, int V, float cap, float *out, cudaStream_t st) {
-    k_finish<<<grid_for((size_t)m * V), 256, 0, st>>>(y, y2, (size_t)m * V, cap, out);
-    return cudaGetLastError();
+cudaError_t g3c_finish_logits(float *y, int ny, int m, int V, float cap, float *out, cudaStream_t st) {
+    return g3c_launch(k_finish, dim3(grid_for((size_t)m * V)), dim3(256), 0, st, y, ny, (size_t)m * V, cap, out);
 }
 cudaError_t g3c_argmax(const float *logits, int m, int V, int32_t *ids, cudaStream_t st) {
-    k_argmax<<<m, NT, 0, st>>>(logits, V, ids);
-    return cudaGetLastError();
+    return g3c_launch(k_argmax, dim3(m), dim3(NT), 0, st, logits, V, ids);
 }

@@ -1,27 +1,62 @@
-/* Picks the path of each matrix product: the GEMV kernels (float32 activations, weights decoded in registers) for
- * few rows, cuBLAS tensor-core GEMM for many (bf16 weights directly; quantized weights dequantized to a bf16
- * scratch first). With `split`, the bf16 activations go in as hi + lo halves stacked as 2m rows of one GEMM, so
- * the weights are read once and the product keeps ~16 bits of each activation. */
+/* Picks the path of each matrix product: tensor-core kernels with weights decoded in registers (tc_gemv.cu) for
+ * decode and small batches (every format up to 8 rows with hi + lo activations; quantized weights up to 64 rows
+ * with bf16 activations), the CUDA-core GEMV (gemv.cu) for the GGUF formats with small scale groups at <= 8 rows,
+ * and cuBLAS tensor-core GEMM beyond (bf16 weights directly; quantized weights dequantized to a bf16 scratch of one
+ * matrix first). With `split`, cuBLAS gets the bf16 activations as hi + lo halves stacked as 2m rows of one GEMM,
+ * so the weights are read once and the product keeps ~16 bits of each activation.
+ * $G3_CUDA_TC=0 restores the previous choice (GEMV up to 8 rows for bf16 and 16 for quantized, cuBLAS beyond). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/cuda/cuda_common.cuh"
 
-int g3c_gemv_limit(int qt) {
-    switch (qt) {
-    case G3Q_BF16: return 8;
-    default: return 16; /* beyond: one dequantization to bf16 + cuBLAS beats 3+ GEMV passes */
+static int tc_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("G3_CUDA_TC");
+        on = !(e && !strcmp(e, "0"));
     }
+    return on;
 }
 
-int g3c_mm_uses_gemv(const g3c_mm_ctx *c, const g3_dmat *w, int m) {
-    return m <= g3c_gemv_limit(w->qt) || (w->qt != G3Q_BF16 && !c->wscratch);
+int g3c_mm_path(const g3c_mm_ctx *c, const g3_dmat *w, int m) {
+    const int quant = w->qt != G3Q_BF16;
+    if (!tc_enabled()) {
+        int lim = quant ? 16 : 8;
+        return m <= lim || (quant && !c->wscratch) ? G3C_PATH_GEMV : G3C_PATH_CUBLAS;
+    }
+    if (m <= 8) return g3c_tc_supported(w, m, c->split) ? G3C_PATH_TC : G3C_PATH_GEMV;
+    if (quant && (m <= 64 || !c->wscratch) && g3c_tc_supported(w, 64, 0)) return G3C_PATH_TC;
+    if (quant && !c->wscratch) return G3C_PATH_GEMV;
+    return G3C_PATH_CUBLAS;
 }
 
 cudaError_t g3c_mm(const g3c_mm_ctx *c, const g3_dmat *w, const float *x, const __nv_bfloat16 *xh, int m, float *y,
-                   const float **y2, int geglu, int *fused) {
-    *y2 = NULL;
+                   int *ny, float *a, __nv_bfloat16 *ah, int geglu, int *fused) {
+    *ny = 1;
     *fused = 0;
-    if (g3c_mm_uses_gemv(c, w, m)) {
-        *fused = geglu;
-        return g3c_gemv(w, x, w->k, m, y, geglu ? w->n / 2 : w->n, geglu, c->st);
+    const int path = g3c_mm_path(c, w, m);
+    if (path == G3C_PATH_GEMV) {
+        if (geglu) {
+            *fused = 1;
+            return g3c_gemv(w, x, w->k, m, a, w->n / 2, 1, c->st);
+        }
+        return g3c_gemv(w, x, w->k, m, y, w->n, 0, c->st);
+    }
+    if (path == G3C_PATH_TC) {
+        const int sp = m <= 8 ? c->split : 0;
+        if (m <= 64) {
+            g3c_tc_geglu gg = {a, ah, c->tile_cnt, c->split};
+            const int fuse = geglu && a && ah && c->tile_cnt && g3c_tc_tiles(w, m, sp) <= c->tile_cnt_n;
+            *fused = fuse ? 2 : 0;
+            return g3c_tc_mm(w, xh, m, sp, y, fuse ? &gg : NULL, c->n_sm, c->st);
+        }
+        for (int i0 = 0; i0 < m; i0 += 64) { /* plain: hi rows [0, m) of xh */
+            int mm = m - i0 < 64 ? m - i0 : 64;
+            cudaError_t e = g3c_tc_mm(w, xh + (size_t)i0 * w->k, mm, 0, y + (size_t)i0 * w->n, NULL, c->n_sm, c->st);
+            if (e != cudaSuccess) return e;
+        }
+        return cudaSuccess;
     }
     const __nv_bfloat16 *W = (const __nv_bfloat16 *)w->q;
     if (w->qt != G3Q_BF16) {
@@ -36,6 +71,6 @@ cudaError_t g3c_mm(const g3c_mm_ctx *c, const g3_dmat *w, const float *x, const 
                                     xh, CUDA_R_16BF, w->k, &beta, y, CUDA_R_32F, w->n, CUBLAS_COMPUTE_32F,
                                     CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
-    if (c->split) *y2 = y + (size_t)m * w->n;
+    if (c->split) *ny = 2;
     return cudaGetLastError();
 }
