@@ -77,6 +77,20 @@ static double measure_bw(g3_pool *p) {
     return best;
 }
 
+static void empty_task(void *arg, int ith, int nth) { (void)arg, (void)ith, (void)nth; }
+
+/* Microseconds per empty parallel region (best of 20 batches of 1000): the fixed cost of each g3_pool_run. */
+static double region_us(g3_pool *p) {
+    double best = 1e30;
+    for (int rep = 0; rep < 20; rep++) {
+        double t0 = now_s();
+        for (int i = 0; i < 1000; i++) g3_pool_run(p, empty_task, NULL);
+        double us = (now_s() - t0) * 1e3;
+        if (us < best) best = us;
+    }
+    return best;
+}
+
 static uint64_t rng = 88172645463325252ull;
 static float rnd(void) {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -184,8 +198,8 @@ int main(int argc, char **argv) {
     g3_pool *p = g3_pool_create(threads);
     if (!p) return 1;
     if (bw <= 0) bw = measure_bw(p);
-    printf("kernels %s, %d threads, read bandwidth %.1f GB/s%s\n", g3_cpu_kernels_name(), g3_pool_size(p), bw,
-           kern ? " (forced)" : "");
+    printf("kernels %s, %d threads, read bandwidth %.1f GB/s%s, empty parallel region %.2f us\n",
+           g3_cpu_kernels_name(), g3_pool_size(p), bw, kern ? " (forced)" : "", region_us(p));
 
     shape custom[16];
     const shape *shapes = k_1b;

@@ -20,7 +20,8 @@
 #endif
 
 /* How long a thread spins before it sleeps: long enough to bridge the gaps between the parallel regions of one
- * decode step, short enough not to burn a core between tokens. */
+ * decode step, short enough not to burn a core between tokens. G3_SPIN_US overrides it; pools with more threads
+ * than cores do not spin. */
 #define SPIN_NS 200000L
 
 struct g3_pool {
@@ -99,6 +100,8 @@ g3_pool *g3_pool_create(int n_threads) {
     if (!p) return NULL;
     p->n = n_threads;
     p->spin_ns = SPIN_NS;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 0 && n_threads > cores) p->spin_ns = 0; /* oversubscribed: a spinner would hold a needed core */
     const char *e = getenv("G3_SPIN_US");
     if (e && *e) p->spin_ns = atol(e) * 1000L;
     atomic_init(&p->gen, 0);
