@@ -239,6 +239,7 @@ void g3_act_dequant_row(const g3_act *a, int r, float *out) {
 uint32_t g3_matmul_repack_type(uint32_t type, int n, int k) {
     if (n <= 0 || n % 8 || k <= 0 || k % 32) return 0;
     const g3_kernel_set *s = kset();
+    if (s == g3_kernels_scalar()) return 0; /* its repacked kernels are references, slower than the plain ones */
     if (type == G3_DTYPE_Q8_0 && s->q8_0_r8) return G3_CPU_Q8_0_R8;
     if (type == G3_DTYPE_Q4_0 && s->q4_0_r8) return G3_CPU_Q4_0_R8;
     return 0;
