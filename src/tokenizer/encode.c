@@ -205,22 +205,23 @@ static void note_rev(enc *e, int32_t id, uint32_t left_len) {
 
 /* The merge of adjacent symbols left and right, if their concatenation is a piece a merge may produce: its id
  * (score in *score), else -1. Records the split of UNUSED pieces in the order the library queues pairs. */
-static inline int32_t candidate_h(enc *e, int32_t left, int32_t right, uint64_t h, float *score) {
+static inline int32_t candidate_k(enc *e, int32_t left, int32_t right, uint64_t key, float *score) {
     const sym *l = &e->s[left], *r = &e->s[right];
     if (l->frozen || r->frozen) return -1;
     const g3_tokenizer *t = e->t;
-    int32_t id = g3_tok_lookup_h(t, t->norm_slots, t->norm_mask, (const char *)e->norm + l->start, l->len + r->len, h);
-    if (id < 0) return -1;
-    const g3_tok_piece *p = &t->pieces[id];
-    if (p->special && !e->parse_special) return -1; /* a marker is never produced from plain text */
-    if (p->type == G3_PIECE_UNUSED) note_rev(e, id, l->len);
-    *score = p->score;
+    const g3_tok_slot *sl =
+        g3_tok_probe(t, t->norm_slots, t->norm_mask, (const char *)e->norm + l->start, l->len + r->len, key);
+    if (!sl) return -1;
+    if ((sl->idp1 & G3_SLOT_SPECIAL) && !e->parse_special) return -1; /* a marker never comes from plain text */
+    int32_t id = (int32_t)(sl->idp1 & G3_SLOT_ID) - 1;
+    if (sl->idp1 & G3_SLOT_UNUSED) note_rev(e, id, l->len);
+    *score = sl->score;
     return id;
 }
 
 static inline int32_t candidate(enc *e, int32_t left, int32_t right, float *score) {
     const sym *l = &e->s[left];
-    return candidate_h(e, left, right, g3_tok_hash((const char *)e->norm + l->start, l->len + e->s[right].len), score);
+    return candidate_k(e, left, right, g3_tok_key((const char *)e->norm + l->start, l->len + e->s[right].len), score);
 }
 
 static inline void maybe_add(enc *e, int32_t left, int32_t right) {
@@ -246,13 +247,13 @@ static void bpe_small(enc *e, int32_t cs, int32_t ce) {
     sym *s = e->s;
     float sc[SMALL];
     int32_t pid[SMALL]; /* candidate merge of symbol cs+k with its right neighbour */
-    uint64_t h[SMALL];
-    /* hash every initial pair and prefetch its slot first: the lookups then overlap their cache misses */
+    uint64_t k[SMALL];
+    /* key every initial pair and prefetch its slot first: the lookups then overlap their cache misses */
     for (int32_t i = cs; i + 1 < ce; i++) {
-        h[i - cs] = g3_tok_hash((const char *)e->norm + s[i].start, s[i].len + s[i + 1].len);
-        __builtin_prefetch(&e->t->norm_slots[(uint32_t)h[i - cs] & e->t->norm_mask]);
+        k[i - cs] = g3_tok_key((const char *)e->norm + s[i].start, s[i].len + s[i + 1].len);
+        __builtin_prefetch(&e->t->norm_slots[g3_tok_slot_index(k[i - cs], e->t->norm_mask)]);
     }
-    for (int32_t i = cs; i < ce; i++) pid[i - cs] = i + 1 < ce ? candidate_h(e, i, i + 1, h[i - cs], &sc[i - cs]) : -1;
+    for (int32_t i = cs; i < ce; i++) pid[i - cs] = i + 1 < ce ? candidate_k(e, i, i + 1, k[i - cs], &sc[i - cs]) : -1;
     for (;;) {
         int32_t best = -1;
         for (int32_t i = cs; i >= 0; i = s[i].next)

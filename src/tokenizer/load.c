@@ -99,7 +99,7 @@ g3_status g3_tok_load_hfconfig(g3_tokenizer *t, const char *dir, g3_error *err) 
         const cJSON *atd = cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder");
         if (cJSON_IsObject(atd)) {
             for (int i = 0; i < t->n; i++)
-                if (t->pieces[i].type == G3_PIECE_USER_DEFINED) t->pieces[i].special = 0;
+                if (t->pieces[i].type == G3_PIECE_USER_DEFINED) g3_tok_set_special(t, i, 0);
             const cJSON *e;
             cJSON_ArrayForEach(e, atd) {
                 char *endp;
@@ -110,7 +110,7 @@ g3_status g3_tok_load_hfconfig(g3_tokenizer *t, const char *dir, g3_error *err) 
                 size_t cl = strlen(content->valuestring);
                 if (p->type != G3_PIECE_USER_DEFINED || cl != p->len || memcmp(content->valuestring, t->arena + p->off, cl))
                     continue;
-                p->special = (uint8_t)cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special"));
+                g3_tok_set_special(t, (int)id, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")));
             }
             t->special_known = 1;
         }

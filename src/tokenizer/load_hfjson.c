@@ -214,6 +214,7 @@ static g3_status load(g3_tokenizer *t, const cJSON *root, const char *path, g3_e
         rank++;
     }
     free(buf);
+    g3_tok_sync_slots(t); /* the maps were built before the ranks were known */
     return rc;
 }
 

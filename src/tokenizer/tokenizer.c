@@ -22,20 +22,47 @@ int32_t g3_tok_piece_to_id(const g3_tokenizer *t, const char *s, size_t len) {
     return id >= 0 ? id : t->unk_id;
 }
 
-/* Inserts piece id (hash h) unless the same string is already there (the library keeps the first, so do we). */
-static void insert_in(g3_tokenizer *t, uint64_t *slots, uint32_t mask, int32_t id, uint64_t h) {
+static uint32_t slot_flags(const g3_tok_piece *p) {
+    return (p->special ? G3_SLOT_SPECIAL : 0) | (p->type == G3_PIECE_UNUSED ? G3_SLOT_UNUSED : 0);
+}
+
+/* Inserts piece id (key k) unless the same string is already there (the library keeps the first, so do we). */
+static void insert_in(g3_tokenizer *t, g3_tok_slot *slots, uint32_t mask, int32_t id, uint64_t k) {
     const g3_tok_piece *p = &t->pieces[id];
-    uint32_t fp = (uint32_t)(h >> 32);
-    for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
-        uint64_t v = slots[i];
-        if (!v) {
-            slots[i] = (uint64_t)fp << 32 | ((uint64_t)id + 1);
+    for (uint32_t i = g3_tok_slot_index(k, mask);; i = (i + 1) & mask) {
+        g3_tok_slot *sl = &slots[i];
+        if (!sl->idp1) {
+            sl->key = k;
+            sl->idp1 = ((uint32_t)id + 1) | slot_flags(p);
+            sl->score = p->score;
             return;
         }
-        if ((uint32_t)(v >> 32) != fp) continue;
-        const g3_tok_piece *q = &t->pieces[(uint32_t)v - 1];
+        if (sl->key != k) continue;
+        const g3_tok_piece *q = &t->pieces[(sl->idp1 & G3_SLOT_ID) - 1];
         if (q->len == p->len && memcmp(t->arena + q->off, t->arena + p->off, p->len) == 0) return;
     }
+}
+
+void g3_tok_sync_slots(g3_tokenizer *t) {
+    g3_tok_slot *maps[2] = {t->norm_slots, t->resv_slots};
+    uint32_t masks[2] = {t->norm_mask, t->resv_mask};
+    for (int m = 0; m < 2; m++)
+        for (uint32_t i = 0; maps[m] && i <= masks[m]; i++) {
+            g3_tok_slot *sl = &maps[m][i];
+            if (!sl->idp1) continue;
+            const g3_tok_piece *p = &t->pieces[(sl->idp1 & G3_SLOT_ID) - 1];
+            sl->idp1 = (sl->idp1 & G3_SLOT_ID) | slot_flags(p);
+            sl->score = p->score;
+        }
+}
+
+void g3_tok_set_special(g3_tokenizer *t, int id, int special) {
+    g3_tok_piece *p = &t->pieces[id];
+    p->special = (uint8_t)(special != 0);
+    if (!t->norm_slots) return; /* not finalized yet: insert_in will copy the flag */
+    const char *s = t->arena + p->off;
+    g3_tok_slot *sl = (g3_tok_slot *)g3_tok_probe(t, t->norm_slots, t->norm_mask, s, p->len, g3_tok_key(s, p->len));
+    if (sl && (int)(sl->idp1 & G3_SLOT_ID) - 1 == id) sl->idp1 = (sl->idp1 & G3_SLOT_ID) | slot_flags(p);
 }
 
 /* 1 if the piece text has a U+2581 (memchr for its first byte is much faster than memmem on short strings). */
@@ -185,11 +212,11 @@ g3_status g3_tok_finalize(g3_tokenizer *t, g3_error *err) {
     for (int i = 0; i < t->n; i++)
         if (t->pieces[i].len == UINT32_MAX) return g3_fail(err, G3_ERR_FORMAT, "%s: piece %d missing", t->source, i);
 
-    /* normal map at load <= 1/4 (misses are the common case), reserved map at <= 1/2 */
+    /* maps at load <= 1/2 */
     int n_norm = 0;
     for (int i = 0; i < t->n; i++) n_norm += in_norm_map(t->pieces[i].type);
     uint32_t cap = 16;
-    while (cap < (uint32_t)n_norm * 4u) cap *= 2;
+    while (cap < (uint32_t)n_norm * 2u) cap *= 2;
     t->norm_mask = cap - 1;
     t->norm_slots = calloc(cap, sizeof *t->norm_slots);
     cap = 16;
@@ -207,7 +234,7 @@ g3_status g3_tok_finalize(g3_tokenizer *t, g3_error *err) {
     for (int i = 0; i < t->n && rc == G3_OK; i++) {
         g3_tok_piece *p = &t->pieces[i];
         const char *s = t->arena + p->off;
-        hs[i] = g3_tok_hash(s, p->len);
+        hs[i] = g3_tok_key(s, p->len);
         p->lead_ws = p->len >= 3 && memcmp(s, SPACE_SYM, 3) == 0;
         p->disp_off = p->off; /* shared with the raw piece unless it has a '▁' or is a byte */
         p->disp_len = p->len;
@@ -244,8 +271,9 @@ g3_status g3_tok_finalize(g3_tokenizer *t, g3_error *err) {
     /* pass 2: the maps, prefetching the slot of a piece a few steps ahead (the tables are larger than caches) */
     for (int i = 0; i < t->n && rc == G3_OK; i++) {
         if (i + 8 < t->n) {
-            uint64_t *sl = in_norm_map(t->pieces[i + 8].type) ? &t->norm_slots[(uint32_t)hs[i + 8] & t->norm_mask]
-                                                               : &t->resv_slots[(uint32_t)hs[i + 8] & t->resv_mask];
+            const g3_tok_slot *sl = in_norm_map(t->pieces[i + 8].type)
+                                        ? &t->norm_slots[g3_tok_slot_index(hs[i + 8], t->norm_mask)]
+                                        : &t->resv_slots[g3_tok_slot_index(hs[i + 8], t->resv_mask)];
             __builtin_prefetch(sl, 1);
         }
         if (in_norm_map(t->pieces[i].type)) insert_in(t, t->norm_slots, t->norm_mask, i, hs[i]);

@@ -39,6 +39,19 @@ typedef struct g3_tok_piece {
     uint8_t lead_ws;     /* raw piece starts with U+2581 */
 } g3_tok_piece;
 
+/* A hash-table slot. Most encoder lookups are for short strings (two adjacent symbols), and most miss: a piece of
+ * at most 7 bytes is held in the key itself, so such a lookup reads one slot and nothing else; the score and
+ * flags the merge loop needs are in the slot too. Longer pieces keep 56 bits of their hash in the key and are
+ * confirmed against the piece text. */
+typedef struct g3_tok_slot {
+    uint64_t key;   /* g3_tok_key of the piece */
+    uint32_t idp1;  /* piece index + 1 in bits 0..23 (0 = empty slot); G3_SLOT_SPECIAL, G3_SLOT_UNUSED */
+    float score;
+} g3_tok_slot;
+#define G3_SLOT_ID 0xFFFFFFu
+#define G3_SLOT_SPECIAL 0x80000000u /* a marker piece: a merge may produce it only with parse_special */
+#define G3_SLOT_UNUSED 0x40000000u  /* an UNUSED piece: split back after merging (library rule) */
+
 /* Byte trie over the user-defined pieces, for the longest match at a text position. */
 typedef struct g3_tok_trie_node {
     int32_t child;   /* first child node, -1 = none */
@@ -53,10 +66,9 @@ struct g3_tokenizer {
     char *arena;            /* raw and display strings of all pieces */
     size_t arena_len, arena_cap;
 
-    /* open-addressing hash tables: slot = hash fingerprint << 32 | (piece index + 1), 0 = empty;
-     * capacity mask+1 (a power of two), linear probing */
-    uint64_t *norm_slots;   /* NORMAL, USER_DEFINED, UNUSED: the pieces a merge may produce */
-    uint64_t *resv_slots;   /* CONTROL, UNKNOWN, BYTE */
+    /* open-addressing hash tables (g3_tok_slot), capacity mask+1 (a power of two), linear probing */
+    struct g3_tok_slot *norm_slots; /* NORMAL, USER_DEFINED, UNUSED: the pieces a merge may produce */
+    struct g3_tok_slot *resv_slots; /* CONTROL, UNKNOWN, BYTE */
     uint32_t norm_mask, resv_mask;
     int ws_chunks;          /* BPE may run separately on the stretches that start at a '▁' (see ws_chunk_ok) */
 
@@ -82,6 +94,10 @@ struct g3_tokenizer {
 /* ---- building (used by the loaders) --------------------------------------------------------------------- */
 /* Allocates n empty pieces and sets the library's defaults (no dummy prefix unless the loader says so). */
 g3_status g3_tok_init(g3_tokenizer *t, int n, const char *source, g3_error *err);
+/* Copies scores and flags changed after g3_tok_finalize into the maps' slots. */
+void g3_tok_sync_slots(g3_tokenizer *t);
+/* Sets whether user-defined piece id is a marker (matched and produced only with parse_special). */
+void g3_tok_set_special(g3_tokenizer *t, int id, int special);
 /* Optional: room for this many bytes of piece text (spares regrowing the string arena). */
 g3_status g3_tok_reserve(g3_tokenizer *t, size_t bytes, g3_error *err);
 /* Sets piece `id`; all ids must be set before g3_tok_finalize. */
@@ -134,25 +150,45 @@ static inline uint64_t g3_tok_hash(const char *s, size_t n) {
     return h;
 }
 
-/* Probes one of the maps. The fingerprint spares a visit to the piece table for nearly every probe that does not
- * match: most encoder lookups are misses (adjacent symbols whose concatenation is not a piece). */
-static inline int32_t g3_tok_lookup_h(const g3_tokenizer *t, const uint64_t *slots, uint32_t mask, const char *s,
-                                      size_t len, uint64_t h) {
-    if (!slots) return -1;
-    uint32_t fp = (uint32_t)(h >> 32);
-    for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
-        uint64_t v = slots[i];
-        if (!v) return -1;
-        if ((uint32_t)(v >> 32) == fp) {
-            const g3_tok_piece *p = &t->pieces[(uint32_t)v - 1];
-            if (p->len == len && memcmp(t->arena + p->off, s, len) == 0) return (int32_t)((uint32_t)v - 1);
-        }
+/* Slot key: strings of at most 7 bytes are packed exactly (bytes in bits 0..55, length in the top byte: one
+ * key per string); longer ones are 0xFF in the top byte and 56 bits of their hash. */
+static inline uint64_t g3_tok_key(const char *s, size_t n) {
+    if (n > 7) return (g3_tok_hash(s, n) & 0x00FFFFFFFFFFFFFFull) | 0xFF00000000000000ull;
+    uint64_t w = 0;
+    if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + n - 4, 4);
+        w = (uint64_t)a | (n > 4 ? (uint64_t)(b >> (8 * (8 - n))) << 32 : 0); /* bytes 4..n-1 from b */
+    } else if (n > 0) {
+        w = (uint64_t)(uint8_t)s[0] | (uint64_t)(uint8_t)s[n / 2] << 8 | (uint64_t)(uint8_t)s[n - 1] << 16;
+    }
+    return w | (uint64_t)n << 56;
+}
+
+static inline uint32_t g3_tok_slot_index(uint64_t key, uint32_t mask) {
+    uint64_t h = key * 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(h >> 29) & mask;
+}
+
+/* The slot holding the string s (key = g3_tok_key(s, len)), or NULL. */
+static inline const g3_tok_slot *g3_tok_probe(const g3_tokenizer *t, const g3_tok_slot *slots, uint32_t mask,
+                                              const char *s, size_t len, uint64_t key) {
+    for (uint32_t i = g3_tok_slot_index(key, mask);; i = (i + 1) & mask) {
+        const g3_tok_slot *sl = &slots[i];
+        if (!sl->idp1) return NULL;
+        if (sl->key != key) continue;
+        if (len <= 7) return sl; /* the key is the string */
+        const g3_tok_piece *p = &t->pieces[(sl->idp1 & G3_SLOT_ID) - 1];
+        if (p->len == len && memcmp(t->arena + p->off, s, len) == 0) return sl;
     }
 }
 
-static inline int32_t g3_tok_lookup(const g3_tokenizer *t, const uint64_t *slots, uint32_t mask, const char *s,
+static inline int32_t g3_tok_lookup(const g3_tokenizer *t, const g3_tok_slot *slots, uint32_t mask, const char *s,
                                     size_t len) {
-    return g3_tok_lookup_h(t, slots, mask, s, len, g3_tok_hash(s, len));
+    if (!slots) return -1;
+    const g3_tok_slot *sl = g3_tok_probe(t, slots, mask, s, len, g3_tok_key(s, len));
+    return sl ? (int32_t)(sl->idp1 & G3_SLOT_ID) - 1 : -1;
 }
 
 /* Id of the piece with these bytes in the normal map (NORMAL/USER_DEFINED/UNUSED) or the reserved map
