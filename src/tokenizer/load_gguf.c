@@ -77,7 +77,7 @@ static g3_status load(g3_tokenizer *t, const g3_gguf *g, const char *path, g3_er
             if (s.len == 5 && memcmp(s.s, "<unk>", 5) == 0) unk = i;
         }
     }
-    int n_byte = 0;
+    int n_byte = 0, n_marker_control = 0;
     for (int i = 0; i < n; i++) {
         g3_gguf_str s = g3_gguf_arr_str(toks, (uint64_t)i);
         if (!s.s || !s.len) return g3_fail(err, G3_ERR_FORMAT, "%s: tokenizer.ggml.tokens[%d] is empty", path, i);
@@ -92,12 +92,16 @@ static g3_status load(g3_tokenizer *t, const g3_gguf *g, const char *path, g3_er
         } else if (type == G3_PIECE_CONTROL && i != bos && i != eos && i != pad) {
             type = G3_PIECE_USER_DEFINED;
             special = 1;
+            n_marker_control++;
         }
         if (type == G3_PIECE_BYTE) n_byte++;
         G3_TRY(g3_tok_set_piece(t, i, s.s, (size_t)s.len, (float)arr_num(scores, (uint64_t)i), type, err));
         t->pieces[i].special = special;
     }
-    t->special_known = 1;
+    /* Files that follow llama.cpp's convention type their markers CONTROL. One that has no CONTROL piece beyond
+     * bos/eos/pad typed its markers USER_DEFINED (as tokenizer.model does): then, as for a bare tokenizer.model,
+     * user-defined pieces that look like markers (<...>, [...]) are taken for markers. */
+    t->special_known = n_marker_control > 0;
     t->byte_fallback = n_byte > 0;
     t->add_dummy_prefix = get_bool(g, "tokenizer.ggml.add_space_prefix", 0);
     t->remove_extra_ws = get_bool(g, "tokenizer.ggml.remove_extra_whitespaces", 0);

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include "format/gguf.h"
 #include "gemma3.h"
 #include "tokenizer/tokenizer.h"
 
@@ -208,6 +209,61 @@ static void test_gguf(void **state) {
     cJSON_Delete(ref);
 }
 
+/* GGUF written by us (markers typed CONTROL, llama.cpp's convention) and GGUF with tokenizer.model's types
+ * (markers USER_DEFINED): both load back with the markers matched only under parse_special. */
+static void test_gguf_roundtrip(void **state) {
+    (void)state;
+    const char *dir = tu_fixture("tiny-gqa");
+    if (!dir) skip();
+    char d[1024], path[1200];
+    snprintf(d, sizeof d, "%s", dir);
+    cJSON *ref = tt_reference(d);
+    g3_tokenizer *base = load_ok(d);
+    const char *tmp = tu_tmpdir();
+    for (int convention = 0; convention < 2; convention++) {
+        g3_error err = {0};
+        g3_gguf_writer *w;
+        assert_int_equal(g3_gguf_writer_create(&w, &err), G3_OK);
+        if (convention == 0) {
+            assert_int_equal(g3_tok_write_gguf(base, w, &err), G3_OK);
+        } else {
+            const char **strs = malloc(sizeof *strs * (size_t)base->n);
+            float *scores = malloc(sizeof *scores * (size_t)base->n);
+            int32_t *types = malloc(sizeof *types * (size_t)base->n);
+            for (int i = 0; i < base->n; i++) {
+                strs[i] = base->arena + base->pieces[i].off;
+                scores[i] = base->pieces[i].score;
+                types[i] = base->pieces[i].type;
+            }
+            g3_gguf_w_str(w, "tokenizer.ggml.model", "llama");
+            g3_gguf_w_arr_str(w, "tokenizer.ggml.tokens", strs, (uint64_t)base->n);
+            g3_gguf_w_arr_f32(w, "tokenizer.ggml.scores", scores, (uint64_t)base->n);
+            g3_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)base->n);
+            g3_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", 2);
+            g3_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", 1);
+            g3_gguf_w_u32(w, "tokenizer.ggml.padding_token_id", 0);
+            free(strs);
+            free(scores);
+            free(types);
+        }
+        snprintf(path, sizeof path, "%s/vocab%d.gguf", tmp, convention);
+        assert_int_equal(g3_gguf_writer_write(w, path, &err), G3_OK);
+        g3_gguf_writer_free(w);
+        g3_tokenizer *t = load_ok(path);
+        for (int k = 0; k < base->n; k++) {
+            assert_int_equal(t->pieces[k].type, base->pieces[k].type);
+            assert_int_equal(t->pieces[k].special, base->pieces[k].special);
+        }
+        assert_int_equal(check_cases(t, ref, convention ? "GGUF, tokenizer.model types" : "GGUF written by us"), 0);
+        check_special(t);
+        g3_tokenizer_free(t);
+        remove(path);
+    }
+    rmdir(tmp);
+    g3_tokenizer_free(base);
+    cJSON_Delete(ref);
+}
+
 /* tokenizer.json written from tokenizer.model in HF's Gemma layout (both merge notations). */
 static void test_hfjson(void **state) {
     (void)state;
@@ -398,7 +454,8 @@ static void test_load_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spm_folder), cmocka_unit_test(test_gguf),        cmocka_unit_test(test_hfjson),
+        cmocka_unit_test(test_spm_folder), cmocka_unit_test(test_gguf),        cmocka_unit_test(test_gguf_roundtrip),
+        cmocka_unit_test(test_hfjson),
         cmocka_unit_test(test_chat_rules), cmocka_unit_test(test_load_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
