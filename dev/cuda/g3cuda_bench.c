@@ -3,6 +3,7 @@
  * its ratio to the measured ceilings (streaming read bandwidth for decode, cuBLAS bf16 GEMM rate for prefill).
  *
  *   g3cuda_bench [--sizes 1b,4b,27b] [--quants bf16,int8,int4] [--gemm split|bf16] [--steps 64] [--batches 8,32,64,256]
+ *                [--profile 1]   (also: time of each launch group in one eager prefill, decode step and batch step)
  *
  * Prints one markdown row per measurement. Decode figures come twice: logits copied to the host (the backend
  * interface) and argmax on the device (only token ids come back). Prefill is timed in the chosen GEMM mode and
@@ -26,6 +27,22 @@ static double now(void) {
 #define CTX 640
 #define BLK 16
 
+static void profile(g3_backend *b, const g3_batch *bt, const char *size, const char *quant, const char *what) {
+    char buf[4096];
+    g3_error err = {0};
+    if (g3_cuda_profile(b, bt, buf, sizeof buf, &err) != G3_OK) {
+        fprintf(stderr, "profile: %s\n", err.msg);
+        return;
+    }
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        char name[64];
+        double tot = 0, per = 0;
+        int n = 0;
+        if (sscanf(line, "%63[^\t]\t%lf\t%d\t%lf", name, &tot, &n, &per) == 4)
+            printf("profile | %s | %s | %s | %s | %.1f us total | %d x %.2f us\n", size, quant, what, name, tot, n, per);
+    }
+}
+
 static int list(const char *s, char out[][16], int max) {
     int n = 0;
     while (s && *s && n < max) {
@@ -40,13 +57,14 @@ static int list(const char *s, char out[][16], int max) {
 int main(int argc, char **argv) {
     char sizes[8][16], quants[8][16], batches_s[8][16];
     int ns = list("1b,4b,27b", sizes, 8), nq = list("bf16,int8,int4", quants, 8), nb = list("8,32,64,256", batches_s, 8);
-    int gemm = 0, steps = 64;
+    int gemm = 0, steps = 64, prof = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--sizes")) ns = list(argv[i + 1], sizes, 8);
         else if (!strcmp(argv[i], "--quants")) nq = list(argv[i + 1], quants, 8);
         else if (!strcmp(argv[i], "--batches")) nb = list(argv[i + 1], batches_s, 8);
         else if (!strcmp(argv[i], "--gemm")) gemm = !strcmp(argv[i + 1], "bf16") ? 2 : 1;
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--profile")) prof = atoi(argv[i + 1]);
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
     }
     if (g3_cuda_device_count() == 0) {
@@ -152,6 +170,13 @@ int main(int argc, char **argv) {
                        (1 / t) / lim);
                 if (mode) fprintf(stderr, "%s %s: batch-1 decode graph has %d nodes\n", sizes[si], quants[qi],
                                   g3_cuda_graph_nodes(b, 1));
+                if (mode && prof) {
+                    for (int i = 0; i < PROMPT; i++) tok[i] = (i * 7919 + 3) % c.vocab, pos[i] = i, seq[i] = 0;
+                    outr[0] = PROMPT - 1;
+                    profile(b, &bt, sizes[si], quants[qi], "prefill 512");
+                    tok[0] = 5, pos[0] = p0 + n + 1, outr[0] = 0;
+                    profile(b, &d1, sizes[si], quants[qi], "decode 1");
+                }
             }
             /* aggregate decode */
             for (int bi = 0; bi < nb; bi++) {
@@ -181,6 +206,7 @@ int main(int argc, char **argv) {
                         if (rc) { fprintf(stderr, "%s\n", err.msg); return 1; }
                     }
                     double t = (now() - t0) / G;
+                    if (mode && prof && B == 32) profile(b, &db, sizes[si], quants[qi], "decode 32");
                     printf("| %s | %s | %s | aggregate decode tok/s, %d seqs (%s) | %.0f | %.0f (weights once per step) "
                            "| %.2f |\n",
                            sizes[si], quants[qi], gm, B, mode ? "argmax on GPU" : "logits to host", B / t, B * lim,

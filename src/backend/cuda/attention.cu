@@ -82,13 +82,16 @@ __global__ void __launch_bounds__(128) k_attn(g3c_attn_args a, const float *__re
     const int kh = blockIdx.x, r = blockIdx.y, s = blockIdx.z, S = gridDim.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, D = a.D;
     const int u = a.rows.useq[r], p = a.rows.pos[r];
-    int k0 = 0, k1 = 0;
+    /* at least min_keys keys per split: Se <= S splits are used, the other blocks leave at once */
+    int k0 = 0, k1 = 0, Se = 1;
     if (u >= 0) {
         int lo = a.kind == 1 ? max(0, p - a.window + 1) : 0;
-        int n = p - lo + 1, chunk = (n + S - 1) / S;
+        int n = p - lo + 1, chunk = max((n + S - 1) / S, a.min_keys);
         chunk = (chunk + 3) & ~3;
+        Se = (n + chunk - 1) / chunk;
         k0 = lo + s * chunk, k1 = min(p + 1, k0 + chunk);
     }
+    if (s >= Se) return;
     float qv[G][EPL], acc[G][EPL], mx[G], l[G];
 #pragma unroll
     for (int g = 0; g < G; g++) {
@@ -163,7 +166,7 @@ __global__ void __launch_bounds__(128) k_attn(g3c_attn_args a, const float *__re
                 if (b[0] != -INFINITY) out += b[c] * expf(b[0] - M), L += b[1] * expf(b[0] - M);
             }
         if (c == 0) out = M;
-        if (S == 1) { /* this block has every key: normalize */
+        if (Se == 1) { /* this block has every key: normalize */
             if (c >= 2) {
                 float v = L > 0.f ? out / L : 0.f;
                 size_t idx = ob + (size_t)g * D + (c - 2);
@@ -176,44 +179,53 @@ __global__ void __launch_bounds__(128) k_attn(g3c_attn_args a, const float *__re
             part[(((size_t)r * S + s) * a.NH + kh * G + g) * W + c] = out;
         }
     }
-    if (S == 1) return;
+    if (Se == 1) return;
     /* last block of this (row, kv head) merges the splits */
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&cnt[(size_t)r * a.NKV + kh], 1u) == (unsigned)(S - 1);
+    if (threadIdx.x == 0) last = atomicAdd(&cnt[(size_t)r * a.NKV + kh], 1u) == (unsigned)(Se - 1);
     __syncthreads();
     if (!last) return;
     __threadfence();
-    float *ml = sm + (size_t)4 * G * W; /* [G][2]: max, 1/sum */
-    if (threadIdx.x < G) {
-        const int g = threadIdx.x;
-        float M = -INFINITY, L = 0.f;
-        for (int j = 0; j < S; j++) M = fmaxf(M, __ldcg(part + (((size_t)r * S + j) * a.NH + kh * G + g) * W));
-        if (M != -INFINITY)
-            for (int j = 0; j < S; j++) {
-                const float *b = part + (((size_t)r * S + j) * a.NH + kh * G + g) * W;
-                float bm = __ldcg(b);
-                if (bm != -INFINITY) L += __ldcg(b + 1) * expf(bm - M);
-            }
-        ml[2 * g] = M, ml[2 * g + 1] = L > 0.f ? 1.f / L : 0.f;
+    float *wt = sm + (size_t)4 * G * W; /* [G][S]: weight of each split, exp(m_j - M) / L */
+    for (int g = warp; g < G; g += 4) { /* a warp per head, a lane per split (S <= 64) */
+        float mj[2], lj[2], M = -INFINITY, L = 0.f;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int j = lane + 32 * h;
+            const float *b = part + (((size_t)r * S + j) * a.NH + kh * G + g) * W;
+            mj[h] = j < Se ? __ldcg(b) : -INFINITY, lj[h] = j < Se ? __ldcg(b + 1) : 0.f;
+            M = fmaxf(M, mj[h]);
+        }
+        for (int of = 16; of; of >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, of));
+#pragma unroll
+        for (int h = 0; h < 2; h++) mj[h] = mj[h] == -INFINITY ? 0.f : expf(mj[h] - M), L += mj[h] * lj[h];
+        for (int of = 16; of; of >>= 1) L += __shfl_xor_sync(0xffffffffu, L, of);
+        const float iL = L > 0.f ? 1.f / L : 0.f;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            if (lane + 32 * h < Se) wt[g * S + lane + 32 * h] = mj[h] * iL;
     }
     __syncthreads();
     for (int t = threadIdx.x; t < G * D; t += 128) {
         const int g = t / D, d = t % D;
-        const float M = ml[2 * g], iL = ml[2 * g + 1];
+        const float *b = part + (((size_t)r * S) * a.NH + kh * G + g) * W + 2 + d;
+        const size_t js = (size_t)a.NH * W; /* stride between splits */
         float accv = 0.f;
-        if (iL > 0.f)
-            for (int j = 0; j < S; j++) {
-                const float *b = part + (((size_t)r * S + j) * a.NH + kh * G + g) * W;
-                float bm = __ldcg(b);
-                if (bm != -INFINITY) accv += __ldcg(b + 2 + d) * expf(bm - M);
-            }
-        const float v = accv * iL;
+        int j = 0;
+        for (; j + 8 <= Se; j += 8) { /* eight loads in flight */
+            float v[8];
+#pragma unroll
+            for (int h = 0; h < 8; h++) v[h] = __ldcg(b + (j + h) * js);
+#pragma unroll
+            for (int h = 0; h < 8; h++) accv += wt[g * S + j + h] * v[h];
+        }
+        for (; j < Se; j++) accv += wt[g * S + j] * __ldcg(b + j * js);
         const size_t idx = ob + (size_t)g * D + d;
-        o[idx] = v;
-        __nv_bfloat16 hv = __float2bfloat16_rn(v);
+        o[idx] = accv;
+        __nv_bfloat16 hv = __float2bfloat16_rn(accv);
         oh[idx] = hv;
-        if (split) oh[(size_t)a.m * a.NH * D + idx] = __float2bfloat16_rn(v - __bfloat162float(hv));
+        if (split) oh[(size_t)a.m * a.NH * D + idx] = __float2bfloat16_rn(accv - __bfloat162float(hv));
     }
     if (threadIdx.x == 0) cnt[(size_t)r * a.NKV + kh] = 0u;
 }
@@ -231,7 +243,8 @@ template <int G>
 static cudaError_t launch_g(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt, float *o,
                             __nv_bfloat16 *oh, int split, cudaStream_t st) {
     dim3 grid(a->NKV, a->m, a->n_splits);
-    size_t sm = (size_t)(4 * G * (a->D + 2) + 2 * G) * sizeof(float);
+    if (a->n_splits > 64) return cudaErrorInvalidValue;
+    size_t sm = (size_t)(4 * G * (a->D + 2) + G * a->n_splits) * sizeof(float);
     int epl = (a->D + 31) / 32;
     if (epl <= 1) return g3c_launch(k_attn<G, 1>, grid, dim3(128), sm, st, *a, q, part, cnt, o, oh, split);
     if (epl <= 2) return g3c_launch(k_attn<G, 2>, grid, dim3(128), sm, st, *a, q, part, cnt, o, oh, split);

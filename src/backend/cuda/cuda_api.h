@@ -9,7 +9,9 @@
  *                                              plain bf16 (half the cuBLAS work; ~2^-9 relative rounding)
  *   G3_CUDA_GRAPHS = 0                         run every step eagerly (no CUDA graphs)
  *   G3_CUDA_TC = 0                             no tensor-core decode kernels (CUDA-core GEMV up to 8/16 rows)
- *   G3_CUDA_PDL = 0                            no programmatic dependent launch */
+ *   G3_CUDA_PDL = 0                            no programmatic dependent launch
+ * For comparisons: G3_CUDA_TCPF=0 (no L2 prefetch in the tensor-core kernels), G3_CUDA_FUSE=0 (GeGLU as its own
+ * kernel), G3_CUDA_NORM=loop (three-pass add-norm), G3_CUDA_ATTN_MIN=n (fewest keys per attention split, 32). */
 #ifndef G3_BACKEND_CUDA_API_H
 #define G3_BACKEND_CUDA_API_H
 
@@ -39,6 +41,9 @@ uint64_t g3_cuda_resident_bytes(const g3_backend *b);
 const char *g3_cuda_describe(const g3_backend *b);
 /* Switches the GEMM mode (1 split hi+lo, 2 plain bf16) of a created backend; drops the captured graphs. */
 g3_status g3_cuda_set_gemm(g3_backend *b, int gemm, g3_error *err);
+/* One eager forward (no graph) with an event between launch groups: writes "group\ttotal us\tcalls\tus per call"
+ * lines into out (times include the launch gaps the events expose). */
+g3_status g3_cuda_profile(g3_backend *b, const g3_batch *batch, char *out, size_t cap, g3_error *err);
 /* Nodes (kernels and copies) of the captured decode graph of the bucket holding m rows; 0 if none captured. */
 int g3_cuda_graph_nodes(const g3_backend *b, int m);
 

@@ -47,13 +47,24 @@ struct g3_backend {
     int HC;                                     /* head chunk rows */
     int32_t *d_par, *h_par, *d_ids, *seq_map;
     unsigned *acnt, *tcnt;                      /* attention split counters [R][NKV]; GeGLU tile counters */
+    int attn_min_keys;                          /* $G3_CUDA_ATTN_MIN, default 32 */
     int tcnt_n;
     size_t par_ints;
     cudaGraphExec_t graph[NBUCKET];
     int graph_failed[NBUCKET];
     int graph_nodes[NBUCKET];
     uint64_t resident;
+    cudaEvent_t *prof_ev;                       /* g3_cuda_profile: an event after each launch group */
+    const char **prof_lbl;
+    int prof_n;
 };
+
+#define PROF_MAX 4096
+static void prof_mark(g3_backend *b, const char *lbl) {
+    if (!b->prof_ev || b->prof_n >= PROF_MAX) return;
+    cudaEventRecord(b->prof_ev[b->prof_n], b->st);
+    b->prof_lbl[b->prof_n++] = lbl;
+}
 
 static size_t off_bt(const g3_backend *b) { return (size_t)4 * b->R; }
 
@@ -265,6 +276,8 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
     b->c = *c, b->bc = *cfg, b->qt_req = qt;
     const char *gm = getenv("G3_CUDA_GEMM");
     b->split = opts && opts->gemm ? opts->gemm == 1 : !(gm && !strcmp(gm, "bf16"));
+    const char *amk = getenv("G3_CUDA_ATTN_MIN");
+    b->attn_min_keys = amk && atoi(amk) > 0 ? atoi(amk) : 32;
     const char *gr = getenv("G3_CUDA_GRAPHS");
     b->graphs_on = !(opts && opts->no_graphs) && !(gr && !strcmp(gr, "0"));
     snprintf(b->desc, sizeof b->desc, "%s, gemm %s", qs && *qs ? qs : "bf16", b->split ? "bf16x2" : "bf16");
@@ -399,28 +412,40 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
     cudaError_t e;
 #define RUN(call)                                                                                                      \
     if ((e = (call)) != cudaSuccess) return e
+#define PROF(lbl) prof_mark(b, lbl)
+    PROF("start");
     RUN(g3c_embed_norm(&b->embed, rows.token, c->embed_scale, b->L[0].attn_norm, c->rms_eps, m, H, b->x, b->xn, b->xh,
                        split, b->st));
+    PROF("embed + norm");
     for (int l = 0; l < c->n_layers; l++) {
         const layer_dev *L = &b->L[l];
         RUN(g3c_mm(&mc, &L->qkv, b->xn, b->xh, m, b->y, &ny, NULL, NULL, 0, &fused));
+        PROF("qkv product");
         g3c_attn_args a;
         a.rows = rows, a.m = m, a.NH = c->n_heads, a.NKV = c->n_kv_heads, a.D = D, a.kind = L->kind;
         a.layer_in_kind = L->index_in_kind, a.n_layers_kind = b->n_kind[L->kind], a.kv_block = b->bc.kv_block;
         a.window = c->sliding_window, a.scale = 1.f / sqrtf(c->query_pre_attn_scalar), a.softcap = c->attn_softcap;
         a.eps = c->rms_eps, a.inv_freq = b->inv_freq + L->kind * (D / 2), a.pool = b->pool[L->kind];
-        a.n_splits = n_splits_for(b, m);
+        a.n_splits = n_splits_for(b, m), a.min_keys = b->attn_min_keys;
         RUN(g3c_qkv_post(&a, b->y, ny, L->q_norm, L->k_norm, b->q, b->st));
+        PROF("qk-norm, rope, cache write");
         RUN(g3c_attention(&a, b->q, b->part, b->acnt, b->o, b->oh, split, b->st));
+        PROF("attention");
         RUN(g3c_mm(&mc, &L->o, b->o, b->oh, m, b->y, &ny, NULL, NULL, 0, &fused));
+        PROF("o product");
         RUN(g3c_add_norm(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
+        PROF("add + norms");
         RUN(g3c_mm(&mc, &L->gu, b->xn, b->xh, m, b->y, &ny, b->a, b->ah, 1, &fused));
+        PROF("gate/up product");
         if (!fused) RUN(g3c_geglu(b->y, ny, m, F, b->a, b->ah, split, b->st));
         else if (fused == 1 && g3c_mm_path(&mc, &L->down, m) != G3C_PATH_GEMV)
             RUN(g3c_to_bf16(b->a, m, F, b->ah, split, b->st));
+        PROF("geglu");
         RUN(g3c_mm(&mc, &L->down, b->a, b->ah, m, b->y, &ny, NULL, NULL, 0, &fused));
+        PROF("down product");
         const float *next = l + 1 < c->n_layers ? b->L[l + 1].attn_norm : b->final_norm;
         RUN(g3c_add_norm(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
+        PROF("add + norms");
     }
     for (int c0 = 0; c0 < n_out; c0 += b->HC) {
         int hc = n_out - c0 < b->HC ? n_out - c0 : b->HC;
@@ -429,6 +454,8 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
         RUN(g3c_mm(&mc, &b->embed, b->hx, b->hxh, hc, b->logy, &ny, NULL, NULL, 0, &fused));
         RUN(g3c_finish_logits(b->logy, ny, hc, V, c->final_softcap, b->logits + (size_t)c0 * V, b->st));
     }
+    PROF("head");
+#undef PROF
 #undef RUN
     return cudaSuccess;
 }
@@ -526,6 +553,45 @@ static g3_status cuda_copy_block(g3_backend *b, int kind, int src, int dst, g3_e
 }
 
 extern "C" uint64_t g3_cuda_resident_bytes(const g3_backend *b) { return b->resident; }
+
+/* One eager forward of `batch` with an event after each launch group; sums the time of each group over layers. */
+extern "C" g3_status g3_cuda_profile(g3_backend *b, const g3_batch *batch, char *out, size_t cap, g3_error *err) {
+    cudaEvent_t *ev = (cudaEvent_t *)calloc(PROF_MAX, sizeof *ev);
+    const char **lbl = (const char **)calloc(PROF_MAX, sizeof *lbl);
+    g3_status rc = G3_OK;
+    int ne = 0;
+    if (!ev || !lbl) rc = g3c_fail(err, G3_ERR_NOMEM, "cuda: out of memory");
+    for (; rc == G3_OK && ne < PROF_MAX; ne++)
+        if (cudaEventCreate(&ev[ne]) != cudaSuccess) rc = g3c_fail(err, G3_ERR_DEVICE, "cuda: event creation");
+    if (rc == G3_OK) {
+        int save = b->graphs_on;
+        b->graphs_on = 0, b->prof_ev = ev, b->prof_lbl = lbl, b->prof_n = 0;
+        rc = run_step(b, batch, err);
+        if (rc == G3_OK && cudaStreamSynchronize(b->st) != cudaSuccess)
+            rc = g3c_fail(err, G3_ERR_DEVICE, "cuda: profile step failed");
+        b->graphs_on = save, b->prof_ev = NULL;
+    }
+    if (rc == G3_OK && cap) {
+        const char *names[32];
+        double tot[32];
+        int cnt[32], nn = 0;
+        for (int i = 1; i < b->prof_n; i++) {
+            float ms = 0.f;
+            cudaEventElapsedTime(&ms, ev[i - 1], ev[i]);
+            int k = 0;
+            while (k < nn && strcmp(names[k], lbl[i])) k++;
+            if (k == nn && nn < 32) names[nn] = lbl[i], tot[nn] = 0, cnt[nn] = 0, nn++;
+            if (k < nn) tot[k] += ms * 1e3, cnt[k]++;
+        }
+        size_t o = 0;
+        out[0] = 0;
+        for (int k = 0; k < nn && o < cap; k++)
+            o += (size_t)snprintf(out + o, cap - o, "%s\t%.1f\t%d\t%.2f\n", names[k], tot[k], cnt[k], tot[k] / cnt[k]);
+    }
+    for (int i = 0; i < ne; i++) cudaEventDestroy(ev[i]);
+    free(ev), free(lbl);
+    return rc;
+}
 
 extern "C" int g3_cuda_graph_nodes(const g3_backend *b, int m) {
     int bk = bucket_of(m);

@@ -207,7 +207,8 @@ struct g3c_attn_args {
     float eps;
     const float *inv_freq; /* [D/2] for this kind */
     float *pool;      /* KV pool of this kind */
-    int n_splits;
+    int n_splits;     /* blocks per (row, kv head), <= 64 */
+    int min_keys;     /* fewest keys a split takes (fewer splits are used for short contexts) */
 };
 /* QK-norm + RoPE of q and k, and the K/V write into the paged cache, from qkv = the ny slices of y
  * [ny][m][(NH+2NKV)*D] (zeroed after reading);

@@ -214,6 +214,7 @@ extern "C" g3_status g3_cuda_test_attention(const g3_cuda_attn_test *t, const fl
         a.m = m, a.NH = t->NH, a.NKV = t->NKV, a.D = D, a.kind = t->kind, a.layer_in_kind = t->layer_in_kind;
         a.n_layers_kind = t->n_layers_kind, a.kv_block = t->kv_block, a.window = t->window, a.scale = t->scale;
         a.softcap = t->softcap, a.eps = t->eps, a.inv_freq = dnorm + 2 * D, a.pool = pool, a.n_splits = t->n_splits;
+        a.min_keys = 1;
         CKE(g3c_qkv_post(&a, dqkv, 1, dnorm, dnorm + D, dq, 0), "qkv_post");
         CKE(g3c_attention(&a, dq, dpart, dcnt, dout, douth, 1, 0), "attention");
         /* again over poisoned output: the split counters must have been reset by the first launch */

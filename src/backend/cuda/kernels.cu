@@ -229,7 +229,12 @@ cudaError_t g3c_add_norm(float *x, float *y, int ny, const float *w1, const floa
                          float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st) {
     void (*k)(float *, float *, int, const float *, const float *, float, int, int, float *, __nv_bfloat16 *, int) =
         H <= 2048 ? k_add_norm_r<2> : H <= 4096 ? k_add_norm_r<4> : H <= 6144 ? k_add_norm_r<6> : k_add_norm_r<8>;
-    if (H <= 8192) return g3c_launch(k, dim3(m), dim3(1024), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
+    static int loop = -1; /* $G3_CUDA_NORM=loop: the 256-thread three-pass kernel (for comparison) */
+    if (loop < 0) {
+        const char *e = getenv("G3_CUDA_NORM");
+        loop = e && !strcmp(e, "loop");
+    }
+    if (H <= 8192 && !loop) return g3c_launch(k, dim3(m), dim3(1024), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
     return g3c_launch(k_add_norm, dim3(m), dim3(NT), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
 }
 cudaError_t g3c_geglu(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, cudaStream_t st) {

@@ -47,7 +47,12 @@ cudaError_t g3c_mm(const g3c_mm_ctx *c, const g3_dmat *w, const float *x, const 
         const int sp = m <= 8 ? c->split : 0;
         if (m <= 64) {
             g3c_tc_geglu gg = {a, ah, c->tile_cnt, c->split};
-            const int fuse = geglu && a && ah && c->tile_cnt && g3c_tc_tiles(w, m, sp) <= c->tile_cnt_n;
+            static int fuse_on = -1; /* $G3_CUDA_FUSE=0: GeGLU as its own kernel (for comparison) */
+            if (fuse_on < 0) {
+                const char *e = getenv("G3_CUDA_FUSE");
+                fuse_on = !(e && !strcmp(e, "0"));
+            }
+            const int fuse = fuse_on && geglu && a && ah && c->tile_cnt && g3c_tc_tiles(w, m, sp) <= c->tile_cnt_n;
             *fused = fuse ? 2 : 0;
             return g3c_tc_mm(w, xh, m, sp, y, fuse ? &gg : NULL, c->n_sm, c->st);
         }

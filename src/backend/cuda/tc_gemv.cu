@@ -19,6 +19,7 @@
  * sum (128+q) x from the weights and sum x from an all-ones A, combined per round with s and z - 128 s;
  * otherwise (plain) weights are dequantized to bf16 per chunk. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/tc_frag.cuh"
@@ -44,7 +45,7 @@ static __device__ __forceinline__ float gelu_tanh(float x) {
 template <int QT, int MODE, int NT, int SPLIT, int T, int U>
 __global__ void __launch_bounds__(128, T == 2 ? 2 : QT == G3Q_INT4 ? 3 : 4)
     k_tc(g3_dmat w, const __nv_bfloat16 *__restrict__ xh, int m, float *__restrict__ y, long long L, int R,
-         g3c_tc_geglu gg) {
+         g3c_tc_geglu gg, int pf) {
     constexpr int V = tcv<QT>::V, Q = V / 8, PF = QT == G3Q_BF16 ? U : 2 * U;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const long long gw = (long long)blockIdx.x * 4 + (threadIdx.x >> 5), GW = (long long)gridDim.x * 4;
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(128, T == 2 ? 2 : QT == G3Q_INT4 ? 3 : 4)
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
 
     /* the weights do not depend on the previous kernel: pull this warp's first rounds into L2 while it drains */
-    {
+    if (pf) {
         const long long p0 = L * gw / GW, p1 = L * (gw + 1) / GW, pe = p1 < p0 + PF ? p1 : p0 + PF;
         for (long long up = p0; up < pe; up++) {
             const int tile = (int)(up / R), kc = (int)(up % R) * 4 + t;
@@ -103,6 +104,14 @@ __global__ void __launch_bounds__(128, T == 2 ? 2 : QT == G3Q_INT4 ? 3 : 4)
                 for (int e = 0; e < 4; e++) acc[tt][nt][e] = 0.f;
 
         for (int r = r0; r < r1; r += U) {
+            if (pf) /* keep the stream going while this batch computes: the next batch into L2 */
+#pragma unroll
+                for (int uu = 0; uu < U; uu++) {
+                    const int rr = r + U + uu, kc = rr * 4 + t;
+                    if (rr < r1 && kc < nch)
+#pragma unroll
+                        for (int tt = 0; tt < T; tt++) prefetch_l2(pa[tt] + kc), prefetch_l2(pb[tt] + kc);
+                }
             uint4 wa[U][T], wb[U][T];
             float sa[U][T], za[U][T], sb[U][T], zb[U][T];
 #pragma unroll
@@ -238,7 +247,7 @@ __global__ void __launch_bounds__(128, T == 2 ? 2 : QT == G3Q_INT4 ? 3 : 4)
 }
 
 /* ---- dispatch -------------------------------------------------------------------------------------------------- */
-typedef void (*tc_kernel)(g3_dmat, const __nv_bfloat16 *, int, float *, long long, int, g3c_tc_geglu);
+typedef void (*tc_kernel)(g3_dmat, const __nv_bfloat16 *, int, float *, long long, int, g3c_tc_geglu, int);
 typedef struct tc_inst {
     tc_kernel k;
     int T;
@@ -337,5 +346,10 @@ cudaError_t g3c_tc_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, int spli
     g3c_tc_geglu none;
     memset(&none, 0, sizeof none);
     if (gg && gg->a && w->n % 2) return cudaErrorInvalidValue;
-    return g3c_launch(ti->k, dim3((unsigned)blocks), dim3(128), 0, st, *w, xh, m, y, L, R, gg ? *gg : none);
+    static int pf = -1; /* $G3_CUDA_TCPF=0: no L2 prefetch (for comparison) */
+    if (pf < 0) {
+        const char *e = getenv("G3_CUDA_TCPF");
+        pf = !(e && !strcmp(e, "0"));
+    }
+    return g3c_launch(ti->k, dim3((unsigned)blocks), dim3(128), 0, st, *w, xh, m, y, L, R, gg ? *gg : none, pf);
 }
