@@ -24,16 +24,29 @@ static uint16_t ld_u16(const uint8_t *p, int idx) {
     return v;
 }
 
-/* Float weights against float activations (BF16X2 is not used by this set). */
+/* Float weights against float activations (BF16X2 is not used by this set). One loop per type, so that the
+ * conversion is not re-decided per element. */
+#define DOT4(conv)                                                                                              \
+    do {                                                                                                        \
+        for (; i + 4 <= k; i += 4) {                                                                            \
+            s0 += conv(i) * ld_f32(x, i);                                                                       \
+            s1 += conv(i + 1) * ld_f32(x, i + 1);                                                               \
+            s2 += conv(i + 2) * ld_f32(x, i + 2);                                                               \
+            s3 += conv(i + 3) * ld_f32(x, i + 3);                                                               \
+        }                                                                                                       \
+        for (; i < k; i++) s0 += conv(i) * ld_f32(x, i);                                                        \
+    } while (0)
+
 static float dot_float(uint32_t wtype, const uint8_t *w, const uint8_t *x, int k) {
-    float s[4] = {0, 0, 0, 0};
-    for (int i = 0; i < k; i++) {
-        float wv = wtype == G3_DTYPE_F32 ? ld_f32(w, i)
-                   : wtype == G3_DTYPE_F16 ? g3_f16_to_f32(ld_u16(w, i))
-                                           : g3_bf16_to_f32(ld_u16(w, i));
-        s[i & 3] += wv * ld_f32(x, i);
-    }
-    return (s[0] + s[1]) + (s[2] + s[3]);
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int i = 0;
+#define W_F32(i) ld_f32(w, i)
+#define W_F16(i) g3_f16_to_f32(ld_u16(w, i))
+#define W_BF16(i) g3_bf16_to_f32(ld_u16(w, i))
+    if (wtype == G3_DTYPE_F32) DOT4(W_F32);
+    else if (wtype == G3_DTYPE_F16) DOT4(W_F16);
+    else DOT4(W_BF16);
+    return (s0 + s1) + (s2 + s3);
 }
 
 #define FLOAT_TILE(name, wtype)                                                                                 \
