@@ -203,7 +203,7 @@ typedef struct g3_tokenizer g3_tokenizer;
 g3_status g3_tokenizer_load(const char *model_path, g3_tokenizer **out, g3_error *err);
 void g3_tokenizer_free(g3_tokenizer *t);
 /* Encodes text (no BOS added). parse_special: match <start_of_turn>, <end_of_turn> and other special pieces.
- * *out is malloc'd; caller frees. */
+ * *out is malloc'd; caller frees. A loaded tokenizer is read-only: any number of threads may encode/decode with it. */
 g3_status g3_tokenize(const g3_tokenizer *t, const char *text, size_t len, int parse_special, int32_t **out,
                       int *n_out, g3_error *err);
 int g3_tokenizer_vocab(const g3_tokenizer *t);
