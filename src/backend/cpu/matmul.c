@@ -101,6 +101,8 @@ size_t g3_act_scratch_bytes(uint32_t wtype, int m, int k) {
     if (m <= 0 || k <= 0) return 0;
     int layout = wtype == G3_DTYPE_BF16 ? G3_ACT_BF16X2 : layout_for(wtype, g3_kernels_scalar());
     size_t rb = layout_row_bytes(layout, k);
+    /* Q8_0 weights may be repacked (Q8S activations, a little larger than Q8U): cover both */
+    if (layout == G3_ACT_Q8U) rb = layout_row_bytes(G3_ACT_Q8S, k);
     return rb ? rb * (size_t)m + ALIGN : 0;
 }
 

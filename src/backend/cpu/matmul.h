@@ -24,7 +24,8 @@ typedef struct g3_act {
     const void *kset; /* private: the kernel set it was prepared for */
 } g3_act;
 
-/* Scratch bytes that g3_act_prepare needs for m rows of k values against weights of type wtype. */
+/* Scratch bytes that g3_act_prepare needs for m rows of k values against weights of type wtype (enough for the
+ * repacked form of wtype too). */
 size_t g3_act_scratch_bytes(uint32_t wtype, int m, int k);
 /* Prepares X for weights of type wtype (quantizes it if needed), in parallel. x must outlive a. */
 void g3_act_prepare(g3_pool *p, g3_act *a, uint32_t wtype, const float *x, int m, int k, void *scratch);
