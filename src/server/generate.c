@@ -190,6 +190,8 @@ enum MHD_Result g3_srv_generate(struct MHD_Connection *mc, g3_conn *c) {
         goto fail;
     }
     g3_oai_request_free(&rq);
+    /* a long generation is not an idle connection (restored in the completed callback) */
+    MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
 
     /* Wait for the first token or end, watching the client. */
     for (;;) {

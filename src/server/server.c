@@ -235,6 +235,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     if (!c) return;
     if (c->resp) {
         atomic_fetch_sub(&s->n_gen, 1);
+        MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, G3_SRV_IDLE_TIMEOUT_S);
         if (!c->resp->done) {
             g3_worker_cancel(s->worker, c->resp->job);
             pthread_mutex_lock(&s->metrics.mu);
@@ -295,7 +296,7 @@ g3_status g3_server_start(const g3_server_opts *o, g3_server **out, g3_error *er
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,                                              //
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,                                   //
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections,                    //
-                            MHD_OPTION_CONNECTION_TIMEOUT, 600u,                                            //
+                            MHD_OPTION_CONNECTION_TIMEOUT, G3_SRV_IDLE_TIMEOUT_S,                           //
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,                                         //
                             MHD_OPTION_END);
     freeaddrinfo(ai);

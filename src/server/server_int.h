@@ -11,6 +11,9 @@
 #include "server/server.h"
 #include "server/worker.h"
 
+/* Idle keep-alive connections are closed after this long; a generation request lifts the limit while it runs. */
+#define G3_SRV_IDLE_TIMEOUT_S 600u
+
 struct g3_server {
     g3_server_opts o;          /* strings point at the copies below */
     char *host, *api_key, *model_name;
