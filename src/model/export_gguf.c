@@ -53,34 +53,6 @@ static void put_norm(g3_gguf_writer *gw, const char *name, const float *v, int64
     g3_gguf_w_tensor(gw, name, G3_DTYPE_F32, 1, ne, v, sizeof(float) * (size_t)n); /* GGUF holds 1 + w: as we do */
 }
 
-static void put_tokenizer(g3_gguf_writer *gw, const g3_tokenizer *t, char ***strs_out, float **scores_out,
-                          int32_t **types_out) {
-    char **strs = calloc((size_t)t->n, sizeof *strs);
-    float *scores = malloc(sizeof(float) * (size_t)t->n);
-    int32_t *types = malloc(sizeof(int32_t) * (size_t)t->n);
-    *strs_out = strs, *scores_out = scores, *types_out = types;
-    if (!strs || !scores || !types) return;
-    for (int i = 0; i < t->n; i++) {
-        strs[i] = strndup(t->arena + t->pieces[i].off, t->pieces[i].len);
-        if (!strs[i]) return;
-        scores[i] = t->pieces[i].score;
-        types[i] = t->pieces[i].type;
-    }
-    g3_gguf_w_str(gw, "tokenizer.ggml.model", "llama");
-    g3_gguf_w_str(gw, "tokenizer.ggml.pre", "default");
-    g3_gguf_w_arr_str(gw, "tokenizer.ggml.tokens", (const char *const *)strs, (uint64_t)t->n);
-    g3_gguf_w_arr_f32(gw, "tokenizer.ggml.scores", scores, (uint64_t)t->n);
-    g3_gguf_w_arr_i32(gw, "tokenizer.ggml.token_type", types, (uint64_t)t->n);
-    if (t->bos_id >= 0) g3_gguf_w_u32(gw, "tokenizer.ggml.bos_token_id", (uint32_t)t->bos_id);
-    if (t->eos_id >= 0) g3_gguf_w_u32(gw, "tokenizer.ggml.eos_token_id", (uint32_t)t->eos_id);
-    if (t->unk_id >= 0) g3_gguf_w_u32(gw, "tokenizer.ggml.unknown_token_id", (uint32_t)t->unk_id);
-    if (t->pad_id >= 0) g3_gguf_w_u32(gw, "tokenizer.ggml.padding_token_id", (uint32_t)t->pad_id);
-    g3_gguf_w_bool(gw, "tokenizer.ggml.add_bos_token", 1);
-    g3_gguf_w_bool(gw, "tokenizer.ggml.add_eos_token", 0);
-    g3_gguf_w_bool(gw, "tokenizer.ggml.add_space_prefix", t->add_dummy_prefix);
-    if (t->chat_template) g3_gguf_w_str(gw, "tokenizer.chat_template", t->chat_template);
-}
-
 g3_status g3_model_export_gguf(const g3_model *m, const g3_tokenizer *tok, uint32_t type, const char *path,
                                int progress, g3_error *err) {
     const g3_config *c = &m->cfg;
@@ -90,9 +62,6 @@ g3_status g3_model_export_gguf(const g3_model *m, const g3_tokenizer *tok, uint3
     int n_mat = 1 + 7 * c->n_layers;
     fill_ctx *fc = calloc((size_t)n_mat, sizeof *fc);
     char (*names)[64] = calloc((size_t)n_mat + 6 * (size_t)c->n_layers + 1, sizeof *names);
-    char **strs = NULL;
-    float *scores = NULL;
-    int32_t *types = NULL;
     if (!fc || !names) {
         free(fc), free(names);
         g3_gguf_writer_free(gw);
@@ -131,8 +100,16 @@ g3_status g3_model_export_gguf(const g3_model *m, const g3_tokenizer *tok, uint3
     }
     if (c->attn_softcap > 0) g3_gguf_w_f32(gw, "gemma3.attn_logit_softcapping", c->attn_softcap);
     if (c->final_softcap > 0) g3_gguf_w_f32(gw, "gemma3.final_logit_softcapping", c->final_softcap);
-    if (tok) put_tokenizer(gw, tok, &strs, &scores, &types);
-    else if (m->chat_template) g3_gguf_w_str(gw, "tokenizer.chat_template", m->chat_template);
+    if (tok) {
+        g3_status trc = g3_tok_write_gguf(tok, gw, err);
+        if (trc) {
+            free(fc), free(names);
+            g3_gguf_writer_free(gw);
+            return trc;
+        }
+    } else if (m->chat_template) {
+        g3_gguf_w_str(gw, "tokenizer.chat_template", m->chat_template);
+    }
 
     int mi = 0, ni = 0;
     /* matrices: fill callbacks; norms: float vectors as they are */
@@ -173,9 +150,6 @@ g3_status g3_model_export_gguf(const g3_model *m, const g3_tokenizer *tok, uint3
 #undef NORM
     g3_status rc = g3_gguf_writer_write(gw, path, err);
     g3_gguf_writer_free(gw);
-    if (strs)
-        for (int i = 0; i < tok->n; i++) free(strs[i]);
-    free(strs), free(scores), free(types);
     free(fc), free(names);
     return rc;
 }
