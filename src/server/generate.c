@@ -71,6 +71,8 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     g3_resp *r = c->resp;
     for (;;) {
         if (r->out.len) {
+            /* a client that hung up is noticed here, at its next token, not only when a write fails */
+            if (g3_srv_peer_gone(c)) return MHD_CONTENT_READER_END_WITH_ERROR;
             size_t n = r->out.len < max ? r->out.len : max;
             memcpy(buf, r->out.data, n);
             g3_buf_consume(&r->out, n);
