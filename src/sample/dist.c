@@ -131,7 +131,6 @@ static void finish_sparse(g3_sampler *s, int n, float m, double z, g3_dist *d) {
     d->z = z;
 }
 
-/* top-k active: the k best as candidates. */
 /* top-k above the heap's range: count the tokens per bin, keep the bins above the one where the count reaches k, and
  * quickselect the rest of k inside that bin. Returns the number of candidates in cand (k, or fewer valid ones). */
 static int top_k_large(g3_sampler *s, const float *l, float m) {
