@@ -186,8 +186,9 @@ g3_status g3_engine_logits(g3_engine *e, const int32_t *prompt, int n_prompt, in
                            g3_error *err);
 
 typedef struct g3_engine_stats {
-    int kv_blocks_total, kv_blocks_used;
-    int kv_blocks_cached;   /* of the used blocks, those held by the prefix cache (reclaimable) */
+    int kv_blocks_total;
+    int kv_blocks_used;     /* referenced by running sequences */
+    int kv_blocks_cached;   /* referenced only by the prefix cache (reclaimable); free = total - used - cached */
     int n_running, n_waiting;
     int64_t prompt_tokens, generated_tokens, cached_prompt_tokens;
     int64_t n_preempted;    /* sequences sent back to the queue for lack of KV blocks */

@@ -43,7 +43,8 @@ else echo "release build failed:"; tail -30 "$LOG/build-build.log"; failed=$((fa
 
 echo "== sanitizer build (ASan + UBSan)"
 if build build-asan -DCMAKE_BUILD_TYPE=Debug -DG3_SANITIZE=ON -DG3_CUDA=OFF; then
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 run_suite build-asan asan
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+    LSAN_OPTIONS=suppressions=$ROOT/tests/lsan.supp run_suite build-asan asan
 else echo "sanitizer build failed:"; tail -30 "$LOG/build-build-asan.log"; failed=$((failed + 1)); failures+=("asan build"); fi
 
 echo "== script suites"

@@ -56,6 +56,7 @@ struct g3_engine {
     req **b_out_req;
     float *logits;        /* [max_seqs][vocab] */
     int32_t *picked;      /* [max_rows] tokens picked by the backend (forward_argmax) */
+    int *cache_refs[2];   /* [n_blocks] scratch for the stats: references held by the prefix cache */
     g3_token_logprob top[64];
     g3_engine_stats stats;
 };
@@ -115,7 +116,9 @@ g3_status g3_engine_create(g3_model *m, const g3_engine_opts *opts, g3_engine **
     e->b_out_req = malloc(sizeof(req *) * (size_t)max_rows);
     e->logits = malloc(sizeof(float) * (size_t)o->max_seqs * (size_t)c->vocab);
     e->picked = malloc(sizeof(int32_t) * (size_t)max_rows);
-    if (!e->picked || !e->slots || !e->b_token || !e->b_pos || !e->b_seq || !e->b_out || !e->b_out_req || !e->logits) {
+    e->cache_refs[0] = calloc((size_t)(n_global > 0 ? n_global : 1), sizeof(int));
+    e->cache_refs[1] = calloc((size_t)(n_local > 0 ? n_local : 1), sizeof(int));
+    if (!e->picked || !e->cache_refs[0] || !e->cache_refs[1] || !e->slots || !e->b_token || !e->b_pos || !e->b_seq || !e->b_out || !e->b_out_req || !e->logits) {
         g3_engine_free(e);
         return g3_fail(err, G3_ERR_NOMEM, "out of memory for engine buffers");
     }
@@ -164,6 +167,7 @@ void g3_engine_free(g3_engine *e) {
     free(e->slots), free(e->b_token), free(e->b_pos), free(e->b_seq), free(e->b_out), free(e->b_out_req);
     free(e->logits);
     free(e->picked);
+    free(e->cache_refs[0]), free(e->cache_refs[1]);
     free(e);
 }
 
@@ -508,6 +512,19 @@ g3_status g3_engine_logits(g3_engine *e, const int32_t *prompt, int n_prompt, in
 
 void g3_engine_get_stats(const g3_engine *e, g3_engine_stats *s) {
     *s = e->stats;
-    s->kv_blocks_used = g3_kv_used(&e->kv, 0) + g3_kv_used(&e->kv, 1);
-    s->kv_blocks_cached = g3_pc_blocks(&e->pc);
+    /* a block is "cached" when only prefix-cache entries reference it (reclaimable), "used" when a sequence does */
+    int used = g3_kv_used(&e->kv, 0) + g3_kv_used(&e->kv, 1), cached = 0;
+    for (int k = 0; k < 2; k++) {
+        int *cr = e->cache_refs[k];
+        if (!cr) continue;
+        for (int i = 0; i < e->pc.n; i++)
+            for (int b = 0; b < e->pc.e[i].n_blocks; b++)
+                if (e->pc.e[i].blocks[k][b] >= 0) cr[e->pc.e[i].blocks[k][b]]++;
+        for (int id = 0; id < e->kv.n_blocks[k]; id++) {
+            if (cr[id] && cr[id] == e->kv.refs[k][id]) cached++;
+            cr[id] = 0;
+        }
+    }
+    s->kv_blocks_used = used - cached;
+    s->kv_blocks_cached = cached;
 }

@@ -117,7 +117,8 @@ static void test_batching_equals_alone(void **state) {
     }
     g3_engine_stats st;
     g3_engine_get_stats(e2, &st);
-    assert_int_equal(st.kv_blocks_used, st.kv_blocks_cached); /* what is left belongs to the prefix cache */
+    assert_int_equal(st.kv_blocks_used, 0); /* what is left belongs to the prefix cache */
+    assert_true(st.kv_blocks_cached > 0);
     assert_int_equal(st.n_running + st.n_waiting, 0);
     printf("  %d requests: batched greedy tokens identical to running alone\n", N);
     g3_engine_free(e1);
@@ -188,7 +189,7 @@ static void test_preemption_and_cancel(void **state) {
     printf("  preemptions: %lld, prompt tokens from the prefix cache: %lld\n", (long long)st.n_preempted,
            (long long)st.cached_prompt_tokens);
     assert_true(st.n_preempted > 0);
-    assert_int_equal(st.kv_blocks_used, st.kv_blocks_cached);
+    assert_int_equal(st.kv_blocks_used, 0);
     g3_engine_free(e);
     free(col);
     g3_model_free(m);
