@@ -194,6 +194,8 @@ typedef struct g3_engine_stats {
     int64_t n_preempted;    /* sequences sent back to the queue for lack of KV blocks */
 } g3_engine_stats;
 void g3_engine_get_stats(const g3_engine *e, g3_engine_stats *s);
+/* Tokens one sequence can hold (prompt + generated): the ctx_size the engine settled on. */
+int g3_engine_ctx_size(const g3_engine *e);
 /* Name of the backend the engine runs on ("cpu", "cuda"). */
 const char *g3_engine_backend_name(const g3_engine *e);
 

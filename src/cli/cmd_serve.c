@@ -154,9 +154,7 @@ int g3_cli_serve(int argc, char **argv) {
         fprintf(stderr, "gemma3 serve: %s\n", err.msg);
         goto out;
     }
-    /* the engine's rule for the context: min(model, 4096) by default, never above the model's */
-    int ctx = ctx_size > 0 ? ctx_size : (cfg->max_ctx < 4096 ? cfg->max_ctx : 4096);
-    if (ctx > cfg->max_ctx) ctx = cfg->max_ctx;
+    int ctx = g3_engine_ctx_size(e);
     g3_srv_engine se = {.engine = e, .tok = tok, .ctx_size = ctx, .max_seqs = max_seqs};
     g3_srv_ops ops;
     g3_srv_ops_from_engine(&ops, &se);

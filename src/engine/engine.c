@@ -173,6 +173,8 @@ void g3_engine_free(g3_engine *e) {
 
 const char *g3_engine_backend_name(const g3_engine *e) { return e->ops->name; }
 
+int g3_engine_ctx_size(const g3_engine *e) { return e->ctx; }
+
 /* ---- requests ------------------------------------------------------------------------------------------------- */
 
 /* Most blocks of each kind one sequence of `total` tokens holds at once. */
