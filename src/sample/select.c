@@ -3,6 +3,7 @@
 #include "sample/select.h"
 
 #include <math.h>
+#include <string.h>
 
 /* x goes before y: larger logit first, then lower id. */
 static inline int before(const g3_cand *x, const g3_cand *y) {
@@ -72,30 +73,42 @@ static int depth_limit(int n) {
     return 2 * d + 4;
 }
 
-int g3_cand_top_k_scan(const float *l, int vocab, int k, g3_cand *h) {
-    if (k <= 0) return 0;
-    int n = 0;
-    /* h is a heap whose root h[0] goes last among the kept ones (the same order sift_down uses). */
-    for (int i = 0; i < vocab; i++) {
-        float x = l[i];
-        if (!(x > -INFINITY)) continue; /* -inf and NaN */
-        if (n < k) {
-            /* sift up */
-            int j = n++;
-            g3_cand c = {x, 0.0f, i};
-            while (j > 0) {
-                int parent = (j - 1) / 2;
-                if (!before(&h[parent], &c)) break;
-                h[j] = h[parent];
-                j = parent;
-            }
-            h[j] = c;
-        } else if (x > h[0].logit) { /* ids ascend, so an equal logit never goes before the root */
-            h[0].logit = x;
-            h[0].id = i;
-            sift_down(h, 0, k);
+/* One token into the k-entry heap h[0..*n) (root = the kept entry that goes last). Returns the new root logit
+ * once the heap is full (the value a token must beat), else -inf. */
+static inline float heap_offer(g3_cand *h, int *n, int k, float x, int32_t id) {
+    if (!(x > -INFINITY)) return *n < k ? -INFINITY : h[0].logit; /* -inf and NaN */
+    if (*n < k) {
+        int j = (*n)++;
+        g3_cand c = {x, 0.0f, id};
+        while (j > 0) { /* sift up */
+            int parent = (j - 1) / 2;
+            if (!before(&h[parent], &c)) break;
+            h[j] = h[parent];
+            j = parent;
         }
+        h[j] = c;
+    } else if (x > h[0].logit) { /* ids ascend, so an equal logit never goes before the root */
+        h[0].logit = x;
+        h[0].id = id;
+        sift_down(h, 0, k);
     }
+    return *n < k ? -INFINITY : h[0].logit;
+}
+
+int g3_cand_top_k_scan(const float *l, int vocab, int k, g3_cand *h) {
+    typedef float v4f __attribute__((vector_size(16)));
+    typedef int32_t v4i __attribute__((vector_size(16)));
+    if (k <= 0) return 0;
+    int n = 0, i = 0;
+    float thr = -INFINITY; /* a token must beat this to enter: -inf until the heap is full */
+    for (; i + 4 <= vocab; i += 4) {
+        v4f x;
+        memcpy(&x, l + i, sizeof x);
+        v4i gt = x > ((v4f){0} + thr);
+        if (!(gt[0] | gt[1] | gt[2] | gt[3])) continue; /* nearly always, once the heap is full */
+        for (int q = 0; q < 4; q++) thr = heap_offer(h, &n, k, l[i + q], i + q);
+    }
+    for (; i < vocab; i++) thr = heap_offer(h, &n, k, l[i], i);
     return n;
 }
 
