@@ -98,11 +98,24 @@ static void test_matmul_formats(void **state) {
     run_mm("bf16", 64, 256, 20, 2, 0, 3.0e-4, 2e-2); /* plain bf16 activations: ~2^-9 relative */
     run_mm("bf16", 64, 256, 3, 2, 0, 3.0e-4, 2e-2);  /* plain, tensor cores, one column per row */
     run_mm("int4", 64, 256, 6, 2, 0, 7.0e-3, 2e-2);
-    run_mm("bf16", 128, 256, 1, 1, 1, 3.0e-4, 2e-5); /* GeGLU after the tensor-core product */
-    run_mm("int4", 128, 256, 4, 1, 1, 7.0e-3, 2e-5);
+    run_mm("bf16", 128, 256, 1, 1, 1, 3.0e-4, 2e-5); /* GeGLU fused into the CUDA-core GEMV */
+    run_mm("int4", 128, 256, 4, 1, 1, 7.0e-3, 2e-5); /* GeGLU after the tensor-core product */
     run_mm("int8", 128, 256, 30, 1, 1, 5.0e-4, 1e-2);
+    setenv("G3_CUDA_FUSE", "1", 1); /* GeGLU fused into the tensor-core product (tile finisher) */
+    run_mm("int4", 128, 256, 4, 1, 1, 7.0e-3, 2e-5);
+    run_mm("int8", 160, 256, 30, 1, 1, 5.0e-4, 1e-2);
+    unsetenv("G3_CUDA_FUSE");
     run_mm("bf16", 128, 256, 24, 1, 1, 3.0e-4, 2e-5); /* GeGLU after cuBLAS */
     run_mm("bf16", 2, 8, 1, 1, 0, 3.0e-4, 2e-5);      /* fewer chunks than lanes, one partial tile */
+    /* the tensor-core kernel for bf16 weights (not the default path) and the L2-prefetch variant */
+    setenv("G3_CUDA_TC", "all", 1);
+    setenv("G3_CUDA_TCPF", "1", 1);
+    run_mm("bf16", 96, 384, 1, 1, 0, 3.0e-4, 2e-5);
+    run_mm("bf16", 96, 384, 7, 1, 0, 3.0e-4, 2e-5);
+    run_mm("bf16", 2, 8, 1, 1, 0, 3.0e-4, 2e-5);
+    run_mm("int4", 96, 384, 3, 1, 0, 7.0e-3, 2e-5);
+    unsetenv("G3_CUDA_TC");
+    unsetenv("G3_CUDA_TCPF");
 }
 
 /* long rows (many rounds per tile, split among warps) and a partial last tile */
@@ -119,6 +132,10 @@ static void test_matmul_long_rows(void **state) {
         }
     run_mm("int4", 40, 21504, 1, 1, 0, 7.0e-3, 2e-5); /* a down-projection's row length */
     run_mm("bf16", 40, 21504, 2, 1, 0, 3.0e-4, 2e-5);
+    setenv("G3_CUDA_TC", "all", 1); /* bf16 through the tensor cores too */
+    run_mm("bf16", 300, 4096, 1, 1, 0, 3.0e-4, 2e-5);
+    run_mm("bf16", 40, 21504, 5, 1, 0, 3.0e-4, 2e-5);
+    unsetenv("G3_CUDA_TC");
 }
 
 /* GGUF block types: the resident copy must equal the portable dequantizer's values. */

@@ -8,10 +8,12 @@
  *   G3_CUDA_GEMM  = split | bf16               activations of tensor-core products as bf16 hi+lo (default) or
  *                                              plain bf16 (half the cuBLAS work; ~2^-9 relative rounding)
  *   G3_CUDA_GRAPHS = 0                         run every step eagerly (no CUDA graphs)
- *   G3_CUDA_TC = 0                             no tensor-core decode kernels (CUDA-core GEMV up to 8/16 rows)
+ *   G3_CUDA_TC = 0 | all                       no tensor-core decode kernels (CUDA-core GEMV up to 8/16 rows), or
+ *                                              tensor cores for bf16 weights too (default: quantized weights only)
  *   G3_CUDA_PDL = 0                            no programmatic dependent launch
- * For comparisons: G3_CUDA_TCPF=0 (no L2 prefetch in the tensor-core kernels), G3_CUDA_FUSE=0 (GeGLU as its own
- * kernel), G3_CUDA_NORM=loop (three-pass add-norm), G3_CUDA_ATTN_MIN=n (fewest keys per attention split, 32). */
+ * For comparisons: G3_CUDA_TCPF=1 (L2 prefetch in the tensor-core kernels), G3_CUDA_FUSE=1 (GeGLU fused into the
+ * tensor-core product), G3_CUDA_NORM=loop|reg (add-norm kernel; default by batch size), G3_CUDA_ATTN_MIN=n (fewest
+ * keys per attention split, 32). */
 #ifndef G3_BACKEND_CUDA_API_H
 #define G3_BACKEND_CUDA_API_H
 

@@ -229,11 +229,10 @@ cudaError_t g3c_add_norm(float *x, float *y, int ny, const float *w1, const floa
                          float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st) {
     void (*k)(float *, float *, int, const float *, const float *, float, int, int, float *, __nv_bfloat16 *, int) =
         H <= 2048 ? k_add_norm_r<2> : H <= 4096 ? k_add_norm_r<4> : H <= 6144 ? k_add_norm_r<6> : k_add_norm_r<8>;
-    static int loop = -1; /* $G3_CUDA_NORM=loop: the 256-thread three-pass kernel (for comparison) */
-    if (loop < 0) {
-        const char *e = getenv("G3_CUDA_NORM");
-        loop = e && !strcmp(e, "loop");
-    }
+    /* register version for decode-sized batches, the three-pass one for prefill (each measured faster in its
+     * regime on the H200); $G3_CUDA_NORM=loop|reg forces one */
+    const char *ne = getenv("G3_CUDA_NORM");
+    const int loop = ne && !strcmp(ne, "loop") ? 1 : ne && !strcmp(ne, "reg") ? 0 : m > 64;
     if (H <= 8192 && !loop) return g3c_launch(k, dim3(m), dim3(1024), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
     return g3c_launch(k_add_norm, dim3(m), dim3(NT), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
 }

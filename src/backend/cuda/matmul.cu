@@ -1,31 +1,32 @@
 /* Picks the path of each matrix product: tensor-core kernels with weights decoded in registers (tc_gemv.cu) for
- * decode and small batches (every format up to 8 rows with hi + lo activations; quantized weights up to 64 rows
- * with bf16 activations), the CUDA-core GEMV (gemv.cu) for the GGUF formats with small scale groups at <= 8 rows,
- * and cuBLAS tensor-core GEMM beyond (bf16 weights directly; quantized weights dequantized to a bf16 scratch of one
- * matrix first). With `split`, cuBLAS gets the bf16 activations as hi + lo halves stacked as 2m rows of one GEMM,
- * so the weights are read once and the product keeps ~16 bits of each activation.
- * $G3_CUDA_TC=0 restores the previous choice (GEMV up to 8 rows for bf16 and 16 for quantized, cuBLAS beyond). */
+ * quantized weights in decode and small batches (up to 8 rows with hi + lo activations, up to 64 with bf16
+ * activations), the CUDA-core GEMV (gemv.cu) for bf16 weights and the GGUF formats with small scale groups at
+ * <= 8 rows, and cuBLAS tensor-core GEMM beyond (bf16 weights directly; quantized weights dequantized to a bf16
+ * scratch of one matrix first). With `split`, cuBLAS gets the bf16 activations as hi + lo halves stacked as 2m rows
+ * of one GEMM, so the weights are read once and the product keeps ~16 bits of each activation.
+ * Measured on the H200 (bench/RESULTS.md): for bf16 weights at batch 1 the CUDA-core GEMV streams faster than the
+ * tensor-core kernel (27B: 64 against 53 tok/s), for int4 the tensor-core kernel wins (92 against 53).
+ * $G3_CUDA_TC: 0 = the previous choice (GEMV up to 8 rows for bf16 and 16 for quantized, cuBLAS beyond),
+ * all = tensor cores for bf16 weights too; $G3_CUDA_FUSE=1 fuses GeGLU into the tensor-core product (measured
+ * slightly slower). Read at every call, so tests and benchmarks can switch. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
 
-static int tc_enabled(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("G3_CUDA_TC");
-        on = !(e && !strcmp(e, "0"));
-    }
-    return on;
+static int tc_mode(void) { /* 0 off, 1 quantized weights (default), 2 all */
+    const char *e = getenv("G3_CUDA_TC");
+    return e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "all") ? 2 : 1;
 }
 
 int g3c_mm_path(const g3c_mm_ctx *c, const g3_dmat *w, int m) {
     const int quant = w->qt != G3Q_BF16;
-    if (!tc_enabled()) {
+    const int tc = tc_mode();
+    if (!tc) {
         int lim = quant ? 16 : 8;
         return m <= lim || (quant && !c->wscratch) ? G3C_PATH_GEMV : G3C_PATH_CUBLAS;
     }
-    if (m <= 8) return g3c_tc_supported(w, m, c->split) ? G3C_PATH_TC : G3C_PATH_GEMV;
+    if (m <= 8) return (quant || tc == 2) && g3c_tc_supported(w, m, c->split) ? G3C_PATH_TC : G3C_PATH_GEMV;
     if (quant && (m <= 64 || !c->wscratch) && g3c_tc_supported(w, 64, 0)) return G3C_PATH_TC;
     if (quant && !c->wscratch) return G3C_PATH_GEMV;
     return G3C_PATH_CUBLAS;
@@ -47,12 +48,8 @@ cudaError_t g3c_mm(const g3c_mm_ctx *c, const g3_dmat *w, const float *x, const 
         const int sp = m <= 8 ? c->split : 0;
         if (m <= 64) {
             g3c_tc_geglu gg = {a, ah, c->tile_cnt, c->split};
-            static int fuse_on = -1; /* $G3_CUDA_FUSE=0: GeGLU as its own kernel (for comparison) */
-            if (fuse_on < 0) {
-                const char *e = getenv("G3_CUDA_FUSE");
-                fuse_on = !(e && !strcmp(e, "0"));
-            }
-            const int fuse = fuse_on && geglu && a && ah && c->tile_cnt && g3c_tc_tiles(w, m, sp) <= c->tile_cnt_n;
+            const char *fe = getenv("G3_CUDA_FUSE");
+            const int fuse = fe && !strcmp(fe, "1") && geglu && a && ah && c->tile_cnt && g3c_tc_tiles(w, m, sp) <= c->tile_cnt_n;
             *fused = fuse ? 2 : 0;
             return g3c_tc_mm(w, xh, m, sp, y, fuse ? &gg : NULL, c->n_sm, c->st);
         }
