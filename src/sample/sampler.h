@@ -32,17 +32,20 @@
  * Log-probabilities (n_logprobs = N in 1..20): log_softmax of the logits after steps 1-3 but BEFORE temperature
  * and truncation (vLLM's default "raw logprobs" view): the chosen token's value plus the N most probable tokens
  * sorted descending (ties: lowest id first). Tokens with a -inf logit are never listed, so *n_top may be < N.
- * They cost a pass for the top N and a vectorized one for the normalizer.
  *
- * Cost per token at vocab 262,144 (nothing allocates, nothing sorts the vocabulary):
- *   greedy        one vectorized argmax pass (the penalties touch only the tokens in the window).
- *   top-k <= 2048 one pass with a k-entry heap; the survivors are then sorted (k log k) for top-p.
- *   top-k > 2048  collect + quickselect (O(vocab)).
- *   otherwise     one vectorized pass computing exp weights (with per-64 partial sums for the draw; min-p folds in
- *                 as a threshold). Top-p adds a histogram of (l - max) / T in the same pass, 1024 bins of 1/16:
- *                 the bins above the one where the cumulative mass crosses top_p are kept whole, and only that bin's
- *                 members go through a weighted quickselect (kernels.c, dist.c, select.c). The kept set is the exact
- *                 sorted-prefix set, up to the order of floating-point sums. */
+ * Cost per token at vocab 262,144 (nothing allocates, nothing sorts the vocabulary; the vocabulary-wide passes are
+ * vectorized, 8 lanes with AVX2 + FMA where the CPU has them):
+ *   greedy        one argmax pass (the penalties touch only the tokens in the window).
+ *   top-k <= 2048 one pass with a k-entry heap (a vector compare skips tokens below the heap's root); the k
+ *                 survivors are sorted (k log k) only for top-p.
+ *   top-k > 2048  a count histogram of (l - max) / T (1024 bins of 1/16, plus a tail), then a quickselect inside
+ *                 the one bin where the count reaches k.
+ *   otherwise     one pass computing exp weights with per-64 partial sums for the draw (min-p folds in as a
+ *                 threshold). Top-p adds a histogram of the weights in the same pass: the bins above the one where
+ *                 the cumulative mass crosses top_p are kept whole, only that bin's members go through a weighted
+ *                 quickselect, and the result becomes a threshold mask (kernels_impl.h, dist.c, select.c).
+ *                 The kept set is the exact sorted-prefix set, up to the order of floating-point sums.
+ *   logprobs      a top-N pass and a normalizer pass on top. */
 #ifndef G3_SAMPLE_SAMPLER_H
 #define G3_SAMPLE_SAMPLER_H
 
@@ -52,10 +55,12 @@ typedef struct g3_sampler g3_sampler;
 
 /* The logit_bias array is copied. Returns NULL on bad settings (G3_ERR_ARG: negative temperature, top_p outside
  * (0,1], min_p outside [0,1], repetition_penalty <= 0, penalty_last_n outside 0..1048576, n_logprobs outside 0..20,
- * a logit_bias token outside the vocabulary, NaNs) or on allocation failure (G3_ERR_NOMEM), with err set. */
+ * a logit_bias token outside the vocabulary, NaNs) or on allocation failure (G3_ERR_NOMEM), with err set. NULL
+ * settings mean g3_sampling_default. One sampler per request: it is not meant for concurrent use. */
 g3_sampler *g3_sampler_create(const g3_sampling *s, int vocab, g3_error *err);
 void g3_sampler_free(g3_sampler *s);
-/* Records a token in the history the penalties look at (generated tokens; the caller decides about prompts). */
+/* Records a token in the history the penalties look at. The caller decides about prompt tokens (OpenAI counts only
+ * generated tokens for presence / frequency; llama.cpp feeds the prompt into its window too). */
 void g3_sampler_accept(g3_sampler *s, int32_t token);
 /* Forgets the history and reseeds the generator from the seed: the sampler behaves as if freshly created. */
 void g3_sampler_reset(g3_sampler *s);
