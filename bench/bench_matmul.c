@@ -63,9 +63,9 @@ static void bw_task(void *arg, int ith, int nth) {
     j->sink[ith & 63] ^= r;
 }
 
-/* Best of 20 passes over 256 MiB: the same working-set size as the weight copies the cases cycle through. */
+/* Best of 20 passes over 512 MiB (give -b with bench_membw's figure to compare runs). */
 static double measure_bw(g3_pool *p) {
-    size_t bytes = (size_t)256 << 20;
+    size_t bytes = (size_t)512 << 20;
     uint8_t *buf = aligned_alloc(4096, bytes);
     if (!buf) return 0;
     memset(buf, 1, bytes);

@@ -19,6 +19,7 @@
 
 #define ALIGN 64
 #define L2_BUDGET (384 * 1024) /* bytes of prepared activations per block */
+#define L1_BUDGET (40 * 1024)
 #define MB_MAX 128
 
 /* ---- kernel set selection ---------------------------------------------------------------------------------- */
@@ -372,7 +373,14 @@ void g3_matmul(g3_pool *p, const g3_act *a, const void *w, int n, float *y, int 
     double xb = a->layout == G3_ACT_F32 || a->layout == G3_ACT_BF16X2 ? 4.0 : 1.25;
     int kq = ti->block > 64 ? ti->block : 256; /* chunk granularity in values */
     j.mb = g3_kmin(a->m, MB_MAX);
-    long kc = (long)(L2_BUDGET / (xb * j.mb));
+    long budget = L2_BUDGET;
+    if (a->layout == G3_ACT_Q8K) {
+        /* the K-quant kernels take one weight row against up to 8 activation rows: keep the activation block in
+         * L1 and let the weight rows (re-)stream from L2/L3 instead */
+        j.mb = g3_kmin(a->m, 16);
+        budget = L1_BUDGET;
+    }
+    long kc = (long)(budget / (xb * j.mb));
     if (kc >= a->k || a->m <= 8) {
         j.kc = a->k;
     } else {
