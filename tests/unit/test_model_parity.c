@@ -221,6 +221,53 @@ static void check_quantized(const char *model_path, const reference *r, double m
     g3_model_free(m);
 }
 
+/* Q8_0 file of a trained model: KL and top-1 over the last-prompt logits of every reference prompt, and greedy
+ * tokens equal while the reference margin is clear (0.1). */
+static void check_quantized_last(const char *model_path, const reference *r, double max_kl) {
+    g3_model *m = NULL;
+    g3_error err = {0};
+    if (g3_model_load(model_path, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", model_path, err.msg);
+    int V = g3_model_config(m)->vocab;
+    float *ref = malloc(sizeof(float) * (size_t)V), *o = malloc(sizeof(float) * (size_t)V);
+    g3_engine *e = make_engine(m, 512);
+    double kl_sum = 0;
+    int agree = 0, greedy_eq = 0;
+    for (int pi = 0; pi < r->n_prompts; pi++) {
+        const ref_prompt *p = &r->p[pi];
+        if (g3_engine_logits(e, p->ids, p->n, 0, o, &err) != G3_OK) fail_msg("logits: %s", err.msg);
+        row_from_json(p->last, ref, V);
+        double mr = -INFINITY, mo = -INFINITY, zr = 0, zo = 0, kl = 0;
+        int ar = 0, ao = 0;
+        for (int i = 0; i < V; i++) {
+            if (ref[i] > mr) mr = ref[i], ar = i;
+            if (o[i] > mo) mo = o[i], ao = i;
+        }
+        for (int i = 0; i < V; i++) zr += exp(ref[i] - mr), zo += exp(o[i] - mo);
+        for (int i = 0; i < V; i++) {
+            double lpr = ref[i] - mr - log(zr), lpo = o[i] - mo - log(zo);
+            kl += exp(lpr) * (lpr - lpo);
+        }
+        kl_sum += kl;
+        agree += ar == ao;
+        int32_t got[32];
+        assert_int_equal(greedy(e, p->ids, p->n, got), 32);
+        for (int k = 0; k < 32 && p->margins[k] >= 0.1f; k++) {
+            if (got[k] != p->gen[k])
+                fail_msg("%s prompt %s: greedy token %d is %d, reference %d (margin %.3f)", model_path, p->kind, k,
+                         got[k], p->gen[k], (double)p->margins[k]);
+            greedy_eq++;
+        }
+    }
+    printf("  %s: mean KL %.5f nats over %d last-prompt rows, top-1 %d/%d, %d greedy tokens equal\n", model_path,
+           kl_sum / r->n_prompts, r->n_prompts, agree, r->n_prompts, greedy_eq);
+    assert_true(kl_sum / r->n_prompts < max_kl);
+    assert_int_equal(agree, r->n_prompts);
+    g3_engine_free(e);
+    free(ref);
+    free(o);
+    g3_model_free(m);
+}
+
 static void run_model(const char *name, const char *const *exact_files, const char *const *q_files) {
     const char *dir0 = tu_fixture(name);
     if (!dir0) {
@@ -256,10 +303,33 @@ static void test_small_a(void **state) {
     run_model("small-a", NULL, NULL);
 }
 
+/* Our own generated models (tests/data, tools/make_test_models.py): pattern 3 + query_pre_attn_scalar != head_dim,
+ * final softcap + layer_types + rope_parameters, the multimodal layout with sharded files. */
+static void test_own_models(void **state) {
+    (void)state;
+    run_model("t-gqa", NULL, NULL);
+    run_model("t-softcap", NULL, NULL);
+    run_model("t-mm", NULL, NULL);
+}
+
+/* The shipped demo model as the GGUF our quantizer wrote. */
+static void test_demo_gguf(void **state) {
+    (void)state;
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%.900s/models/gemma3-pydoc", tu_source_dir());
+    reference r;
+    if (!load_ref(dir, &r)) skip();
+    snprintf(path, sizeof path, "%.1000s/gemma3-pydoc-q8_0.gguf", dir);
+    check_quantized_last(path, &r, 0.01);
+    free_ref(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_gqa),
         cmocka_unit_test(test_small_a),
+        cmocka_unit_test(test_own_models),
+        cmocka_unit_test(test_demo_gguf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
