@@ -283,9 +283,9 @@ int g3_resp_pump(g3_resp *r) {
         for (int k = 0; k < s.n && !stopped; k++) {
             size_t tl = 0;
             int32_t tok = s.toks[k].token;
-            /* the token that ends the reply has no text (it still counts as a completion token) */
-            int last_eog = s.finish == G3_FINISH_STOP && k == s.n - 1 &&
-                           r->ops->is_eog(r->ops->ctx, tok);
+            /* end-of-generation tokens have no text (they still count as completion tokens). Not only when the
+             * finish is already known: the engine thread may publish the token one pump before the finish. */
+            int last_eog = r->ops->is_eog(r->ops->ctx, tok);
             const char *tx = last_eog ? "" : r->ops->detok_push(r->ops->ctx, c->detok, tok, &tl);
             size_t before = c->text_len + delta.len;
             c->n_completion++;

@@ -90,6 +90,13 @@ for t in q8_0 q4_0; do
   check "quantize --type $t loads and generates" bash -c "[[ '${got:-}' =~ ^[0-9]+(,[0-9]+){3}$ ]]"
 done
 
+# --- the README's main job: the demo model served, one streamed question ------------------------------------
+if [ -d models/gemma3-pydoc ]; then
+  ans=$(DEMO_NO_WAIT=1 BIN="$BIN" PORT=$((20000 + RANDOM % 20000)) ./scripts/demo.sh "What does sorted() do?" 2>/dev/null | tail -1)
+  echo "     demo answer: $ans"
+  check "demo: the served model answers in words, no markup" bash -c "[[ \"\$1\" == *sorted* && \"\$1\" != *'<'* ]]" _ "$ans"
+fi
+
 # --- chat in a terminal ----------------------------------------------------------------------------------------
 if command -v tmux >/dev/null; then
   tmux kill-session -t g3chat 2>/dev/null
