@@ -84,9 +84,9 @@ AI void mk_float(const g3_tile *t, int i0, int j0, const int MR, const int NR, c
 #define MK_F32(t, i, j, MR, NR) mk_float(t, i, j, MR, NR, WT_F32)
 #define MK_F16(t, i, j, MR, NR) mk_float(t, i, j, MR, NR, WT_F16)
 #define MK_BF16W(t, i, j, MR, NR) mk_float(t, i, j, MR, NR, WT_BF16)
-static void tile_f32(const g3_tile *t) { G3_TILE_WALK(t, MK_F32, 4, 4, 4); }
-static void tile_f16(const g3_tile *t) { G3_TILE_WALK(t, MK_F16, 4, 4, 4); }
-static void tile_bf16_widen(const g3_tile *t) { G3_TILE_WALK(t, MK_BF16W, 4, 4, 4); }
+static void tile_f32(const g3_tile *t) { G3_TILE_WALK_XO(t, MK_F32, 4, 4, 4); }
+static void tile_f16(const g3_tile *t) { G3_TILE_WALK_XO(t, MK_F16, 4, 4, 4); }
+static void tile_bf16_widen(const g3_tile *t) { G3_TILE_WALK_XO(t, MK_BF16W, 4, 4, 4); }
 
 /* ---- BF16 weights x (hi + lo) bf16 activations with vdpbf16ps ----------------------------------------------- */
 
@@ -144,7 +144,7 @@ AI void mk_bf16x2(const g3_tile *t, int i0, int j0, const int MR, const int NR) 
         for (int c = 0; c < NR; c++) put_y(t, i0 + r, j0 + c, _mm512_reduce_add_ps(acc[r][c]));
 }
 
-static void tile_bf16x2(const g3_tile *t) { G3_TILE_WALK(t, mk_bf16x2, 4, 4, 4); }
+static void tile_bf16x2(const g3_tile *t) { G3_TILE_WALK_XO(t, mk_bf16x2, 4, 4, 4); }
 
 /* ---- Q8_0 weights x Q8U activations ------------------------------------------------------------------------- */
 

@@ -74,6 +74,41 @@ AI float f16_at(const uint8_t *p) {
         }                                                                                                       \
     } while (0)
 
+/* The same with the activation rows outer: a group of MRP activation rows stays in L1 while the tile's weight rows
+ * (which the driver keeps to an L2-sized block) stream past it. */
+#define G3_TILE_WALK_XO(t, MK, MRP, NRP, NRD)                                                                   \
+    do {                                                                                                        \
+        if ((t)->nx == 1) {                                                                                     \
+            int j_ = 0;                                                                                         \
+            for (; j_ + (NRD) <= (t)->nw; j_ += (NRD)) MK(t, 0, j_, 1, NRD);                                    \
+            for (; j_ < (t)->nw; j_++) MK(t, 0, j_, 1, 1);                                                      \
+            break;                                                                                              \
+        }                                                                                                       \
+        int i_ = 0;                                                                                             \
+        for (; i_ + (MRP) <= (t)->nx; i_ += (MRP)) {                                                            \
+            int j_ = 0;                                                                                         \
+            for (; j_ + (NRP) <= (t)->nw; j_ += (NRP)) MK(t, i_, j_, MRP, NRP);                                 \
+            for (; j_ < (t)->nw; j_++) MK(t, i_, j_, MRP, 1);                                                   \
+        }                                                                                                       \
+        if (i_ < (t)->nx) {                                                                                     \
+            int j_ = 0;                                                                                         \
+            for (; j_ + (NRP) <= (t)->nw; j_ += (NRP)) {                                                        \
+                switch ((t)->nx - i_) {                                                                         \
+                case 7: MK(t, i_, j_, 7, NRP); break;                                                           \
+                case 6: MK(t, i_, j_, 6, NRP); break;                                                           \
+                case 5: MK(t, i_, j_, 5, NRP); break;                                                           \
+                case 4: MK(t, i_, j_, 4, NRP); break;                                                           \
+                case 3: MK(t, i_, j_, 3, NRP); break;                                                           \
+                case 2: MK(t, i_, j_, 2, NRP); break;                                                           \
+                case 1: MK(t, i_, j_, 1, NRP); break;                                                           \
+                default: break;                                                                                 \
+                }                                                                                               \
+            }                                                                                                   \
+            for (; j_ < (t)->nw; j_++)                                                                          \
+                for (int r_ = i_; r_ < (t)->nx; r_++) MK(t, r_, j_, 1, 1);                                      \
+        }                                                                                                       \
+    } while (0)
+
 /* ---- K-quants against Q8K activations (one weight row, MR activation rows) ---------------------------------- */
 
 /* The 8 scales and 8 mins of a Q4_K block as 16-bit values. */

@@ -308,7 +308,7 @@ typedef struct mm_job {
     float *y;
     int ldy;
     g3_tile_fn fn;
-    int kc, mb;          /* k chunk (values) and m block (rows) */
+    int kc, mb, nb;      /* k chunk (values), m block (rows), n block (rows, multiple of 16) */
     int kalign;          /* values per weight block */
     size_t kbytes_blk;   /* bytes per weight block */
 } mm_job;
@@ -331,10 +331,14 @@ static void mm_task(void *arg, int ith, int nth) {
         t.xs = a->xs;
         t.ldy = (size_t)j->ldy;
         t.accumulate = kc0 > 0;
+        const uint8_t *w0 = t.w;
+        for (long nb0 = n0; nb0 < n1; nb0 += j->nb)
         for (int m0 = 0; m0 < a->m; m0 += j->mb) {
             const uint8_t *row = xbase + (size_t)m0 * a->xs;
+            t.w = w0 + (size_t)(nb0 - n0) * j->wrb;
+            t.nw = (int)(n1 - nb0 < j->nb ? n1 - nb0 : j->nb);
             t.nx = g3_kmin(j->mb, a->m - m0);
-            t.y = j->y + (size_t)m0 * j->ldy + n0;
+            t.y = j->y + (size_t)m0 * j->ldy + nb0;
             t.xd = t.xe = NULL;
             switch (a->layout) {
             case G3_ACT_F32: t.xq = row + 4 * (size_t)kc0; break;
@@ -389,6 +393,13 @@ void g3_matmul(g3_pool *p, const g3_act *a, const void *w, int n, float *y, int 
         kc = (a->k + nchunks - 1) / nchunks;
         kc = (kc + kq - 1) / kq * kq;
         j.kc = (int)(kc < a->k ? kc : a->k);
+    }
+    /* weight rows per block: one block x one k chunk within L2 beside the activations */
+    j.nb = n;
+    if (a->m > 8 && (a->layout == G3_ACT_F32 || a->layout == G3_ACT_BF16X2)) {
+        double wb = (double)j.wrb / a->k * j.kc; /* bytes of one weight row in a chunk */
+        long nbr = (long)(L2_BUDGET / wb) / 16 * 16;
+        j.nb = (int)(nbr < 16 ? 16 : nbr);
     }
     if (n < 32 && a->m == 1) mm_task(&j, 0, 1); /* too small to be worth a parallel region */
     else g3_pool_run(p, mm_task, &j);
