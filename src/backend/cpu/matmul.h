@@ -3,9 +3,11 @@
  *   Y[m][n] = X[m][k] · W[n][k]^T       W: n rows (output channels) of k values, each row contiguous in its
  *                                        stored type (HF [out, in] / GGUF ne0 = k, ne1 = n); X, Y float32.
  *
- * Float weights (F32/F16/BF16) multiply float32 activations (exact products, f32 accumulation). Quantized
- * weights (Q8_0, Q4_0, Q4_K, Q6_K) multiply activations quantized once per call to 8-bit blocks (Q8_0 or Q8_K),
- * so that the inner loop is an integer dot product. Preparing X once lets several weights share it (Q, K, V). */
+ * Float weights (F32/F16/BF16) multiply float32 activations (exact products, f32 accumulation; with AVX512-BF16
+ * the activations are split into bf16 hi + lo parts, both products exact, ~2^-17 relative). Quantized weights
+ * (Q8_0, Q4_0, Q4_K, Q6_K) multiply activations quantized once per call to 8-bit blocks (32 values with a float
+ * scale, or 256 for the K-quants), so that the inner loop is an integer dot product. Preparing X once lets several
+ * weights share it (Q, K, V). Nothing is allocated per call: scratch comes from the caller. */
 #ifndef G3_BACKEND_CPU_MATMUL_H
 #define G3_BACKEND_CPU_MATMUL_H
 
@@ -29,7 +31,7 @@ typedef struct g3_act {
 size_t g3_act_scratch_bytes(uint32_t wtype, int m, int k);
 /* Prepares X for weights of type wtype (quantizes it if needed), in parallel. x must outlive a. */
 void g3_act_prepare(g3_pool *p, g3_act *a, uint32_t wtype, const float *x, int m, int k, void *scratch);
-/* Y = X·W^T for W of n rows; y row i starts at y + i*ldy. Parallel over n (and m for large m). */
+/* Y = X·W^T for W of n rows; y row i starts at y + i*ldy. Threads split n; m and k are blocked for the caches. */
 void g3_matmul(g3_pool *p, const g3_act *a, const void *w, int n, float *y, int ldy);
 
 /* Repacked weights (CPU-private type ids, outside GGUF's range). Eight output channels are interleaved per
@@ -51,7 +53,8 @@ uint32_t g3_matmul_repack(uint32_t type, const void *w, int n, int k, void *dst)
 /* Dequantizes row `row` (k values) of a repacked n x k weight (e.g. an embedding lookup in a tied head). */
 void g3_matmul_repacked_row(uint32_t rtype, const void *w, int k, long row, float *out);
 
-/* Name of the kernel set chosen for this CPU ("avx512", "avx2", "scalar"); G3_CPU_KERNELS=scalar|avx2 forces one. */
+/* Name of the kernel set chosen for this CPU ("avx512", "avx2", "scalar"); G3_CPU_KERNELS=scalar|avx2|avx512
+ * forces one (ignored when the CPU lacks it). */
 const char *g3_cpu_kernels_name(void);
 /* Switches the kernel set for later prepare/matmul calls (tests, benchmarks); -1 if this CPU or build lacks it.
  * Not to be called while a matmul runs. Activations already prepared keep the set they were prepared for. */
