@@ -24,6 +24,8 @@ typedef struct g3_act {
     int layout;       /* private: how q is laid out (kernels.h) */
     size_t xs;        /* private: bytes between prepared rows */
     const void *kset; /* private: the kernel set it was prepared for */
+    void *q2;         /* private: Q8_0 weights only: the residual x - dequant(q), quantized in the same layout, for a
+                       * second integer pass that brings the activations' error from ~2^-8 to ~2^-15 */
 } g3_act;
 
 /* Scratch bytes that g3_act_prepare needs for m rows of k values against weights of type wtype (enough for the
