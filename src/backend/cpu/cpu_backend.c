@@ -15,8 +15,20 @@
 #include "core/threadpool.h"
 #include "model/dtype.h"
 
+/* The matrices as the kernels read them: the model's (in the mmap) or a repacked copy (8 rows interleaved per
+ * block, for the integer kernels) owned by the backend. */
+typedef struct cpu_weights {
+    g3_weight w[7]; /* wq, wk, wv, wo, w_gate, w_up, w_down */
+} cpu_weights;
+
+enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN };
+
 struct g3_backend {
     const g3_model *m;
+    cpu_weights *lw;              /* [n_layers] */
+    g3_weight head;               /* output projection (the tied embedding) */
+    void **owned;                 /* repacked copies to free, [7 * n_layers + 1] */
+    int n_owned;
     g3_backend_cfg cfg;
     g3_pool *pool;
     int n_layers_kind[2];         /* global, sliding */
@@ -53,6 +65,9 @@ static size_t cpu_block_bytes(const g3_model *m, const g3_backend_cfg *cfg, int 
 
 static void cpu_destroy(g3_backend *b) {
     if (!b) return;
+    for (int i = 0; i < b->n_owned; i++) free(b->owned[i]);
+    free(b->owned);
+    free(b->lw);
     g3_pool_free(b->pool);
     free(b->layer_index);
     for (int i = 0; i < 2; i++) free(b->kv[i]), free(b->inv_freq[i]);
@@ -65,6 +80,19 @@ static float *falloc(size_t n, int *ok) {
     float *p = malloc(sizeof(float) * (n ? n : 1));
     if (!p) *ok = 0;
     return p;
+}
+
+/* Uses a weight as stored, or repacked when the kernels are faster on the repacked form. 0 = out of memory. */
+static int bind_weight(g3_backend *b, g3_weight *dst, const g3_weight *src) {
+    *dst = *src;
+    if (getenv("G3_CPU_NO_REPACK")) return 1;
+    if (!g3_matmul_repack_type(src->type, (int)src->n, (int)src->k)) return 1;
+    void *p = malloc(src->nbytes);
+    if (!p) return 0;
+    dst->type = g3_matmul_repack(src->type, src->data, (int)src->n, (int)src->k, p);
+    dst->data = p;
+    b->owned[b->n_owned++] = p;
+    return 1;
 }
 
 static g3_status cpu_create(const g3_model *m, const g3_backend_cfg *cfg, g3_backend **out, g3_error *err) {
@@ -84,6 +112,19 @@ static g3_status cpu_create(const g3_model *m, const g3_backend_cfg *cfg, g3_bac
         return g3_fail(err, G3_ERR_NOMEM, "cannot start %d threads", cfg->n_threads);
     }
     int ok = 1;
+    b->lw = calloc((size_t)c->n_layers, sizeof *b->lw);
+    b->owned = calloc((size_t)c->n_layers * 7 + 1, sizeof *b->owned);
+    if (!b->lw || !b->owned) ok = 0;
+    for (int l = 0; ok && l < c->n_layers; l++) {
+        const g3_layer_weights *L = &m->layers[l];
+        const g3_weight *src[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; ok && i < 7; i++) ok = bind_weight(b, &b->lw[l].w[i], src[i]);
+    }
+    if (ok) ok = bind_weight(b, &b->head, &m->embed);
+    if (!ok) {
+        cpu_destroy(b);
+        return g3_fail(err, G3_ERR_NOMEM, "out of memory repacking the weights");
+    }
     b->layer_index = calloc((size_t)c->n_layers, sizeof(int));
     if (!b->layer_index) ok = 0;
     for (int l = 0; ok && l < c->n_layers; l++) {
@@ -292,22 +333,23 @@ static g3_status cpu_forward(g3_backend *b, const g3_batch *bt, float *logits, g
     rows(b, bt, OP_EMBED, NULL, b->h, NULL, n, H);
     for (int l = 0; l < c->n_layers; l++) {
         const g3_layer_weights *L = &m->layers[l];
+        const cpu_weights *W = &b->lw[l];
         int kind = c->layer_global[l] ? 0 : 1;
         rows(b, bt, OP_NORM, b->h, b->x, L->attn_norm, n, H);
-        mm(b, &p, b->x, n, &L->wq, b->q);
-        mm(b, &p, b->x, n, &L->wk, b->k);
-        mm(b, &p, b->x, n, &L->wv, b->v);
+        mm(b, &p, b->x, n, &W->w[W_Q], b->q);
+        mm(b, &p, b->x, n, &W->w[W_K], b->k);
+        mm(b, &p, b->x, n, &W->w[W_V], b->v);
         qkv_job qj = {b, bt, l, kind, b->layer_index[l]};
         g3_pool_run(b->pool, qkv_task, &qj);
         attn_job aj = {b, bt, l, kind, b->layer_index[l]};
         g3_pool_run(b->pool, attn_task, &aj);
-        mm(b, &p, b->att, n, &L->wo, b->tmp);
+        mm(b, &p, b->att, n, &W->w[W_O], b->tmp);
         rows(b, bt, OP_ADD_NORMED, b->tmp, b->h, L->post_attn_norm, n, H); /* h += rms(tmp)*(1+w) */
         rows(b, bt, OP_NORM, b->h, b->x, L->pre_ffn_norm, n, H);
-        mm(b, &p, b->x, n, &L->w_gate, b->gate);
-        mm(b, &p, b->x, n, &L->w_up, b->up);
+        mm(b, &p, b->x, n, &W->w[W_GATE], b->gate);
+        mm(b, &p, b->x, n, &W->w[W_UP], b->up);
         rows(b, bt, OP_GEGLU, b->up, b->gate, NULL, n, F); /* gate = gelu(gate) * up */
-        mm(b, &p, b->gate, n, &L->w_down, b->tmp);
+        mm(b, &p, b->gate, n, &W->w[W_DOWN], b->tmp);
         rows(b, bt, OP_ADD_NORMED, b->tmp, b->h, L->post_ffn_norm, n, H);
     }
     if (bt->n_out == 0) return G3_OK;
@@ -315,7 +357,7 @@ static g3_status cpu_forward(g3_backend *b, const g3_batch *bt, float *logits, g
         memcpy(b->tmp + (size_t)i * H, b->h + (size_t)bt->out_rows[i] * H, sizeof(float) * H);
     rows(b, bt, OP_NORM, b->tmp, b->xo, m->final_norm, bt->n_out, H);
     p.valid = 0;
-    mm(b, &p, b->xo, bt->n_out, &m->embed, logits);
+    mm(b, &p, b->xo, bt->n_out, &b->head, logits);
     if (c->final_softcap > 0) {
         size_t total = (size_t)bt->n_out * (size_t)c->vocab;
         float cap = c->final_softcap;
