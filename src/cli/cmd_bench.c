@@ -110,9 +110,16 @@ int g3_cli_bench(int argc, char **argv) {
     if (eo.ctx_size > c->max_ctx) eo.ctx_size = c->max_ctx;
     eo.prefill_chunk = n_prompt < 512 ? n_prompt : 512;
     if (g3_engine_create(m, &eo, &e, &err) != G3_OK) goto fail;
-    printf("model %s: %s, %.3f B parameters, %.2f GB of weights read per token; backend %s; load %.1f s\n",
-           random ? random : mo.model, c->size_name, (double)m->n_params / 1e9, (double)m->weight_bytes / 1e9,
-           g3_engine_backend_name(e), t_load);
+    /* bytes of weights a decode step reads: as stored, or as --quant converts them on the GPU (int8/fp8: 1 byte
+     * per weight; int4: half a byte plus a 16-bit scale per group of 128) */
+    double decode_bytes = (double)g3_model_decode_bytes(m);
+    if (mo.quant && strcmp(g3_engine_backend_name(e), "cpu") != 0) {
+        double bpw = !strcmp(mo.quant, "int4") ? 0.5 + 2.0 / 128 : !strcmp(mo.quant, "bf16") ? 2.0 : 1.0;
+        decode_bytes = bpw * (double)m->n_params;
+    }
+    printf("model %s: %s, %.3f B parameters, %.2f GB of weights read per token%s%s; backend %s; load %.1f s\n",
+           random ? random : mo.model, c->size_name, (double)m->n_params / 1e9, decode_bytes / 1e9,
+           mo.quant ? " as " : "", mo.quant ? mo.quant : "", g3_engine_backend_name(e), t_load);
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n_prompt);
     float *lg = malloc(sizeof(float) * (size_t)c->vocab);
     if (!prompt || !lg) {
@@ -170,7 +177,7 @@ int g3_cli_bench(int argc, char **argv) {
         double dt = be.t_last - t_dec0;
         int toks = be.n_tokens - tokens_at_t0;
         double tps = dt > 0 ? toks / dt : 0;
-        double gbs = tps / B * (double)g3_model_decode_bytes(m) / 1e9;
+        double gbs = tps / B * decode_bytes / 1e9;
         printf("decode   batch %3d: %9.2f tok/s  (%d tokens; %.2f tok/s per sequence; weights %.1f GB/s", B, tps,
                toks, tps / B, gbs);
         if (bw > 0) printf(" = %.0f%% of %.1f GB/s", 100.0 * gbs / bw, (double)bw);
