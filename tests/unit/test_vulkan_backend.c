@@ -1,6 +1,6 @@
 /* The Vulkan backend against the CPU backend on random models of every weight type (K-quants on a 256-wide model),
  * with softcaps, a sliding window spanning several small KV blocks and contexts long enough for split attention;
- * and its table-level behaviour: copy_block, staging uploads, bad batches and bad device indices. */
+ * and its table-level behaviour: copy_block, staging uploads, bad batches, bad device indices, too little memory. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,6 +246,12 @@ static void test_ops_copy_block_staging_errors(void **state) {
     if (run(ops, b, &t, tok, pos, seq, 10, c, &err)) fail_msg("prefill: %s", err.msg);
     assert_memory_equal(c, pre, sizeof(float) * V);
     ops->destroy(b);
+    /* a KV cache larger than any device: refused with the sizes before anything is allocated */
+    cfg.n_blocks_global = 1 << 30;
+    assert_int_equal(ops->create(m, &cfg, &b, &err), G3_ERR_NOMEM);
+    printf("  %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "not enough device memory"));
+    cfg.n_blocks_global = NB;
     /* no such device */
     cfg.device = 99;
     assert_int_equal(ops->create(m, &cfg, &b, &err), G3_ERR_DEVICE);

@@ -120,6 +120,33 @@ static g3_status upload_weights(g3_backend *b, g3vk_upload *up, g3_error *err) {
     return G3_OK;
 }
 
+/* Fails early, with the sizes, when weights + KV cache + activations exceed the device's largest local heap. */
+static g3_status check_memory(g3_backend *b, g3_error *err) {
+    const g3_model *m = b->m;
+    const g3_config *c = &m->cfg;
+    uint64_t w = g3vk_weight_bytes(m->embed.type, m->embed.n, m->embed.k);
+    for (int l = 0; l < c->n_layers; l++) {
+        const g3_layer_weights *L = &m->layers[l];
+        const g3_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++) w += g3vk_weight_bytes(ws[i]->type, ws[i]->n, ws[i]->k);
+    }
+    uint64_t kv = (uint64_t)vk_block_bytes(m, &b->cfg, 0) * (uint64_t)b->cfg.n_blocks_global +
+                  (uint64_t)vk_block_bytes(m, &b->cfg, 1) * (uint64_t)b->cfg.n_blocks_local;
+    uint64_t act = 4ull * (uint64_t)b->cfg.max_rows *
+                   (uint64_t)(4 * c->hidden + 2 * c->ffn + 2 * c->n_heads * c->head_dim + 2 * c->n_kv_heads * c->head_dim);
+    uint64_t heap = 0;
+    for (uint32_t i = 0; i < b->vk.memp.memoryHeapCount; i++)
+        if ((b->vk.memp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) && b->vk.memp.memoryHeaps[i].size > heap)
+            heap = b->vk.memp.memoryHeaps[i].size;
+    if (heap && w + kv + act > heap)
+        return g3_fail(err, G3_ERR_NOMEM,
+                       "vulkan: not enough device memory on device %d (%s): the model needs %.2f GB (weights %.2f GB, "
+                       "KV cache %.2f GB, activations %.2f GB), the device has %.2f GB",
+                       b->vk.index, b->device_name, (double)(w + kv + act) / 1e9, (double)w / 1e9, (double)kv / 1e9,
+                       (double)act / 1e9, (double)heap / 1e9);
+    return G3_OK;
+}
+
 static g3_status vk_create(const g3_model *m, const g3_backend_cfg *cfg, g3_backend **out, g3_error *err) {
     *out = NULL;
     const g3_config *c = &m->cfg;
@@ -145,6 +172,7 @@ static g3_status vk_create(const g3_model *m, const g3_backend_cfg *cfg, g3_back
         b->layers[l].kind = kind;
         b->layers[l].li = b->n_layers_kind[kind]++;
     }
+    if ((rc = check_memory(b, err))) goto fail;
     /* weights, uploaded once */
     g3vk_upload up;
     g3vk_upload_begin(&b->vk, &up, err);
