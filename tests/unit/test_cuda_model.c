@@ -15,21 +15,6 @@
 #ifdef G3_HAVE_CUDA
 #include "backend/cuda/cuda_api.h"
 
-typedef struct ref_prompt {
-    int32_t *ids;
-    int n;
-    int32_t gen[32];
-    float margins[32];
-    const cJSON *last, *all;
-} ref_prompt;
-
-typedef struct reference {
-    cJSON *root;
-    char *text;
-    int vocab;
-    ref_prompt p[4];
-} reference;
-
 static const char *fixture_or_skip(const char *name) {
     if (g3_cuda_device_count() == 0) {
         printf("  no CUDA device: skipped\n");
@@ -41,54 +26,6 @@ static const char *fixture_or_skip(const char *name) {
         skip();
     }
     return d;
-}
-
-static void load_ref(const char *dir, reference *r) {
-    char path[1100];
-    snprintf(path, sizeof path, "%.1000s/reference.json", dir);
-    memset(r, 0, sizeof *r);
-    r->text = tu_read_file(path, NULL);
-    assert_non_null(r->text);
-    r->root = cJSON_Parse(r->text);
-    assert_non_null(r->root);
-    r->vocab = cJSON_GetObjectItem(cJSON_GetObjectItem(r->root, "config"), "vocab_size")->valueint;
-    const cJSON *ps = cJSON_GetObjectItem(r->root, "prompts");
-    assert_int_equal(cJSON_GetArraySize(ps), 4);
-    for (int i = 0; i < 4; i++) {
-        const cJSON *p = cJSON_GetArrayItem(ps, i), *ids = cJSON_GetObjectItem(p, "ids");
-        ref_prompt *q = &r->p[i];
-        q->n = cJSON_GetArraySize(ids);
-        q->ids = malloc(sizeof(int32_t) * (size_t)q->n);
-        for (int k = 0; k < q->n; k++) q->ids[k] = cJSON_GetArrayItem(ids, k)->valueint;
-        for (int k = 0; k < 32; k++) {
-            q->gen[k] = cJSON_GetArrayItem(cJSON_GetObjectItem(p, "generated_ids"), k)->valueint;
-            q->margins[k] = (float)cJSON_GetArrayItem(cJSON_GetObjectItem(p, "margins"), k)->valuedouble;
-        }
-        q->last = cJSON_GetObjectItem(p, "last_prompt_logits");
-        q->all = cJSON_GetObjectItem(p, "all_prompt_logits");
-    }
-}
-
-static void free_ref(reference *r) {
-    for (int i = 0; i < 4; i++) free(r->p[i].ids);
-    cJSON_Delete(r->root);
-    free(r->text);
-}
-
-static void row_from_json(const cJSON *arr, float *out, int n) {
-    assert_int_equal(cJSON_GetArraySize(arr), n);
-    int k = 0;
-    for (const cJSON *e = arr->child; e; e = e->next) out[k++] = (float)e->valuedouble;
-}
-
-static double rel_err(const float *ours, const float *ref, int n) {
-    double mx = 1, d = 0;
-    for (int i = 0; i < n; i++) {
-        if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
-        double x = fabs((double)ours[i] - ref[i]);
-        if (x > d || isnan(x)) d = isnan(x) ? INFINITY : x;
-    }
-    return d / mx;
 }
 
 static g3_engine *make_engine(g3_model *m, int chunk, int max_seqs) {
@@ -116,12 +53,12 @@ static void on_token(const g3_event *ev, void *ctx) {
 }
 
 /* Greedy continuations of prompts [first, first+count) submitted together; compares with the reference. */
-static int greedy_check(g3_engine *e, const reference *r, int first, int count, const char *what) {
+static int greedy_check(g3_engine *e, const tu_reference *r, int first, int count, const char *what) {
     g3_error err = {0};
     gen_state g;
     memset(&g, 0, sizeof g);
     for (int i = 0; i < count; i++) {
-        const ref_prompt *p = &r->p[first + i];
+        const tu_ref_prompt *p = &r->p[first + i];
         g3_request q = {.prompt = p->ids, .n_prompt = p->n, .max_tokens = 32, .ignore_eos = 1,
                         .user = (void *)(intptr_t)i};
         g3_sampling_default(&q.sampling);
@@ -131,7 +68,7 @@ static int greedy_check(g3_engine *e, const reference *r, int first, int count, 
     while (active)
         if (g3_engine_step(e, on_token, &g, &active, &err) != G3_OK) fail_msg("step: %s", err.msg);
     for (int i = 0; i < count; i++) {
-        const ref_prompt *p = &r->p[first + i];
+        const tu_ref_prompt *p = &r->p[first + i];
         assert_int_equal(g.n[i], 32);
         for (int k = 0; k < 32; k++) {
             if (g.ids[i][k] != p->gen[k])
@@ -144,7 +81,7 @@ static int greedy_check(g3_engine *e, const reference *r, int first, int count, 
     return compared;
 }
 
-static void check_exact(const char *path, const reference *r, double tol) {
+static void check_exact(const char *path, const tu_reference *r, double tol) {
     g3_model *m = NULL;
     g3_error err = {0};
     if (g3_model_load(path, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", path, err.msg);
@@ -155,12 +92,12 @@ static void check_exact(const char *path, const reference *r, double tol) {
     for (int ci = 0; ci < 2; ci++) {
         g3_engine *e = make_engine(m, chunks[ci], 1);
         for (int pi = 0; pi < 4; pi++) {
-            const ref_prompt *p = &r->p[pi];
+            const tu_ref_prompt *p = &r->p[pi];
             int all = p->all != NULL;
             if (g3_engine_logits(e, p->ids, p->n, all, ours, &err) != G3_OK) fail_msg("logits: %s", err.msg);
             for (int pos = all ? 0 : p->n - 1; pos < p->n; pos++) {
-                row_from_json(all ? cJSON_GetArrayItem(p->all, pos) : p->last, ref, V);
-                double d = rel_err(ours + (size_t)(all ? pos : 0) * V, ref, V);
+                tu_row_from_json(all ? cJSON_GetArrayItem(p->all, pos) : p->last, ref, V);
+                double d = tu_rel_err(ours + (size_t)(all ? pos : 0) * V, ref, V);
                 worst = fmax(worst, d);
                 if (d > tol) fail_msg("%s prompt %d pos %d chunk %d: logits differ by %.3g", path, pi, pos, chunks[ci], d);
             }
@@ -181,7 +118,7 @@ static void check_exact(const char *path, const reference *r, double tol) {
 }
 
 /* Largest relative logit error over every prompt position (prefill in one chunk), without asserting. */
-static double measure_exact(const char *path, const reference *r) {
+static double measure_exact(const char *path, const tu_reference *r) {
     g3_model *m = NULL;
     g3_error err = {0};
     if (g3_model_load(path, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", path, err.msg);
@@ -190,12 +127,12 @@ static double measure_exact(const char *path, const reference *r) {
     double worst = 0;
     g3_engine *e = make_engine(m, 512, 1);
     for (int pi = 0; pi < 4; pi++) {
-        const ref_prompt *p = &r->p[pi];
+        const tu_ref_prompt *p = &r->p[pi];
         int all = p->all != NULL;
         if (g3_engine_logits(e, p->ids, p->n, all, ours, &err) != G3_OK) fail_msg("logits: %s", err.msg);
         for (int pos = all ? 0 : p->n - 1; pos < p->n; pos++) {
-            row_from_json(all ? cJSON_GetArrayItem(p->all, pos) : p->last, ref, V);
-            worst = fmax(worst, rel_err(ours + (size_t)(all ? pos : 0) * V, ref, V));
+            tu_row_from_json(all ? cJSON_GetArrayItem(p->all, pos) : p->last, ref, V);
+            worst = fmax(worst, tu_rel_err(ours + (size_t)(all ? pos : 0) * V, ref, V));
         }
     }
     g3_engine_free(e);
@@ -205,20 +142,20 @@ static double measure_exact(const char *path, const reference *r) {
 }
 
 /* chunk: prefill chunk of the engine (1 = every position through the single-row decode path). */
-static void check_kl(const char *path, const reference *r, const char *what, int chunk, double max_kl,
+static void check_kl(const char *path, const tu_reference *r, const char *what, int chunk, double max_kl,
                      double min_top1) {
     g3_model *m = NULL;
     g3_error err = {0};
     if (g3_model_load(path, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", path, err.msg);
     const int V = r->vocab;
-    const ref_prompt *p = &r->p[3];
+    const tu_ref_prompt *p = &r->p[3];
     float *ref = malloc(sizeof(float) * V), *ours = malloc(sizeof(float) * (size_t)V * p->n);
     g3_engine *e = make_engine(m, chunk, 1);
     if (g3_engine_logits(e, p->ids, p->n, 1, ours, &err) != G3_OK) fail_msg("logits: %s", err.msg);
     double kl_sum = 0;
     int agree = 0;
     for (int pos = 0; pos < p->n; pos++) {
-        row_from_json(cJSON_GetArrayItem(p->all, pos), ref, V);
+        tu_row_from_json(cJSON_GetArrayItem(p->all, pos), ref, V);
         const float *o = ours + (size_t)pos * V;
         double mr = -INFINITY, mo = -INFINITY, zr = 0, zo = 0, kl = 0;
         int ar = 0, ao = 0;
@@ -247,8 +184,8 @@ static void test_tiny_gqa(void **state) {
     const char *d0 = fixture_or_skip("tiny-gqa");
     char dir[1024], path[1200];
     snprintf(dir, sizeof dir, "%s", d0);
-    reference r;
-    load_ref(dir, &r);
+    tu_reference r;
+    assert_true(tu_ref_load(dir, &r));
     unsetenv("G3_CUDA_QUANT");
     check_exact(dir, &r, 1e-3);
     snprintf(path, sizeof path, "%.1000s/model-f32.gguf", dir);
@@ -256,7 +193,7 @@ static void test_tiny_gqa(void **state) {
     snprintf(path, sizeof path, "%.1000s/model-q8_0.gguf", dir);
     check_kl(path, &r, "GGUF Q8_0 as int8/32", 512, 0.01, 0.95);
     check_kl(path, &r, "GGUF Q8_0 as int8/32", 1, 0.01, 0.95); /* decode path: CUDA-core GEMV */
-    free_ref(&r);
+    tu_ref_free(&r);
 }
 
 static void test_small_a(void **state) {
@@ -264,8 +201,8 @@ static void test_small_a(void **state) {
     const char *d0 = fixture_or_skip("small-a");
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", d0);
-    reference r;
-    load_ref(dir, &r);
+    tu_reference r;
+    assert_true(tu_ref_load(dir, &r));
     unsetenv("G3_CUDA_QUANT");
     check_exact(dir, &r, 1e-3);
     setenv("G3_CUDA_GEMM", "bf16", 1); /* plain bf16 activations into the products: looser */
@@ -289,7 +226,7 @@ static void test_small_a(void **state) {
     check_kl(dir, &r, "int4 group 128", 512, 4.0, 0.1);
     check_kl(dir, &r, "int4 group 128", 1, 4.0, 0.1);
     unsetenv("G3_CUDA_QUANT");
-    free_ref(&r);
+    tu_ref_free(&r);
 }
 #else
 static void no_cuda(void **state) {

@@ -11,79 +11,6 @@
 #include "gemma3.h"
 #include "testutil.h"
 
-typedef struct ref_prompt {
-    const char *kind;
-    int32_t *ids;
-    int n;
-    int32_t gen[32];
-    float margins[32];
-    const cJSON *last, *all, *steps;
-} ref_prompt;
-
-typedef struct reference {
-    cJSON *root;
-    char *text;
-    int vocab;
-    ref_prompt p[4];
-    int n_prompts;
-} reference;
-
-static int load_ref(const char *dir, reference *r) {
-    char path[1100];
-    snprintf(path, sizeof path, "%.1000s/reference.json", dir);
-    memset(r, 0, sizeof *r);
-    r->text = tu_read_file(path, NULL);
-    if (!r->text) return 0;
-    r->root = cJSON_Parse(r->text);
-    assert_non_null(r->root);
-    r->vocab = cJSON_GetObjectItem(cJSON_GetObjectItem(r->root, "config"), "vocab_size")->valueint;
-    const cJSON *ps = cJSON_GetObjectItem(r->root, "prompts");
-    r->n_prompts = cJSON_GetArraySize(ps);
-    assert_int_equal(r->n_prompts, 4);
-    for (int i = 0; i < r->n_prompts; i++) {
-        const cJSON *p = cJSON_GetArrayItem(ps, i);
-        ref_prompt *q = &r->p[i];
-        q->kind = cJSON_GetObjectItem(p, "kind")->valuestring;
-        const cJSON *ids = cJSON_GetObjectItem(p, "ids");
-        q->n = cJSON_GetArraySize(ids);
-        q->ids = malloc(sizeof(int32_t) * (size_t)(q->n + 32));
-        for (int k = 0; k < q->n; k++) q->ids[k] = cJSON_GetArrayItem(ids, k)->valueint;
-        const cJSON *gen = cJSON_GetObjectItem(p, "generated_ids"), *mar = cJSON_GetObjectItem(p, "margins");
-        for (int k = 0; k < 32; k++) {
-            q->gen[k] = cJSON_GetArrayItem(gen, k)->valueint;
-            q->margins[k] = (float)cJSON_GetArrayItem(mar, k)->valuedouble;
-            q->ids[q->n + k] = q->gen[k];
-        }
-        q->last = cJSON_GetObjectItem(p, "last_prompt_logits");
-        q->all = cJSON_GetObjectItem(p, "all_prompt_logits");
-        q->steps = cJSON_GetObjectItem(p, "generated_step_logits");
-    }
-    return 1;
-}
-
-static void free_ref(reference *r) {
-    for (int i = 0; i < r->n_prompts; i++) free(r->p[i].ids);
-    cJSON_Delete(r->root);
-    free(r->text);
-}
-
-static void row_from_json(const cJSON *arr, float *out, int n) {
-    assert_int_equal(cJSON_GetArraySize(arr), n);
-    int k = 0;
-    for (const cJSON *e = arr->child; e; e = e->next) out[k++] = (float)e->valuedouble;
-}
-
-/* max |ours - ref| / max(1, max|ref|) over one row */
-static double rel_err(const float *ours, const float *ref, int n) {
-    double mx = 1, d = 0;
-    for (int i = 0; i < n; i++) {
-        if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
-        double x = fabs((double)ours[i] - ref[i]);
-        if (x > d || isnan(x)) d = isnan(x) ? INFINITY : x;
-    }
-    return d / mx;
-}
-
 static g3_engine *make_engine(g3_model *m, int chunk) {
     g3_engine_opts o;
     g3_engine_opts_default(&o);
@@ -120,7 +47,7 @@ static int greedy(g3_engine *e, const int32_t *prompt, int n, int32_t *out) {
 }
 
 /* Checks one model file against the reference: all prompts, prefill chunked three ways, greedy, decode steps. */
-static void check_exact(const char *model_path, const reference *r) {
+static void check_exact(const char *model_path, const tu_reference *r) {
     g3_model *m = NULL;
     g3_error err = {0};
     if (g3_model_load(model_path, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", model_path, err.msg);
@@ -133,12 +60,12 @@ static void check_exact(const char *model_path, const reference *r) {
     for (int ci = 0; ci < 3; ci++) {
         g3_engine *e = make_engine(m, chunks[ci]);
         for (int pi = 0; pi < r->n_prompts; pi++) {
-            const ref_prompt *p = &r->p[pi];
+            const tu_ref_prompt *p = &r->p[pi];
             int all = p->all != NULL;
             if (g3_engine_logits(e, p->ids, p->n, all, ours, &err) != G3_OK) fail_msg("logits: %s", err.msg);
             for (int pos = all ? 0 : p->n - 1; pos < p->n; pos++) {
-                row_from_json(all ? cJSON_GetArrayItem(p->all, pos) : p->last, ref, V);
-                double d = rel_err(ours + (size_t)(all ? pos : 0) * V, ref, V);
+                tu_row_from_json(all ? cJSON_GetArrayItem(p->all, pos) : p->last, ref, V);
+                double d = tu_rel_err(ours + (size_t)(all ? pos : 0) * V, ref, V);
                 if (d > worst) worst = d;
                 if (d > 1e-3) fail_msg("%s prompt %s pos %d chunk %d: logits differ by %.3g (relative)", model_path,
                                        p->kind, pos, chunks[ci], d);
@@ -147,8 +74,8 @@ static void check_exact(const char *model_path, const reference *r) {
             if (p->steps) {
                 if (g3_engine_logits(e, p->ids, p->n + 31, 1, ours, &err) != G3_OK) fail_msg("logits: %s", err.msg);
                 for (int k = 0; k < 32; k++) {
-                    row_from_json(cJSON_GetArrayItem(p->steps, k), ref, V);
-                    double d = rel_err(ours + (size_t)(p->n - 1 + k) * V, ref, V);
+                    tu_row_from_json(cJSON_GetArrayItem(p->steps, k), ref, V);
+                    double d = tu_rel_err(ours + (size_t)(p->n - 1 + k) * V, ref, V);
                     if (d > worst) worst = d;
                     if (d > 1e-3) fail_msg("%s prompt %s step %d chunk %d: logits differ by %.3g", model_path, p->kind,
                                            k, chunks[ci], d);
@@ -161,7 +88,7 @@ static void check_exact(const char *model_path, const reference *r) {
     g3_engine *e = make_engine(m, 512);
     int compared = 0;
     for (int pi = 0; pi < r->n_prompts; pi++) {
-        const ref_prompt *p = &r->p[pi];
+        const tu_ref_prompt *p = &r->p[pi];
         int32_t got[32];
         assert_int_equal(greedy(e, p->ids, p->n, got), 32);
         for (int k = 0; k < 32; k++) {
@@ -180,12 +107,12 @@ static void check_exact(const char *model_path, const reference *r) {
 }
 
 /* Q8_0: KL(ref || ours) and top-1 agreement over every position of the long prompt. */
-static void check_quantized(const char *model_path, const reference *r, double max_kl, double min_top1) {
+static void check_quantized(const char *model_path, const tu_reference *r, double max_kl, double min_top1) {
     g3_model *m = NULL;
     g3_error err = {0};
     if (g3_model_load(model_path, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", model_path, err.msg);
     int V = g3_model_config(m)->vocab;
-    const ref_prompt *p = &r->p[3];
+    const tu_ref_prompt *p = &r->p[3];
     assert_non_null(p->all);
     float *ref = malloc(sizeof(float) * (size_t)V), *ours = malloc(sizeof(float) * (size_t)V * (size_t)p->n);
     g3_engine *e = make_engine(m, 512);
@@ -193,7 +120,7 @@ static void check_quantized(const char *model_path, const reference *r, double m
     double kl_sum = 0;
     int agree = 0;
     for (int pos = 0; pos < p->n; pos++) {
-        row_from_json(cJSON_GetArrayItem(p->all, pos), ref, V);
+        tu_row_from_json(cJSON_GetArrayItem(p->all, pos), ref, V);
         const float *o = ours + (size_t)pos * V;
         double mr = -INFINITY, mo = -INFINITY;
         int ar = 0, ao = 0;
@@ -223,7 +150,7 @@ static void check_quantized(const char *model_path, const reference *r, double m
 
 /* Q8_0 file of a trained model: KL and top-1 over the last-prompt logits of every reference prompt, and greedy
  * tokens equal while the reference margin is clear (0.1). */
-static void check_quantized_last(const char *model_path, const reference *r, double max_kl) {
+static void check_quantized_last(const char *model_path, const tu_reference *r, double max_kl) {
     g3_model *m = NULL;
     g3_error err = {0};
     if (g3_model_load(model_path, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", model_path, err.msg);
@@ -233,9 +160,9 @@ static void check_quantized_last(const char *model_path, const reference *r, dou
     double kl_sum = 0;
     int agree = 0, greedy_eq = 0;
     for (int pi = 0; pi < r->n_prompts; pi++) {
-        const ref_prompt *p = &r->p[pi];
+        const tu_ref_prompt *p = &r->p[pi];
         if (g3_engine_logits(e, p->ids, p->n, 0, o, &err) != G3_OK) fail_msg("logits: %s", err.msg);
-        row_from_json(p->last, ref, V);
+        tu_row_from_json(p->last, ref, V);
         double mr = -INFINITY, mo = -INFINITY, zr = 0, zo = 0, kl = 0;
         int ar = 0, ao = 0;
         for (int i = 0; i < V; i++) {
@@ -276,8 +203,8 @@ static void run_model(const char *name, const char *const *exact_files, const ch
     }
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", dir0);
-    reference r;
-    assert_true(load_ref(dir, &r));
+    tu_reference r;
+    assert_true(tu_ref_load(dir, &r));
     check_exact(dir, &r); /* the HF folder: bf16 safetensors */
     char path[1200];
     for (int i = 0; exact_files && exact_files[i]; i++) {
@@ -288,7 +215,7 @@ static void run_model(const char *name, const char *const *exact_files, const ch
         snprintf(path, sizeof path, "%.1000s/%.100s", dir, q_files[i]);
         check_quantized(path, &r, 0.01, 0.95);
     }
-    free_ref(&r);
+    tu_ref_free(&r);
 }
 
 static void test_tiny_gqa(void **state) {
@@ -317,11 +244,11 @@ static void test_demo_gguf(void **state) {
     (void)state;
     char dir[1024], path[1200];
     snprintf(dir, sizeof dir, "%.900s/models/gemma3-pydoc", tu_source_dir());
-    reference r;
-    if (!load_ref(dir, &r)) skip();
+    tu_reference r;
+    if (!tu_ref_load(dir, &r)) skip();
     snprintf(path, sizeof path, "%.1000s/gemma3-pydoc-q8_0.gguf", dir);
     check_quantized_last(path, &r, 0.01);
-    free_ref(&r);
+    tu_ref_free(&r);
 }
 
 int main(void) {

@@ -64,3 +64,60 @@ double tu_max_abs_diff(const float *a, const float *b, size_t n) {
     }
     return m;
 }
+
+int tu_ref_load(const char *dir, tu_reference *r) {
+    char path[1100];
+    snprintf(path, sizeof path, "%.1000s/reference.json", dir);
+    memset(r, 0, sizeof *r);
+    r->text = tu_read_file(path, NULL);
+    if (!r->text) return 0;
+    r->root = cJSON_Parse(r->text);
+    assert_non_null(r->root);
+    r->vocab = cJSON_GetObjectItem(cJSON_GetObjectItem(r->root, "config"), "vocab_size")->valueint;
+    const cJSON *ps = cJSON_GetObjectItem(r->root, "prompts");
+    r->n_prompts = cJSON_GetArraySize(ps);
+    assert_int_equal(r->n_prompts, 4);
+    for (int i = 0; i < r->n_prompts; i++) {
+        const cJSON *p = cJSON_GetArrayItem(ps, i);
+        tu_ref_prompt *q = &r->p[i];
+        q->kind = cJSON_GetObjectItem(p, "kind")->valuestring;
+        const cJSON *ids = cJSON_GetObjectItem(p, "ids");
+        q->n = cJSON_GetArraySize(ids);
+        q->ids = malloc(sizeof(int32_t) * (size_t)(q->n + 32));
+        assert_non_null(q->ids);
+        for (int k = 0; k < q->n; k++) q->ids[k] = cJSON_GetArrayItem(ids, k)->valueint;
+        const cJSON *gen = cJSON_GetObjectItem(p, "generated_ids"), *mar = cJSON_GetObjectItem(p, "margins");
+        for (int k = 0; k < 32; k++) {
+            q->gen[k] = cJSON_GetArrayItem(gen, k)->valueint;
+            q->margins[k] = (float)cJSON_GetArrayItem(mar, k)->valuedouble;
+            q->ids[q->n + k] = q->gen[k];
+        }
+        q->last = cJSON_GetObjectItem(p, "last_prompt_logits");
+        q->all = cJSON_GetObjectItem(p, "all_prompt_logits");
+        q->steps = cJSON_GetObjectItem(p, "generated_step_logits");
+    }
+    return 1;
+}
+
+void tu_ref_free(tu_reference *r) {
+    for (int i = 0; i < r->n_prompts; i++) free(r->p[i].ids);
+    cJSON_Delete(r->root);
+    free(r->text);
+    memset(r, 0, sizeof *r);
+}
+
+void tu_row_from_json(const cJSON *arr, float *out, int n) {
+    assert_int_equal(cJSON_GetArraySize(arr), n);
+    int k = 0;
+    for (const cJSON *e = arr->child; e; e = e->next) out[k++] = (float)e->valuedouble;
+}
+
+double tu_rel_err(const float *ours, const float *ref, int n) {
+    double mx = 1, d = 0;
+    for (int i = 0; i < n; i++) {
+        if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
+        double x = fabs((double)ours[i] - ref[i]);
+        if (x > d || isnan(x)) d = isnan(x) ? INFINITY : x;
+    }
+    return d / mx;
+}

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <cjson/cJSON.h>
 
 /* $G3_SOURCE_DIR (set by ctest) or ".". */
 const char *tu_source_dir(void);
@@ -19,5 +20,33 @@ char *tu_read_file(const char *path, size_t *len);
 const char *tu_tmpdir(void);
 /* Max |a-b| over n floats. */
 double tu_max_abs_diff(const float *a, const float *b, size_t n);
+
+/* A fixture's reference.json (schema in ../shared/fixtures/README.md), as the parity tests read it. */
+typedef struct tu_ref_prompt {
+    const char *kind;
+    int32_t *ids;          /* n prompt ids followed by the 32 generated ones */
+    int n;
+    int32_t gen[32];       /* greedy continuation */
+    float margins[32];     /* top1 - top2 of the logits that chose gen[k] */
+    const cJSON *last;     /* last_prompt_logits */
+    const cJSON *all;      /* all_prompt_logits or NULL */
+    const cJSON *steps;    /* generated_step_logits or NULL */
+} tu_ref_prompt;
+
+typedef struct tu_reference {
+    cJSON *root;
+    char *text;
+    int vocab;
+    tu_ref_prompt p[4];
+    int n_prompts;
+} tu_reference;
+
+/* Loads DIR/reference.json; returns 0 when the file is absent (asserts on a malformed one). */
+int tu_ref_load(const char *dir, tu_reference *r);
+void tu_ref_free(tu_reference *r);
+/* A JSON array of n numbers into floats (asserts the length). */
+void tu_row_from_json(const cJSON *arr, float *out, int n);
+/* max |ours - ref| / max(1, max |ref|) over one row (NaN counts as infinite). */
+double tu_rel_err(const float *ours, const float *ref, int n);
 
 #endif
