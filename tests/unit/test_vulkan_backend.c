@@ -1,6 +1,7 @@
 /* The Vulkan backend against the CPU backend on random models of every weight type (K-quants on a 256-wide model),
  * with softcaps, a sliding window spanning several small KV blocks and contexts long enough for split attention;
- * and its table-level behaviour: copy_block, staging uploads, bad batches, bad device indices, too little memory. */
+ * and its table-level behaviour: copy_block, greedy picks on the device, staging uploads, bad batches, bad device
+ * indices, too little memory. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,6 +229,27 @@ static void test_ops_copy_block_staging_errors(void **state) {
     for (int i = 0; i < V; i++) d0 = fmax(d0, fabs(two[i] - a[i])), d1 = fmax(d1, fabs(two[V + i] - pre[i]));
     printf("  mixed batch vs separate forwards: %.3g, %.3g\n", d0, d1);
     assert_true(d0 < 1e-4 && d1 < 1e-4);
+    /* greedy picks on the device: the argmax of the same logits (matvec head for 2 rows, matmul head for 11) */
+    assert_non_null(ops->forward_argmax);
+    int32_t ids[11], all_rows[11];
+    if (ops->forward_argmax(b, &mb, ids, &err)) fail_msg("forward_argmax: %s", err.msg);
+    for (int r = 0; r < 2; r++) {
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (two[(size_t)r * V + i] > two[(size_t)r * V + best]) best = i;
+        assert_int_equal(ids[r], best);
+    }
+    float *every = malloc(sizeof(float) * 11 * V);
+    for (int i = 0; i < 11; i++) all_rows[i] = i;
+    mb.n_out = 11, mb.out_rows = all_rows;
+    if (ops->forward(b, &mb, every, &err) || ops->forward_argmax(b, &mb, ids, &err)) fail_msg("%s", err.msg);
+    for (int r = 0; r < 11; r++) {
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (every[(size_t)r * V + i] > every[(size_t)r * V + best]) best = i;
+        assert_int_equal(ids[r], best);
+    }
+    free(every);
     /* bad batches */
     int32_t bad = V;
     assert_int_equal(run(ops, b, &t, &bad, &dpos, &s0, 1, c, &err), G3_ERR_ARG);

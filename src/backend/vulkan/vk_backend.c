@@ -26,7 +26,7 @@ static void vk_destroy(g3_backend *b) {
     }
     free(b->layers);
     g3vk_weight_free(vk, &b->embed);
-    g3vk_buf *bufs[] = {&b->norms, &b->kv[0], &b->kv[1], &b->act, &b->params, &b->logits};
+    g3vk_buf *bufs[] = {&b->norms, &b->kv[0], &b->kv[1], &b->act, &b->params, &b->logits, &b->logits_dev, &b->ids};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g3vk_buf_free(vk, bufs[i]);
     g3vk_deinit(vk); /* frees the command pool and with it the command buffers */
     free(b);
@@ -225,6 +225,10 @@ static g3_status vk_create(const g3_model *m, const g3_backend_cfg *cfg, g3_back
     if ((rc = g3vk_buf_create(&b->vk, (size_t)b->lch * (size_t)c->vocab * 4, G3VK_MEM_READBACK, "logits", &b->logits,
                               err)))
         goto fail;
+    if ((rc = g3vk_buf_create(&b->vk, (size_t)b->lch * (size_t)c->vocab * 4, G3VK_MEM_DEVICE, "logits", &b->logits_dev,
+                              err)) ||
+        (rc = g3vk_buf_create(&b->vk, (size_t)b->lch * 4, G3VK_MEM_READBACK, "token ids", &b->ids, err)))
+        goto fail;
     int32_t *P = b->params.map;
     memset(P, 0, b->p_ints * 4);
     P[G3VK_P_TOK] = b->off_tok, P[G3VK_P_POS] = b->off_pos, P[G3VK_P_SEQ] = b->off_seq, P[G3VK_P_OUT] = b->off_out;
@@ -276,21 +280,23 @@ static g3_status check_batch(const g3_backend *b, const g3_batch *bt, g3_error *
     return G3_OK;
 }
 
-static g3_status read_logits(g3_backend *b, float *dst, int n, g3_error *err) {
-    if (!b->logits.coherent) {
-        VkMappedMemoryRange mr = {.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE, .memory = b->logits.mem,
+static g3_status read_back(g3_backend *b, g3vk_buf *src, void *dst, size_t bytes, g3_error *err) {
+    if (!src->coherent) {
+        VkMappedMemoryRange mr = {.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE, .memory = src->mem,
                                   .size = VK_WHOLE_SIZE};
         G3_TRY(g3vk_check(b->vk.vkInvalidateMappedMemoryRanges(b->vk.dev, 1, &mr), "vkInvalidateMappedMemoryRanges",
                           err));
     }
-    memcpy(dst, b->logits.map, sizeof(float) * (size_t)n * (size_t)b->m->cfg.vocab);
+    memcpy(dst, src->map, bytes);
     return G3_OK;
 }
 
-static g3_status vk_forward(g3_backend *b, const g3_batch *bt, float *logits, g3_error *err) {
+/* One step: the parameter block, the body of the row bucket, then the head per chunk of lch output rows. The
+ * output is logits [n_out][vocab] or (argmax) token ids [n_out]. */
+static g3_status run_step(g3_backend *b, const g3_batch *bt, int argmax, void *out, g3_error *err) {
     G3_TRY(check_batch(b, bt, err));
     int32_t *P = b->params.map;
-    size_t tab = (size_t)b->cfg.max_seqs * (size_t)b->cfg.max_blocks_per_seq;
+    size_t tab = (size_t)b->cfg.max_seqs * (size_t)b->cfg.max_blocks_per_seq, V = (size_t)b->m->cfg.vocab;
     P[G3VK_P_NROWS] = bt->n_rows;
     memcpy(P + b->off_tok, bt->token, sizeof(int32_t) * (size_t)bt->n_rows);
     memcpy(P + b->off_pos, bt->pos, sizeof(int32_t) * (size_t)bt->n_rows);
@@ -300,19 +306,28 @@ static g3_status vk_forward(g3_backend *b, const g3_batch *bt, float *logits, g3
     if (b->n_layers_kind[1]) memcpy(P + b->off_btl, bt->bt_local, sizeof(int32_t) * tab);
     int bi = 0;
     while (b->bucket_rows[bi] < bt->n_rows) bi++;
-    VkCommandBuffer cbs[2] = {b->body[bi], VK_NULL_HANDLE};
-    int first = bt->n_out < b->lch ? bt->n_out : b->lch;
-    P[G3VK_P_NOUT] = first, P[G3VK_P_OUTBASE] = 0;
-    if (first) cbs[1] = b->head[first <= G3VK_MV_ROWS ? 0 : 1];
-    G3_TRY(g3vk_submit_wait(&b->vk, cbs, first ? 2 : 1, err));
-    if (first) G3_TRY(read_logits(b, logits, first, err));
-    for (int done = first; done < bt->n_out; done += b->lch) {
+    VkCommandBuffer *heads = argmax ? b->head_argmax : b->head;
+    for (int done = 0; done == 0 || done < bt->n_out; done += b->lch) {
         int cnt = bt->n_out - done < b->lch ? bt->n_out - done : b->lch;
         P[G3VK_P_NOUT] = cnt, P[G3VK_P_OUTBASE] = done;
-        G3_TRY(g3vk_submit_wait(&b->vk, &b->head[cnt <= G3VK_MV_ROWS ? 0 : 1], 1, err));
-        G3_TRY(read_logits(b, logits + (size_t)done * (size_t)b->m->cfg.vocab, cnt, err));
+        VkCommandBuffer cbs[2];
+        int n = 0;
+        if (done == 0) cbs[n++] = b->body[bi];
+        if (cnt > 0) cbs[n++] = heads[cnt <= G3VK_MV_ROWS ? 0 : 1];
+        G3_TRY(g3vk_submit_wait(&b->vk, cbs, n, err));
+        if (cnt > 0 && argmax) G3_TRY(read_back(b, &b->ids, (int32_t *)out + done, sizeof(int32_t) * (size_t)cnt, err));
+        else if (cnt > 0) G3_TRY(read_back(b, &b->logits, (float *)out + (size_t)done * V, sizeof(float) * cnt * V, err));
+        if (cnt <= 0) break;
     }
     return G3_OK;
+}
+
+static g3_status vk_forward(g3_backend *b, const g3_batch *bt, float *logits, g3_error *err) {
+    return run_step(b, bt, 0, logits, err);
+}
+
+static g3_status vk_forward_argmax(g3_backend *b, const g3_batch *bt, int32_t *tokens, g3_error *err) {
+    return run_step(b, bt, 1, tokens, err);
 }
 
 static g3_status vk_copy_block(g3_backend *b, int kind, int src, int dst, g3_error *err) {
@@ -334,4 +349,5 @@ const g3_backend_ops g3_backend_vulkan = {
     .forward = vk_forward,
     .copy_block = vk_copy_block,
     .block_bytes = vk_block_bytes,
+    .forward_argmax = vk_forward_argmax,
 };

@@ -3,7 +3,8 @@
  *
  * Per step the host writes the parameter block (rows, positions, sequences, output rows, both block tables) into
  * a small host-visible buffer, then submits the body command buffer of the smallest row bucket >= n_rows and, for
- * the logits, the head command buffer (one submission per chunk of `lch` output rows). */
+ * the logits, the head command buffer (one submission per chunk of `lch` output rows); forward_argmax submits a head
+ * that also picks the greedy token of every row, so that only the ids come back. */
 #ifndef G3_BACKEND_VULKAN_VK_BACKEND_H
 #define G3_BACKEND_VULKAN_VK_BACKEND_H
 
@@ -45,6 +46,8 @@ struct g3_backend {
     uint64_t a_part;           /* [G3VK_MV_ROWS][NH][n_chunks][D + 2] split-attention partials */
     g3vk_buf params;           /* int32 parameter block, host-visible */
     g3vk_buf logits;           /* [lch][vocab] float32, host-visible */
+    g3vk_buf logits_dev;       /* [lch][vocab] float32, device-local: the greedy path's logits */
+    g3vk_buf ids;              /* [lch] int32, host-visible: the greedy path's picks */
     int lch;                   /* logits rows per head submission */
     int ctx;                   /* max_blocks_per_seq * kv_block */
     int n_chunks, chunk_len;   /* split attention for small buckets */
@@ -53,6 +56,7 @@ struct g3_backend {
     int n_buckets, bucket_rows[G3VK_MAX_BUCKETS];
     VkCommandBuffer body[G3VK_MAX_BUCKETS]; /* embed + layers + final norm for rows <= bucket_rows[i] */
     VkCommandBuffer head[2];   /* gather + logits: [0] matvec (<= 8 rows), [1] matmul */
+    VkCommandBuffer head_argmax[2]; /* gather + logits + argmax on the device (forward_argmax) */
     char device_name[256];
 };
 

@@ -310,7 +310,7 @@ const char *g3vk_type_suffix(uint32_t type) {
 
 static const char *kernel_names[G3VK_K_COUNT] = {"matvec", "matvec_geglu", "matmul", "matmul_geglu", "embed",
                                                  "qk_rope", "attn", "attn_combine", "add_norm", "gather", "geglu",
-                                                 "test_sincos"};
+                                                 "argmax", "test_sincos"};
 
 g3_status g3vk_pipeline(g3vk *vk, int kind, uint32_t type, VkPipeline *out, g3_error *err) {
     int slot;

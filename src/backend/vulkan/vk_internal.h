@@ -39,7 +39,7 @@
 /* Pipelines: kernels templated on the weight type, then the type-independent ones. */
 enum { G3VK_K_MATVEC, G3VK_K_MATVEC_GEGLU, G3VK_K_MATMUL, G3VK_K_MATMUL_GEGLU, G3VK_K_EMBED, G3VK_K_TYPED };
 enum { G3VK_K_QK_ROPE = G3VK_K_TYPED, G3VK_K_ATTN, G3VK_K_ATTN_COMBINE, G3VK_K_ADD_NORM, G3VK_K_GATHER, G3VK_K_GEGLU,
-       G3VK_K_TEST_SINCOS, G3VK_K_COUNT };
+       G3VK_K_ARGMAX, G3VK_K_TEST_SINCOS, G3VK_K_COUNT };
 #define G3VK_NTYPES 7 /* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K */
 #define G3VK_NPIPES (G3VK_K_TYPED * G3VK_NTYPES + (G3VK_K_COUNT - G3VK_K_TYPED))
 
@@ -167,6 +167,11 @@ typedef struct pc_gather {
     uint64_t x, xo, params;
     uint32_t H;
 } pc_gather;
+
+typedef struct pc_argmax {
+    uint64_t logits, ids, params;
+    uint32_t V;
+} pc_argmax;
 
 typedef struct pc_geglu {
     uint64_t gate, up, params;

@@ -6,7 +6,8 @@
  *   embed+norm [R]  ->  QKV projection  ->  QK-norm+rope+KV write [NH+KVH, R]  ->  attention [chunks, NH, R]
  *   (+ combine [NH, R] for split decode)  ->  Wo  ->  post-norm + residual + pre-FFN norm [R]
  *   ->  gate/up + GeGLU  ->  down  ->  post-norm + residual + next norm [R]
- * Head: gather the wanted rows [lch] -> logits = x E^T (softcap) into host-visible memory. */
+ * Head: gather the wanted rows [lch] -> logits = x E^T (softcap) into host-visible memory; or, for greedy steps,
+ * into device memory followed by an argmax per row [lch], so that only token ids travel. */
 #include <math.h>
 #include <string.h>
 
@@ -166,7 +167,7 @@ static g3_status record_body(g3_backend *b, VkCommandBuffer cb, int rows, g3_err
     return end(&r);
 }
 
-static g3_status record_head(g3_backend *b, VkCommandBuffer cb, int rows, g3_error *err) {
+static g3_status record_head(g3_backend *b, VkCommandBuffer cb, int rows, int argmax, g3_error *err) {
     rec r = {.b = b, .err = err};
     G3_TRY(begin(&r, cb));
     const g3_config *c = &b->m->cfg;
@@ -174,23 +175,33 @@ static g3_status record_head(g3_backend *b, VkCommandBuffer cb, int rows, g3_err
     pc_gather pg = {.x = b->a_x, .xo = b->a_xo, .params = b->params.addr, .H = (uint32_t)c->hidden};
     push_dispatch(&r, &pg, sizeof pg, (uint32_t)rows, 1, 1);
     barrier(&r);
-    matmul(&r, rows, &b->embed, NULL, b->a_xo, (uint32_t)c->hidden, b->logits.addr, (uint32_t)c->vocab, G3VK_P_NOUT,
-           c->final_softcap > 0);
+    matmul(&r, rows, &b->embed, NULL, b->a_xo, (uint32_t)c->hidden, argmax ? b->logits_dev.addr : b->logits.addr,
+           (uint32_t)c->vocab, G3VK_P_NOUT, c->final_softcap > 0);
+    if (argmax) {
+        barrier(&r);
+        bind(&r, G3VK_K_ARGMAX, 0);
+        pc_argmax pm = {.logits = b->logits_dev.addr, .ids = b->ids.addr, .params = b->params.addr,
+                        .V = (uint32_t)c->vocab};
+        push_dispatch(&r, &pm, sizeof pm, (uint32_t)rows, 1, 1);
+    }
     return end(&r);
 }
 
 g3_status g3vk_record_all(g3_backend *b, g3_error *err) {
     g3vk *vk = &b->vk;
-    uint32_t n = (uint32_t)b->n_buckets + 2;
-    VkCommandBuffer cbs[G3VK_MAX_BUCKETS + 2];
+    uint32_t n = (uint32_t)b->n_buckets + 4;
+    VkCommandBuffer cbs[G3VK_MAX_BUCKETS + 4];
     VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = vk->pool,
                                        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = n};
     G3_TRY(g3vk_check(vk->vkAllocateCommandBuffers(vk->dev, &cai, cbs), "vkAllocateCommandBuffers", err));
     for (int i = 0; i < b->n_buckets; i++) b->body[i] = cbs[i];
     b->head[0] = cbs[b->n_buckets], b->head[1] = cbs[b->n_buckets + 1];
+    b->head_argmax[0] = cbs[b->n_buckets + 2], b->head_argmax[1] = cbs[b->n_buckets + 3];
     for (int i = 0; i < b->n_buckets; i++) G3_TRY(record_body(b, b->body[i], b->bucket_rows[i], err));
     int small = b->lch < G3VK_MV_ROWS ? b->lch : G3VK_MV_ROWS;
-    G3_TRY(record_head(b, b->head[0], small, err));
-    G3_TRY(record_head(b, b->head[1], b->lch, err));
+    for (int am = 0; am < 2; am++) {
+        G3_TRY(record_head(b, am ? b->head_argmax[0] : b->head[0], small, am, err));
+        G3_TRY(record_head(b, am ? b->head_argmax[1] : b->head[1], b->lch, am, err));
+    }
     return G3_OK;
 }

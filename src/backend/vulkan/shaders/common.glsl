@@ -12,6 +12,7 @@
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer F4Buf { vec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer IBuf { int v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer IBufW { int v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer UBuf { uint v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer U2Buf { uvec2 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer U4Buf { uvec4 v[]; };
