@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libcjson-dev libcmocka-dev libmicrohttpd-dev
-      sentencepiece python3-sentencepiece python3-venv python3-numpy curl tmux)
+      sentencepiece python3-sentencepiece python3-venv python3-numpy curl tmux
+      libvulkan-dev glslc mesa-vulkan-drivers)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
