@@ -159,6 +159,10 @@ static void test_vs_cpu_all_types(void **state) {
     compare(G3_DTYPE_F32, 20.0f, 10.0f, 40, 16); /* softcaps */
     compare(G3_DTYPE_BF16, 0, 0, 150, 1);        /* decode path at every position: split attention, 3 chunks */
     compare(G3_DTYPE_Q4_K, 0, 0, 70, 7);
+    setenv("G3_VULKAN_NO_SUBGROUPS", "1", 1); /* every kernel's shared-memory reduction variant */
+    compare(G3_DTYPE_F16, 5.0f, 0, 70, 16);
+    compare(G3_DTYPE_F16, 0, 0, 70, 1);
+    unsetenv("G3_VULKAN_NO_SUBGROUPS");
 }
 
 /* ---- the ops table directly ------------------------------------------------------------------------------------- */

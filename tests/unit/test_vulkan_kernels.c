@@ -117,6 +117,17 @@ static void test_matmul_all_types(void **state) {
     }
 }
 
+/* The shader variants for devices without subgroup arithmetic (shared-memory reductions). */
+static void test_matmul_without_subgroups(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    setenv("G3_VULKAN_NO_SUBGROUPS", "1", 1);
+    check_matmul(G3_DTYPE_Q8_0, 37, 160, 3, 1, 0);
+    check_matmul(G3_DTYPE_Q4_K, 70, 512, 5, 1, 1);
+    check_matmul(G3_DTYPE_BF16, 70, 160, 70, 2, 0);
+    unsetenv("G3_VULKAN_NO_SUBGROUPS");
+}
+
 static void test_sincos_large_angles(void **state) {
     (void)state;
     if (!have_device()) skip();
@@ -144,6 +155,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_list_devices),
         cmocka_unit_test(test_matmul_all_types),
+        cmocka_unit_test(test_matmul_without_subgroups),
         cmocka_unit_test(test_sincos_large_angles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -219,7 +219,8 @@ g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
         return g3_fail(err, G3_ERR_DEVICE, "vulkan: device %d (%s) lacks %s", index, info.name, info.missing);
     vk->pdev = pd[index];
     vk->index = index;
-    vk->subgroups = info.subgroup_arithmetic;
+    const char *nosg = getenv("G3_VULKAN_NO_SUBGROUPS");
+    vk->subgroups = info.subgroup_arithmetic && !(nosg && *nosg == '1');
     vk->subgroup_size = info.subgroup_size;
     const char *st = getenv("G3_VULKAN_STAGING");
     vk->force_staging = st && *st == '1';

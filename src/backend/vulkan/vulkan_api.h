@@ -7,7 +7,9 @@
  * this backend runs unchanged where Vulkan is missing, and create() then fails with G3_ERR_DEVICE.
  *
  * Environment: G3_VULKAN_DEVICE=N (device index), G3_VULKAN_STAGING=1 (upload through a staging buffer even where
- * device memory is host-visible; for tests), G3_VULKAN_VALIDATE=1 (enable VK_LAYER_KHRONOS_validation if present). */
+ * device memory is host-visible; for tests), G3_VULKAN_NO_SUBGROUPS=1 (use the shared-memory reduction variants of the
+ * shaders even where subgroup arithmetic exists; for tests), G3_VULKAN_VALIDATE=1 (enable VK_LAYER_KHRONOS_validation
+ * if present). */
 #ifndef G3_BACKEND_VULKAN_VULKAN_API_H
 #define G3_BACKEND_VULKAN_VULKAN_API_H
 

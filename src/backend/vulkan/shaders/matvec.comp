@@ -63,14 +63,17 @@ void main() {
 #if G3_SG
     [[unroll]] for (uint a = 0; a < NR; a++)
         [[unroll]] for (uint r = 0; r < RMAX; r++) {
-            float s = subgroupAdd(acc[a][r]);
-            if (subgroupElect()) part_sh[a * RMAX + r][gl_SubgroupID] = s;
+            if (r < nr) { // nr is uniform: only the rows in use pay for a reduction
+                float s = subgroupAdd(acc[a][r]);
+                if (subgroupElect()) part_sh[a * RMAX + r][gl_SubgroupID] = s;
+            }
         }
     barrier();
     uint nparts = gl_NumSubgroups;
 #else
     [[unroll]] for (uint a = 0; a < NR; a++)
-        [[unroll]] for (uint r = 0; r < RMAX; r++) part_sh[a * RMAX + r][tid] = acc[a][r];
+        [[unroll]] for (uint r = 0; r < RMAX; r++)
+            if (r < nr) part_sh[a * RMAX + r][tid] = acc[a][r];
     barrier();
     uint nparts = WG;
 #endif
