@@ -71,7 +71,7 @@ int g3_cli_chat(int argc, char **argv) {
     g3_cli_model_opts mo;
     g3_cli_model_opts_default(&mo);
     const char *system0 = NULL;
-    int n_predict = 1024, top_k = 64, seed = -1, verbose = 0;
+    int n_predict = 1024, top_k = 64, seed = -1, verbose = 0, ignore_eos = 0;
     float temp = 1.0f, top_p = 0.95f, min_p = 0, rep = 1;
     g3_arg args[] = {
         {"model", 'm', G3_ARG_STR, &mo.model, "model: Hugging Face folder or .gguf file"},
@@ -84,6 +84,7 @@ int g3_cli_chat(int argc, char **argv) {
         {"repeat-penalty", 0, G3_ARG_FLOAT, &rep, "repetition penalty (1 = off)"},
         {"seed", 's', G3_ARG_INT, &seed, "random seed (-1 = from the clock)"},
         {"verbose", 'v', G3_ARG_FLAG, &verbose, "print speed after each reply"},
+        {"ignore-eos", 0, G3_ARG_FLAG, &ignore_eos, "replies run to --n-predict instead of ending at <end_of_turn>"},
         {"backend", 0, G3_ARG_STR, &mo.backend, "cpu, cuda or auto"},
         {"quant", 0, G3_ARG_STR, &mo.quant, "weights on the GPU: bf16, int8, int4 or fp8 (cuda backend)"},
         {"threads", 't', G3_ARG_INT, &mo.threads, "CPU threads (0 = all cores)"},
@@ -174,7 +175,7 @@ int g3_cli_chat(int argc, char **argv) {
             n_hist--, free(hist[n_hist].role), free(hist[n_hist].content);
             continue;
         }
-        g3_request req = {.prompt = ids, .n_prompt = n_ids, .max_tokens = n_predict};
+        g3_request req = {.prompt = ids, .n_prompt = n_ids, .max_tokens = n_predict, .ignore_eos = ignore_eos};
         g3_sampling_default(&req.sampling);
         req.sampling.temperature = temp, req.sampling.top_k = top_k, req.sampling.top_p = top_p;
         req.sampling.min_p = min_p, req.sampling.repetition_penalty = rep, req.sampling.seed = seed_base + (uint64_t)turn;

@@ -10,11 +10,19 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/common.h"
+#include "tokenizer/textstream.h"
+
+#define MAX_STOPS 8
 
 typedef struct run_state {
     int print_ids;
     int n_printed;
     g3_detok *detok;
+    g3_textstream ts;       /* holds back text that may start a stop string */
+    g3_buf out;
+    int stop_hit;
+    g3_engine *engine;
+    g3_request_id id;
     const g3_tokenizer *tok;
     double t_start, t_first, t_last;
     int n_gen;
@@ -37,11 +45,18 @@ static void on_event(const g3_event *ev, void *ctx) {
         int is_stop = ev->finish == G3_FINISH_STOP;
         if (s->print_ids) {
             printf("%s%d", s->n_printed++ ? "," : "", ev->token);
-        } else if (!is_stop && s->detok) {
+        } else if (!is_stop && s->detok && !s->stop_hit) {
             const char *text;
             size_t len;
             g3_error err;
-            if (g3_detok_push(s->detok, ev->token, &text, &len, &err) == G3_OK && len) fwrite(text, 1, len, stdout);
+            if (g3_detok_push(s->detok, ev->token, &text, &len, &err) == G3_OK && len) {
+                s->out.len = 0;
+                if (g3_textstream_push(&s->ts, text, len, &s->out)) { /* a stop string: end the request */
+                    s->stop_hit = 1;
+                    g3_engine_cancel(s->engine, s->id);
+                }
+                if (s->out.len) fwrite(s->out.data, 1, s->out.len, stdout);
+            }
         }
         fflush(stdout);
     }
@@ -73,6 +88,7 @@ int g3_cli_run(int argc, char **argv) {
     const char *prompt = NULL, *file = NULL, *ids_s = NULL, *system = NULL;
     int n_predict = 256, print_ids = 0, ignore_eos = 0, chat = 0, parse_special = 0, seed = -1, top_k = 64;
     int n_logprobs = 0;
+    const char *stop_arg = NULL;
     float temp = 1.0f, top_p = 0.95f, min_p = 0, rep = 1, pres = 0, freq = 0;
     g3_arg args[] = {
         {"model", 'm', G3_ARG_STR, &mo.model, "model: Hugging Face folder or .gguf file"},
@@ -92,6 +108,7 @@ int g3_cli_run(int argc, char **argv) {
         {"frequency-penalty", 0, G3_ARG_FLOAT, &freq, "frequency penalty (0 = off)"},
         {"seed", 's', G3_ARG_INT, &seed, "random seed (-1 = from the clock)"},
         {"ignore-eos", 0, G3_ARG_FLAG, &ignore_eos, "keep generating past <eos> / <end_of_turn>"},
+        {"stop", 0, G3_ARG_STR, &stop_arg, "stop strings, separated by '|' (the text ends before the first match)"},
         {"print-ids", 0, G3_ARG_FLAG, &print_ids, "print only the generated ids, comma-separated"},
         {"backend", 0, G3_ARG_STR, &mo.backend, "cpu, cuda or auto"},
         {"quant", 0, G3_ARG_STR, &mo.quant, "weights on the GPU: bf16, int8, int4 or fp8 (cuda backend)"},
@@ -124,6 +141,13 @@ int g3_cli_run(int argc, char **argv) {
     g3_tokenizer *tok = NULL;
     g3_error err = {0};
     run_state st = {.print_ids = print_ids, .finish = G3_FINISH_NONE};
+    char *stop_copy = stop_arg ? strdup(stop_arg) : NULL;
+    const char *stops[MAX_STOPS];
+    int n_stops = 0;
+    for (char *save = NULL, *tok_s = stop_copy ? strtok_r(stop_copy, "|", &save) : NULL; tok_s && n_stops < MAX_STOPS;
+         tok_s = strtok_r(NULL, "|", &save))
+        stops[n_stops++] = tok_s;
+    g3_textstream_init(&st.ts, stops, n_stops);
     if (ids_s) {
         int *tmp;
         if (!g3_parse_ids(ids_s, &tmp, &n_ids)) goto out_status2;
@@ -174,10 +198,12 @@ int g3_cli_run(int argc, char **argv) {
     req.sampling.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
     g3_request_id rid;
     st.t_start = g3_now();
+    st.engine = e;
     if (g3_engine_submit(e, &req, &rid, &err) != G3_OK) {
         fprintf(stderr, "gemma3 run: %s\n", err.msg);
         goto out;
     }
+    st.id = rid;
     void (*old)(int) = signal(SIGINT, on_sigint);
     int active = 1;
     while (active) {
@@ -192,10 +218,13 @@ int g3_cli_run(int argc, char **argv) {
         }
     }
     signal(SIGINT, old);
-    if (st.detok && !print_ids) {
+    if (st.detok && !print_ids && !st.stop_hit) {
         size_t len;
         const char *rest = g3_detok_flush(st.detok, &len);
-        if (len) fwrite(rest, 1, len, stdout);
+        st.out.len = 0;
+        if (len) g3_textstream_push(&st.ts, rest, len, &st.out);
+        g3_textstream_flush(&st.ts, &st.out);
+        if (st.out.len) fwrite(st.out.data, 1, st.out.len, stdout);
     }
     printf("\n");
     fflush(stdout);
@@ -204,7 +233,7 @@ int g3_cli_run(int argc, char **argv) {
         fprintf(stderr, "[prompt %d tokens, first token %.0f ms, prefill %.1f tok/s, decode %.2f tok/s (%d tokens), "
                         "%s, backend %s]\n",
                 n_ids, 1e3 * ttft, ttft > 0 ? n_ids / ttft : 0.0, st.n_gen > 1 && dec > 0 ? (st.n_gen - 1) / dec : 0.0,
-                st.n_gen, st.finish == G3_FINISH_STOP ? "stopped at end of turn" :
+                st.n_gen, st.stop_hit ? "stopped at a stop string" : st.finish == G3_FINISH_STOP ? "stopped at end of turn" :
                           st.finish == G3_FINISH_CANCELLED ? "interrupted" : "length limit",
                 g3_engine_backend_name(e));
     }
@@ -213,6 +242,9 @@ int g3_cli_run(int argc, char **argv) {
 out_status2:
     status = 2;
 out:
+    g3_textstream_deinit(&st.ts);
+    g3_buf_free(&st.out);
+    free(stop_copy);
     g3_detok_free(st.detok);
     g3_tokenizer_free(tok);
     g3_engine_free(e);

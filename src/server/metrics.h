@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "gemma3.h"
-#include "server/textstream.h"
+#include "tokenizer/textstream.h"
 
 #define G3_HISTO_MAX_BUCKETS 24
 

@@ -6,7 +6,7 @@
 
 #include "gemma3.h"
 #include "server/ops.h"
-#include "server/textstream.h"
+#include "tokenizer/textstream.h"
 
 #define G3_SRV_MAX_N 16
 

@@ -5,7 +5,7 @@
 #define G3_SERVER_RESPOND_H
 
 #include "server/oai.h"
-#include "server/textstream.h"
+#include "tokenizer/textstream.h"
 #include "server/worker.h"
 
 typedef struct g3_resp_choice {

@@ -97,6 +97,14 @@ if [ -d models/gemma3-pydoc ]; then
   check "demo: the served model answers in words, no markup" bash -c "[[ \"\$1\" == *sorted* && \"\$1\" != *'<'* ]]" _ "$ans"
 fi
 
+# --- run -p with stop strings: the text ends right before the first match --------------------------------------
+if [ -d models/gemma3-pydoc ]; then
+  full=$("$BIN" run -m models/gemma3-pydoc --temp 0 -p "The json module" -n 40 --ignore-eos 2>/dev/null)
+  cut=$("$BIN" run -m models/gemma3-pydoc --temp 0 -p "The json module" -n 40 --ignore-eos --stop "module|zzzz" 2>"$TMP/err")
+  check "run --stop cuts the text before the stop string" bash -c '[[ -n "$2" && "$1" == "$2"module* && "$2" != *module* ]]' _ "$full" "${cut%$'\n'}"
+  check "run --stop reports the stop in its summary" grep -q "stop string" "$TMP/err"
+fi
+
 # --- chat in a terminal ----------------------------------------------------------------------------------------
 if command -v tmux >/dev/null; then
   tmux kill-session -t g3chat 2>/dev/null
@@ -107,6 +115,15 @@ if command -v tmux >/dev/null; then
   tmux send-keys -t g3chat "Hello there" Enter
   answered() { for _ in $(seq 1 150); do [ "$(count '^>')" -ge 2 ] && return 0; sleep 0.2; done; return 1; }
   check "chat answers and returns to the prompt" answered
+  tmux kill-session -t g3chat 2>/dev/null
+  # Ctrl-C stops a long reply and the session goes on
+  tmux new-session -d -s g3chat -x 200 -y 50 "$BIN chat -m $MODEL --temp 0 -n 100000 -c 1024 --ignore-eos; echo CHAT-EXITED; sleep 30"
+  check "chat (long replies) shows its prompt" wait_for "^>"
+  tmux send-keys -t g3chat "Tell me everything" Enter
+  sleep 0.2 # well before the reply can fill the 1024-token context
+  tmux send-keys -t g3chat C-c
+  check "Ctrl-C stops the reply" wait_for "\[stopped\]"
+  check "and the chat goes on at its prompt" answered
   tmux send-keys -t g3chat "/reset" Enter
   check "chat /reset clears the conversation" wait_for "conversation cleared"
   tmux send-keys -t g3chat "/quit" Enter

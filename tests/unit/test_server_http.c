@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "server/server.h"
-#include "server/textstream.h"
+#include "tokenizer/textstream.h"
 #include "testutil.h"
 
 /* ---- fake tokenizer: id 1 eos, 2 bos, 3 + b = byte b ------------------------------------------------------ */

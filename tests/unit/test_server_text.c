@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/textstream.h"
+#include "tokenizer/textstream.h"
 #include "testutil.h"
 
 /* Feeds the pieces one by one; returns everything released (flushing at the end unless a stop matched). */

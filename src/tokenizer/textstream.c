@@ -1,5 +1,5 @@
 /* UTF-8 repair and stop-string hold-back for streamed completions (see textstream.h). */
-#include "server/textstream.h"
+#include "tokenizer/textstream.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -5,8 +5,8 @@
  *   token bytes ──utf8 stage──▶ valid UTF-8 (invalid bytes -> U+FFFD, incomplete tail held)
  *               ──stop stage──▶ released text (suffix that is a prefix of a stop string held) ──▶ client
  */
-#ifndef G3_SERVER_TEXTSTREAM_H
-#define G3_SERVER_TEXTSTREAM_H
+#ifndef G3_TOKENIZER_TEXTSTREAM_H
+#define G3_TOKENIZER_TEXTSTREAM_H
 
 #include <stddef.h>
 
