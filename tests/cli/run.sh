@@ -10,7 +10,7 @@ pass=0; fail=0
 ok() { echo "ok   $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1"; fail=$((fail + 1)); }
 check() { local name=$1; shift; if "$@"; then ok "$name"; else bad "$name"; fi; }
-TMP=$(mktemp -d); trap 'rm -rf "$TMP"; tmux kill-session -t g3chat 2>/dev/null' EXIT
+TMP=$(mktemp -d); trap 'rm -rf "$TMP"; tmux kill-session -t g3chat 2>/dev/null; tmux kill-session -t g3chat2 2>/dev/null' EXIT
 
 fixture() { for d in tests/data/$1 ../shared/fixtures/$1; do [ -d "$d" ] && { echo "$d"; return; }; done; }
 MODEL=$(fixture t-gqa); [ -n "$MODEL" ] || MODEL=$(fixture tiny-gqa)
@@ -115,20 +115,25 @@ if command -v tmux >/dev/null; then
   tmux send-keys -t g3chat "Hello there" Enter
   answered() { for _ in $(seq 1 150); do [ "$(count '^>')" -ge 2 ] && return 0; sleep 0.2; done; return 1; }
   check "chat answers and returns to the prompt" answered
-  tmux kill-session -t g3chat 2>/dev/null
-  # Ctrl-C stops a long reply and the session goes on
-  tmux new-session -d -s g3chat -x 200 -y 50 "$BIN chat -m $MODEL --temp 0 -n 100000 -c 1024 --ignore-eos; echo CHAT-EXITED; sleep 30"
-  check "chat (long replies) shows its prompt" wait_for "^>"
-  tmux send-keys -t g3chat "Tell me everything" Enter
-  sleep 0.2 # well before the reply can fill the 1024-token context
-  tmux send-keys -t g3chat C-c
-  check "Ctrl-C stops the reply" wait_for "\[stopped\]"
-  check "and the chat goes on at its prompt" answered
   tmux send-keys -t g3chat "/reset" Enter
   check "chat /reset clears the conversation" wait_for "conversation cleared"
   tmux send-keys -t g3chat "/quit" Enter
   check "chat /quit exits" wait_for "CHAT-EXITED"
   tmux kill-session -t g3chat 2>/dev/null
+  # Ctrl-C stops a long reply and the session goes on (its own tmux session)
+  S=g3chat2
+  tmux new-session -d -s $S -x 200 -y 50 "$BIN chat -m $MODEL --temp 0 -n 100000 -c 1024 --ignore-eos; echo CHAT-EXITED; sleep 30"
+  wait_s() { for _ in $(seq 1 100); do tmux capture-pane -p -t $S 2>/dev/null | grep -q -- "$1" && return 0; sleep 0.2; done; return 1; }
+  answered_s() { for _ in $(seq 1 150); do [ "$(tmux capture-pane -p -t $S -S -200 2>/dev/null | grep -c '^>')" -ge 2 ] && return 0; sleep 0.2; done; return 1; }
+  check "chat (long replies) shows its prompt" wait_s "^>"
+  tmux send-keys -t $S "Tell me everything" Enter
+  sleep 0.2 # well before the reply can fill the 1024-token context
+  tmux send-keys -t $S C-c
+  check "Ctrl-C stops the reply" wait_s "\\[stopped\\]"
+  check "and the chat goes on at its prompt" answered_s
+  tmux send-keys -t $S "/quit" Enter
+  check "chat /quit after a stopped reply exits" wait_s "CHAT-EXITED"
+  tmux kill-session -t $S 2>/dev/null
 else
   bad "tmux is not installed (scripts/setup.sh installs it)"
 fi
