@@ -128,6 +128,7 @@ typedef struct g3_engine_opts {
     int n_kv_blocks;     /* blocks in the pool; 0 = enough for max_seqs full contexts */
     int prefill_chunk;   /* max prompt rows per step; 0 = 512 */
     int prefix_cache;    /* 0 = reuse KV blocks of shared prompt prefixes (default), -1 = off */
+    int device;          /* GPU index for GPU backends (vulkan: `gemma3 info --devices` order); 0 = the first/best */
 } g3_engine_opts;
 
 void g3_engine_opts_default(g3_engine_opts *o);

@@ -52,7 +52,8 @@ int g3_cli_bench(int argc, char **argv) {
         {"batch", 'b', G3_ARG_STR, &batches_s, "concurrent sequences for decode, comma-separated list"},
         {"reps", 'r', G3_ARG_INT, &reps, "repetitions of the prefill measurement (the best is kept)"},
         {"bw", 0, G3_ARG_FLOAT, &bw, "measured memory read bandwidth in GB/s, to print decode as a ratio of it"},
-        {"backend", 0, G3_ARG_STR, &mo.backend, "cpu, cuda or auto"},
+        {"backend", 0, G3_ARG_STR, &mo.backend, "cpu, cuda, vulkan or auto"},
+        {"device", 0, G3_ARG_INT, &mo.device, "GPU index (gemma3 info --devices)"},
         {"quant", 0, G3_ARG_STR, &mo.quant, "weights on the GPU: bf16, int8, int4 or fp8 (cuda backend)"},
         {"threads", 't', G3_ARG_INT, &mo.threads, "CPU threads (0 = all cores)"},
     };
@@ -105,6 +106,7 @@ int g3_cli_bench(int argc, char **argv) {
     g3_engine_opts_default(&eo);
     eo.backend = mo.backend;
     eo.n_threads = mo.threads;
+    eo.device = mo.device;
     eo.max_seqs = max_b;
     eo.ctx_size = n_prompt + n_gen + 8;
     if (eo.ctx_size > c->max_ctx) eo.ctx_size = c->max_ctx;
@@ -130,7 +132,8 @@ int g3_cli_bench(int argc, char **argv) {
     uint64_t s = 42;
     for (int i = 0; i < n_prompt; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
-        prompt[i] = i == 0 ? c->bos_id : (int32_t)(1000 + (s >> 33) % (uint64_t)(c->vocab - 1000));
+        int32_t lo = c->vocab > 2000 ? 1000 : 0; /* ordinary pieces, past the special ids, when there are enough */
+        prompt[i] = i == 0 ? c->bos_id : (int32_t)(lo + (int32_t)((s >> 33) % (uint64_t)(c->vocab - lo)));
     }
     /* prefill: the whole prompt's logits of the last position, best of reps */
     double best = 1e30;

@@ -8,6 +8,12 @@
 #include "cli/common.h"
 #include "model/config.h"
 #include "model/model.h"
+#ifdef G3_HAVE_VULKAN
+#include "backend/vulkan/vulkan_api.h"
+#endif
+#ifdef G3_HAVE_CUDA
+#include "backend/cuda/cuda_api.h"
+#endif
 
 static void count_type(uint32_t type, uint64_t bytes, uint64_t counts[64], uint64_t sizes[64]) {
     uint32_t t = type < 64 ? type : 63;
@@ -17,11 +23,12 @@ static void count_type(uint32_t type, uint64_t bytes, uint64_t counts[64], uint6
 
 int g3_cli_info(int argc, char **argv) {
     const char *model = NULL;
-    int ctx = 0, show_template = 0;
+    int ctx = 0, show_template = 0, devices = 0;
     g3_arg args[] = {
         {"model", 'm', G3_ARG_STR, &model, "model: Hugging Face folder or .gguf file"},
         {"ctx-size", 'c', G3_ARG_INT, &ctx, "context size for the memory estimate (0 = the model's maximum)"},
         {"template", 0, G3_ARG_FLAG, &show_template, "print the whole chat template"},
+        {"devices", 0, G3_ARG_FLAG, &devices, "list the GPUs the cuda and vulkan backends can use"},
     };
     /* also accept the model as a bare positional argument: gemma3 info MODEL */
     if (argc >= 2 && argv[1][0] != '-') {
@@ -31,6 +38,19 @@ int g3_cli_info(int argc, char **argv) {
     }
     int rc = g3_args_parse("info", "Describe a model.", args, sizeof args / sizeof args[0], argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
+    if (devices) {
+#ifdef G3_HAVE_CUDA
+        printf("cuda: %d device(s)\n", g3_cuda_device_count());
+#else
+        printf("cuda: not in this build\n");
+#endif
+#ifdef G3_HAVE_VULKAN
+        g3_vulkan_print_devices(stdout);
+#else
+        printf("vulkan: not in this build\n");
+#endif
+        if (!model) return 0;
+    }
     if (!model) {
         fprintf(stderr, "gemma3 info: no model given (gemma3 info MODEL)\n");
         return 2;

@@ -14,6 +14,7 @@ void g3_cli_model_opts_default(g3_cli_model_opts *o) {
     o->max_seqs = 1;
     o->quiet = 0;
     o->quant = NULL;
+    o->device = 0;
 }
 
 double g3_now(void) {
@@ -59,6 +60,7 @@ int g3_cli_open(const char *cmd, const g3_cli_model_opts *o, g3_model **m, g3_en
     eo.n_threads = o->threads;
     eo.ctx_size = o->ctx_size;
     eo.max_seqs = o->max_seqs;
+    eo.device = o->device;
     if (g3_engine_create(*m, &eo, e, &err) != G3_OK) {
         fprintf(stderr, "gemma3 %s: %s\n", cmd, err.msg);
         g3_model_free(*m);

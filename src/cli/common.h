@@ -12,6 +12,7 @@ typedef struct g3_cli_model_opts {
     int max_seqs;
     int quiet;
     const char *quant;   /* GPU weight format: bf16, int8, int4, fp8 (cuda backend), or NULL */
+    int device;          /* GPU index */
 } g3_cli_model_opts;
 
 void g3_cli_model_opts_default(g3_cli_model_opts *o);

@@ -124,7 +124,7 @@ g3_status g3_engine_create(g3_model *m, const g3_engine_opts *opts, g3_engine **
     }
     g3_backend_cfg bc = {.n_threads = o->n_threads, .max_seqs = o->max_seqs, .max_rows = max_rows,
                          .kv_block = o->kv_block, .max_blocks_per_seq = bps, .n_blocks_global = n_global,
-                         .n_blocks_local = n_local};
+                         .n_blocks_local = n_local, .device = o->device};
     e->ops = g3_backend_find(o->backend);
     if (!e->ops) {
         g3_engine_free(e);
