@@ -59,6 +59,8 @@ typedef struct g3_backend_ops {
 
 /* Finds a backend by name ("cpu", "cuda", "vulkan"); NULL name = best available. */
 const g3_backend_ops *g3_backend_find(const char *name);
+/* Validates a batch for a backend created with cfg (shared by every backend; G3_ERR_ARG with the row at fault). */
+g3_status g3_batch_check(const g3_config *c, const g3_backend_cfg *cfg, const g3_batch *bt, g3_error *err);
 /* Number of layers of a kind (0 = global, 1 = sliding). */
 int g3_layers_of_kind(const g3_config *c, int kind);
 

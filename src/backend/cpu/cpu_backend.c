@@ -187,34 +187,6 @@ static void mm(g3_backend *b, prepared *p, const float *x, int m, const g3_weigh
 
 /* ---- the forward --------------------------------------------------------------------------------------------- */
 
-static g3_status check_batch(const g3_backend *b, const g3_batch *bt, g3_error *err) {
-    const g3_config *c = &b->m->cfg;
-    if (bt->n_rows <= 0 || bt->n_rows > b->cfg.max_rows)
-        return g3_fail(err, G3_ERR_ARG, "batch of %d rows (this backend takes 1..%d)", bt->n_rows, b->cfg.max_rows);
-    int nb[2] = {b->cfg.n_blocks_global, b->cfg.n_blocks_local};
-    for (int r = 0; r < bt->n_rows; r++) {
-        int tok = bt->token[r], pos = bt->pos[r], seq = bt->seq[r];
-        if (tok < 0 || tok >= c->vocab)
-            return g3_fail(err, G3_ERR_ARG, "token id %d at row %d is outside the vocabulary (0..%d)", tok, r,
-                           c->vocab - 1);
-        if (pos < 0 || pos >= b->ctx) return g3_fail(err, G3_ERR_ARG, "position %d outside the context %d", pos, b->ctx);
-        if (seq < 0 || seq >= b->cfg.max_seqs) return g3_fail(err, G3_ERR_ARG, "sequence slot %d out of range", seq);
-        for (int kind = 0; kind < 2; kind++) {
-            if (b->n_layers_kind[kind] == 0) continue;
-            const int32_t *tab = (kind ? bt->bt_local : bt->bt_global) + (size_t)seq * (size_t)b->cfg.max_blocks_per_seq;
-            int first = kind ? (pos - c->sliding_window + 1) : 0;
-            if (first < 0) first = 0;
-            for (int blk = first / b->cfg.kv_block; blk <= pos / b->cfg.kv_block; blk++)
-                if (tab[blk] < 0 || tab[blk] >= nb[kind])
-                    return g3_fail(err, G3_ERR_ARG, "row %d (seq %d, pos %d): %s KV block %d is not mapped (%d)", r,
-                                   seq, pos, kind ? "sliding" : "global", blk, tab[blk]);
-        }
-    }
-    for (int i = 0; i < bt->n_out; i++)
-        if (bt->out_rows[i] < 0 || bt->out_rows[i] >= bt->n_rows || (i && bt->out_rows[i] <= bt->out_rows[i - 1]))
-            return g3_fail(err, G3_ERR_ARG, "output row list is not increasing within 0..%d", bt->n_rows - 1);
-    return G3_OK;
-}
 
 /* Attention of every (row, query head) pair, in parallel. */
 typedef struct attn_job {
@@ -325,7 +297,7 @@ static void rows(g3_backend *b, const g3_batch *bt, row_op op, const float *src,
 }
 
 static g3_status cpu_forward(g3_backend *b, const g3_batch *bt, float *logits, g3_error *err) {
-    G3_TRY(check_batch(b, bt, err));
+    G3_TRY(g3_batch_check(&b->m->cfg, &b->cfg, bt, err));
     const g3_model *m = b->m;
     const g3_config *c = &m->cfg;
     int n = bt->n_rows, H = c->hidden, F = c->ffn;
