@@ -268,18 +268,21 @@ enum MHD_Result g3_srv_tokenize(struct MHD_Connection *mc, g3_conn *c) {
         }
         g3_buf clean = {0};
         g3_utf8_sanitize(text, len, &clean);
+        if (clean.data) g3_json_nul_marker(clean.data, clean.len);
         cJSON_AddStringToObject(o, "prompt", clean.data ? clean.data : "");
         g3_buf_free(&clean);
         free(text);
     }
     g3_oai_request_free(&rq);
-    char *js = cJSON_PrintUnformatted(o);
+    g3_buf js = {0};
+    g3_json_put(&js, o);
     cJSON_Delete(o);
-    if (!js) {
+    if (js.oom || !js.data) {
+        g3_buf_free(&js);
         g3_oai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory writing the response");
         return g3_srv_send_error(mc, c, &e);
     }
-    enum MHD_Result ret = g3_srv_send(mc, c, 200, "application/json", js, strlen(js));
-    free(js);
+    enum MHD_Result ret = g3_srv_send(mc, c, 200, "application/json", js.data, js.len);
+    g3_buf_free(&js);
     return ret;
 }

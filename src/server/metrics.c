@@ -92,9 +92,10 @@ void g3_metrics_render(g3_metrics *m, int ready, g3_buf *o) {
     gauge(o, "gemma3_requests_running", "sequences being decoded", m->engine.n_running);
     gauge(o, "gemma3_sequences_outstanding", "sequences admitted and not finished", m->outstanding);
     gauge(o, "gemma3_kv_blocks_total", "KV-cache blocks in the pool", m->engine.kv_blocks_total);
-    gauge(o, "gemma3_kv_blocks_used", "KV-cache blocks in use", m->engine.kv_blocks_used);
-    gauge(o, "gemma3_kv_blocks_free", "KV-cache blocks free", m->engine.kv_blocks_total - m->engine.kv_blocks_used);
-    gauge(o, "gemma3_kv_blocks_cached", "of the used blocks, those only the prefix cache holds (reclaimable)",
+    gauge(o, "gemma3_kv_blocks_used", "KV-cache blocks held by running sequences", m->engine.kv_blocks_used);
+    gauge(o, "gemma3_kv_blocks_free", "KV-cache blocks free",
+          m->engine.kv_blocks_total - m->engine.kv_blocks_used - m->engine.kv_blocks_cached);
+    gauge(o, "gemma3_kv_blocks_cached", "KV-cache blocks held only by the prefix cache (reclaimable)",
           m->engine.kv_blocks_cached);
     counter(o, "gemma3_preemptions_total", "sequences sent back to the queue for lack of KV blocks",
             (uint64_t)m->engine.n_preempted);

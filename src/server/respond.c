@@ -77,9 +77,31 @@ void g3_resp_free(g3_resp *r) {
 }
 
 /* ---- JSON pieces ------------------------------------------------------------------------------------------- */
+/* Generated text may hold NUL bytes (a <0x00> piece), which C strings and cJSON cannot carry. Text goes into the JSON
+ * with each NUL replaced by the byte 0xFF, which never occurs in the (repaired, valid UTF-8) text, and the printed
+ * JSON gets "\u0000" back in its place: the client sees exactly the bytes the model produced. */
+void g3_json_nul_marker(char *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] == 0) p[i] = (char)0xFF;
+}
+
+void g3_json_put(g3_buf *out, cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    if (!s) {
+        out->oom = 1;
+        return;
+    }
+    for (const char *p = s; *p; p++) {
+        if ((unsigned char)*p == 0xFF) g3_buf_puts(out, "\\u0000");
+        else g3_buf_append(out, p, 1);
+    }
+    free(s);
+}
+
 static void add_token_text(cJSON *o, const char *key, const char *p, size_t n) {
     g3_buf b = {0};
     g3_utf8_sanitize(p, n, &b);
+    if (b.data) g3_json_nul_marker(b.data, b.len);
     cJSON_AddStringToObject(o, key, b.data ? b.data : "");
     g3_buf_free(&b);
 }
@@ -174,13 +196,9 @@ static cJSON *envelope(const g3_resp *r, int chunk) {
 }
 
 static void emit(g3_resp *r, cJSON *o) {
-    char *s = cJSON_PrintUnformatted(o);
-    if (s) {
-        g3_buf_puts(&r->out, "data: ");
-        g3_buf_puts(&r->out, s);
-        g3_buf_puts(&r->out, "\n\n");
-    }
-    free(s);
+    g3_buf_puts(&r->out, "data: ");
+    g3_json_put(&r->out, o);
+    g3_buf_puts(&r->out, "\n\n");
     cJSON_Delete(o);
 }
 
@@ -319,6 +337,7 @@ int g3_resp_pump(g3_resp *r) {
         }
         free(s.toks);
         free(s.tops);
+        if (delta.data) g3_json_nul_marker(delta.data, delta.len);
         c->text_len += delta.len;
         if (r->stream) {
             int has_lp = lp && (r->kind == G3_OAI_CHAT
@@ -382,13 +401,11 @@ int g3_resp_final(g3_resp *r, g3_buf *body, g3_oai_error *e) {
         cJSON_AddItemToArray(choices, x);
     }
     cJSON_AddItemToObject(o, "usage", usage_json(r));
-    char *s = cJSON_PrintUnformatted(o);
+    g3_json_put(body, o);
     cJSON_Delete(o);
-    if (!s) {
+    if (body->oom) {
         g3_oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory writing the response");
         return 0;
     }
-    g3_buf_puts(body, s);
-    free(s);
     return 1;
 }

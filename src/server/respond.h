@@ -4,6 +4,8 @@
 #ifndef G3_SERVER_RESPOND_H
 #define G3_SERVER_RESPOND_H
 
+#include <cjson/cJSON.h>
+
 #include "server/oai.h"
 #include "tokenizer/textstream.h"
 #include "server/worker.h"
@@ -56,5 +58,10 @@ int g3_resp_final(g3_resp *r, g3_buf *body, g3_oai_error *e);
 int g3_resp_started(g3_resp *r);
 /* Maps an engine failure to an OpenAI error (status and type). */
 void g3_resp_error_from_status(g3_status st, const char *msg, g3_oai_error *e);
+
+/* JSON text with NUL bytes: g3_json_nul_marker turns each NUL of a text about to go into a cJSON string into the
+ * byte 0xFF (absent from valid UTF-8); g3_json_put prints the object with "\u0000" in place of each 0xFF. */
+void g3_json_nul_marker(char *p, size_t n);
+void g3_json_put(g3_buf *out, cJSON *o);
 
 #endif
