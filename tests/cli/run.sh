@@ -127,7 +127,11 @@ if command -v tmux >/dev/null; then
   answered_s() { for _ in $(seq 1 150); do [ "$(tmux capture-pane -p -t $S -S -200 2>/dev/null | grep -c '^>')" -ge 2 ] && return 0; sleep 0.2; done; return 1; }
   check "chat (long replies) shows its prompt" wait_s "^>"
   tmux send-keys -t $S "Tell me everything" Enter
-  sleep 0.2 # well before the reply can fill the 1024-token context
+  # Ctrl-C once the reply is streaming (well before it can fill the 1024-token context)
+  for _ in $(seq 1 200); do
+    tmux capture-pane -p -t $S 2>/dev/null | awk '/Tell me everything/ {f = 1; next} f && NF {found = 1} END {exit !found}' && break
+    sleep 0.05
+  done
   tmux send-keys -t $S C-c
   check "Ctrl-C stops the reply" wait_s "\\[stopped\\]"
   check "and the chat goes on at its prompt" answered_s
