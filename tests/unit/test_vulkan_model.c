@@ -30,78 +30,6 @@ static int have_device(void) {
     return 1;
 }
 
-typedef struct ref_prompt {
-    const char *kind;
-    int32_t *ids;
-    int n;
-    int32_t gen[32];
-    float margins[32];
-    const cJSON *last, *all, *steps;
-} ref_prompt;
-
-typedef struct reference {
-    cJSON *root;
-    char *text;
-    int vocab;
-    ref_prompt p[4];
-    int n_prompts;
-} reference;
-
-static int load_ref(const char *dir, reference *r) {
-    char path[1100];
-    snprintf(path, sizeof path, "%.1000s/reference.json", dir);
-    memset(r, 0, sizeof *r);
-    r->text = tu_read_file(path, NULL);
-    if (!r->text) return 0;
-    r->root = cJSON_Parse(r->text);
-    assert_non_null(r->root);
-    r->vocab = cJSON_GetObjectItem(cJSON_GetObjectItem(r->root, "config"), "vocab_size")->valueint;
-    const cJSON *ps = cJSON_GetObjectItem(r->root, "prompts");
-    r->n_prompts = cJSON_GetArraySize(ps);
-    assert_int_equal(r->n_prompts, 4);
-    for (int i = 0; i < r->n_prompts; i++) {
-        const cJSON *p = cJSON_GetArrayItem(ps, i);
-        ref_prompt *q = &r->p[i];
-        q->kind = cJSON_GetObjectItem(p, "kind")->valuestring;
-        const cJSON *ids = cJSON_GetObjectItem(p, "ids");
-        q->n = cJSON_GetArraySize(ids);
-        q->ids = malloc(sizeof(int32_t) * (size_t)(q->n + 32));
-        for (int k = 0; k < q->n; k++) q->ids[k] = cJSON_GetArrayItem(ids, k)->valueint;
-        const cJSON *gen = cJSON_GetObjectItem(p, "generated_ids"), *mar = cJSON_GetObjectItem(p, "margins");
-        for (int k = 0; k < 32; k++) {
-            q->gen[k] = cJSON_GetArrayItem(gen, k)->valueint;
-            q->margins[k] = (float)cJSON_GetArrayItem(mar, k)->valuedouble;
-            q->ids[q->n + k] = q->gen[k];
-        }
-        q->last = cJSON_GetObjectItem(p, "last_prompt_logits");
-        q->all = cJSON_GetObjectItem(p, "all_prompt_logits");
-        q->steps = cJSON_GetObjectItem(p, "generated_step_logits");
-    }
-    return 1;
-}
-
-static void free_ref(reference *r) {
-    for (int i = 0; i < r->n_prompts; i++) free(r->p[i].ids);
-    cJSON_Delete(r->root);
-    free(r->text);
-}
-
-static void row_from_json(const cJSON *arr, float *out, int n) {
-    assert_int_equal(cJSON_GetArraySize(arr), n);
-    int k = 0;
-    for (const cJSON *e = arr->child; e; e = e->next) out[k++] = (float)e->valuedouble;
-}
-
-static double rel_err(const float *ours, const float *ref, int n) {
-    double mx = 1, d = 0;
-    for (int i = 0; i < n; i++) {
-        if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
-        double x = fabs((double)ours[i] - ref[i]);
-        if (x > d || isnan(x)) d = isnan(x) ? INFINITY : x;
-    }
-    return d / mx;
-}
-
 static g3_engine *make_engine(g3_model *m, int chunk, int max_seqs) {
     g3_engine_opts o;
     g3_engine_opts_default(&o);
@@ -128,7 +56,7 @@ static void on_token(const g3_event *ev, void *ctx) {
 }
 
 /* Greedy continuations of every prompt, all submitted at once (decode rows of several sequences per step). */
-static void check_greedy(g3_engine *e, const reference *r, const char *path) {
+static void check_greedy(g3_engine *e, const tu_reference *r, const char *path) {
     g3_error err = {0};
     gen_state g;
     memset(&g, 0, sizeof g);
@@ -143,7 +71,7 @@ static void check_greedy(g3_engine *e, const reference *r, const char *path) {
         if (g3_engine_step(e, on_token, &g, &active, &err) != G3_OK) fail_msg("step: %s", err.msg);
     int compared = 0;
     for (int pi = 0; pi < r->n_prompts; pi++) {
-        const ref_prompt *p = &r->p[pi];
+        const tu_ref_prompt *p = &r->p[pi];
         assert_int_equal(g.n[pi], 32);
         for (int k = 0; k < 32; k++) {
             if (g.ids[pi][k] != p->gen[k])
@@ -156,7 +84,7 @@ static void check_greedy(g3_engine *e, const reference *r, const char *path) {
     printf("    %d greedy tokens equal (4 requests decoded together, picked on the device)\n", compared);
 }
 
-static void check_exact(const char *model_path, const reference *r, int n_chunks) {
+static void check_exact(const char *model_path, const tu_reference *r, int n_chunks) {
     g3_model *m = NULL;
     g3_error err = {0};
     if (g3_model_load(model_path, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", model_path, err.msg);
@@ -169,12 +97,12 @@ static void check_exact(const char *model_path, const reference *r, int n_chunks
     for (int ci = 0; ci < n_chunks; ci++) {
         g3_engine *e = make_engine(m, chunks[ci], 1);
         for (int pi = 0; pi < r->n_prompts; pi++) {
-            const ref_prompt *p = &r->p[pi];
+            const tu_ref_prompt *p = &r->p[pi];
             int all = p->all != NULL;
             if (g3_engine_logits(e, p->ids, p->n, all, ours, &err) != G3_OK) fail_msg("logits: %s", err.msg);
             for (int pos = all ? 0 : p->n - 1; pos < p->n; pos++) {
-                row_from_json(all ? cJSON_GetArrayItem(p->all, pos) : p->last, ref, V);
-                double d = rel_err(ours + (size_t)(all ? pos : 0) * V, ref, V);
+                tu_row_from_json(all ? cJSON_GetArrayItem(p->all, pos) : p->last, ref, V);
+                double d = tu_rel_err(ours + (size_t)(all ? pos : 0) * V, ref, V);
                 if (d > worst) worst = d;
                 if (d > 1e-3) fail_msg("%s prompt %s pos %d chunk %d: logits differ by %.3g (relative)", model_path,
                                        p->kind, pos, chunks[ci], d);
@@ -182,8 +110,8 @@ static void check_exact(const char *model_path, const reference *r, int n_chunks
             if (p->steps) {
                 if (g3_engine_logits(e, p->ids, p->n + 31, 1, ours, &err) != G3_OK) fail_msg("logits: %s", err.msg);
                 for (int k = 0; k < 32; k++) {
-                    row_from_json(cJSON_GetArrayItem(p->steps, k), ref, V);
-                    double d = rel_err(ours + (size_t)(p->n - 1 + k) * V, ref, V);
+                    tu_row_from_json(cJSON_GetArrayItem(p->steps, k), ref, V);
+                    double d = tu_rel_err(ours + (size_t)(p->n - 1 + k) * V, ref, V);
                     if (d > worst) worst = d;
                     if (d > 1e-3) fail_msg("%s prompt %s step %d chunk %d: logits differ by %.3g", model_path, p->kind,
                                            k, chunks[ci], d);
@@ -202,12 +130,12 @@ static void check_exact(const char *model_path, const reference *r, int n_chunks
     g3_model_free(m);
 }
 
-static void check_quantized(const char *model_path, const reference *r) {
+static void check_quantized(const char *model_path, const tu_reference *r) {
     g3_model *m = NULL;
     g3_error err = {0};
     if (g3_model_load(model_path, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", model_path, err.msg);
     int V = g3_model_config(m)->vocab;
-    const ref_prompt *p = &r->p[3];
+    const tu_ref_prompt *p = &r->p[3];
     assert_non_null(p->all);
     float *ref = malloc(sizeof(float) * (size_t)V), *ours = malloc(sizeof(float) * (size_t)V * (size_t)p->n);
     g3_engine *e = make_engine(m, 512, 1);
@@ -215,7 +143,7 @@ static void check_quantized(const char *model_path, const reference *r) {
     double kl_sum = 0;
     int agree = 0;
     for (int pos = 0; pos < p->n; pos++) {
-        row_from_json(cJSON_GetArrayItem(p->all, pos), ref, V);
+        tu_row_from_json(cJSON_GetArrayItem(p->all, pos), ref, V);
         const float *o = ours + (size_t)pos * V;
         double mr = -INFINITY, mo = -INFINITY;
         int ar = 0, ao = 0;
@@ -252,8 +180,8 @@ static void run_model(const char *name, const char *const *exact_files, const ch
     }
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", dir0);
-    reference r;
-    assert_true(load_ref(dir, &r));
+    tu_reference r;
+    assert_true(tu_ref_load(dir, &r));
     check_exact(dir, &r, 3);
     char path[1200];
     for (int i = 0; exact_files && exact_files[i]; i++) {
@@ -264,7 +192,7 @@ static void run_model(const char *name, const char *const *exact_files, const ch
         snprintf(path, sizeof path, "%.1000s/%.100s", dir, q_files[i]);
         check_quantized(path, &r);
     }
-    free_ref(&r);
+    tu_ref_free(&r);
 }
 
 static void test_tiny_gqa(void **state) {
