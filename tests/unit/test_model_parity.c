@@ -53,35 +53,14 @@ static void check_exact(const char *model_path, const tu_reference *r) {
     if (g3_model_load(model_path, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", model_path, err.msg);
     int V = g3_model_config(m)->vocab;
     assert_int_equal(V, r->vocab);
-    float *ref = malloc(sizeof(float) * (size_t)V);
-    float *ours = malloc(sizeof(float) * (size_t)V * 132);
     int chunks[] = {512, 7, 1};
     double worst = 0;
     for (int ci = 0; ci < 3; ci++) {
         g3_engine *e = make_engine(m, chunks[ci]);
-        for (int pi = 0; pi < r->n_prompts; pi++) {
-            const tu_ref_prompt *p = &r->p[pi];
-            int all = p->all != NULL;
-            if (g3_engine_logits(e, p->ids, p->n, all, ours, &err) != G3_OK) fail_msg("logits: %s", err.msg);
-            for (int pos = all ? 0 : p->n - 1; pos < p->n; pos++) {
-                tu_row_from_json(all ? cJSON_GetArrayItem(p->all, pos) : p->last, ref, V);
-                double d = tu_rel_err(ours + (size_t)(all ? pos : 0) * V, ref, V);
-                if (d > worst) worst = d;
-                if (d > 1e-3) fail_msg("%s prompt %s pos %d chunk %d: logits differ by %.3g (relative)", model_path,
-                                       p->kind, pos, chunks[ci], d);
-            }
-            /* decode-step logits: the prompt plus generated_ids[:k], last row each step */
-            if (p->steps) {
-                if (g3_engine_logits(e, p->ids, p->n + 31, 1, ours, &err) != G3_OK) fail_msg("logits: %s", err.msg);
-                for (int k = 0; k < 32; k++) {
-                    tu_row_from_json(cJSON_GetArrayItem(p->steps, k), ref, V);
-                    double d = tu_rel_err(ours + (size_t)(p->n - 1 + k) * V, ref, V);
-                    if (d > worst) worst = d;
-                    if (d > 1e-3) fail_msg("%s prompt %s step %d chunk %d: logits differ by %.3g", model_path, p->kind,
-                                           k, chunks[ci], d);
-                }
-            }
-        }
+        char what[1200];
+        snprintf(what, sizeof what, "%.1100s (prefill chunk %d)", model_path, chunks[ci]);
+        double d = tu_ref_logit_error(e, r, 1, 1e-3, what);
+        if (d > worst) worst = d;
         g3_engine_free(e);
     }
     /* greedy continuations through the scheduler (decode path) */
@@ -101,8 +80,6 @@ static void check_exact(const char *model_path, const tu_reference *r) {
     }
     g3_engine_free(e);
     printf("  %s: max relative logit error %.3g, %d greedy tokens equal\n", model_path, worst, compared);
-    free(ref);
-    free(ours);
     g3_model_free(m);
 }
 

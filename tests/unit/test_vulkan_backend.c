@@ -15,22 +15,8 @@
 #include "model/dtype.h"
 #include "model/model.h"
 #include "testutil.h"
+#include "vk_testutil.h"
 
-/* Mesa's lavapipe (22.3) leaks one 128-byte block per compiled compute pipeline, realloc'd from its JIT-compiled code,
- * which LeakSanitizer cannot attribute to a module. The Vulkan backend itself never calls realloc. */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void) { return "leak:realloc\n"; }
-
-static int have_device(void) {
-    g3_vulkan_device d[8];
-    int n = 0;
-    g3_error err = {0};
-    if (g3_vulkan_list_devices(d, 8, &n, &err) != G3_OK || n == 0) {
-        printf("  no Vulkan device (%s): skipped\n", err.msg[0] ? err.msg : "none found");
-        return 0;
-    }
-    return 1;
-}
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static float frand(void) {

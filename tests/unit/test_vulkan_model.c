@@ -13,22 +13,8 @@
 #include "backend/vulkan/vulkan_api.h"
 #include "gemma3.h"
 #include "testutil.h"
+#include "vk_testutil.h"
 
-/* Mesa's lavapipe (22.3) leaks one 128-byte block per compiled compute pipeline, realloc'd from its JIT-compiled code,
- * which LeakSanitizer cannot attribute to a module. The Vulkan backend itself never calls realloc. */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void) { return "leak:realloc\n"; }
-
-static int have_device(void) {
-    g3_vulkan_device d[8];
-    int n = 0;
-    g3_error err = {0};
-    if (g3_vulkan_list_devices(d, 8, &n, &err) != G3_OK || n == 0) {
-        printf("  no Vulkan device (%s): skipped\n", err.msg[0] ? err.msg : "none found");
-        return 0;
-    }
-    return 1;
-}
 
 static g3_engine *make_engine(g3_model *m, int chunk, int max_seqs) {
     g3_engine_opts o;
@@ -90,34 +76,14 @@ static void check_exact(const char *model_path, const tu_reference *r, int n_chu
     if (g3_model_load(model_path, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", model_path, err.msg);
     int V = g3_model_config(m)->vocab;
     assert_int_equal(V, r->vocab);
-    float *ref = malloc(sizeof(float) * (size_t)V);
-    float *ours = malloc(sizeof(float) * (size_t)V * 132);
     int chunks[] = {512, 7, 1}; /* 1 row: the decode path (matvec, split attention) at every position */
     double worst = 0;
     for (int ci = 0; ci < n_chunks; ci++) {
         g3_engine *e = make_engine(m, chunks[ci], 1);
-        for (int pi = 0; pi < r->n_prompts; pi++) {
-            const tu_ref_prompt *p = &r->p[pi];
-            int all = p->all != NULL;
-            if (g3_engine_logits(e, p->ids, p->n, all, ours, &err) != G3_OK) fail_msg("logits: %s", err.msg);
-            for (int pos = all ? 0 : p->n - 1; pos < p->n; pos++) {
-                tu_row_from_json(all ? cJSON_GetArrayItem(p->all, pos) : p->last, ref, V);
-                double d = tu_rel_err(ours + (size_t)(all ? pos : 0) * V, ref, V);
-                if (d > worst) worst = d;
-                if (d > 1e-3) fail_msg("%s prompt %s pos %d chunk %d: logits differ by %.3g (relative)", model_path,
-                                       p->kind, pos, chunks[ci], d);
-            }
-            if (p->steps) {
-                if (g3_engine_logits(e, p->ids, p->n + 31, 1, ours, &err) != G3_OK) fail_msg("logits: %s", err.msg);
-                for (int k = 0; k < 32; k++) {
-                    tu_row_from_json(cJSON_GetArrayItem(p->steps, k), ref, V);
-                    double d = tu_rel_err(ours + (size_t)(p->n - 1 + k) * V, ref, V);
-                    if (d > worst) worst = d;
-                    if (d > 1e-3) fail_msg("%s prompt %s step %d chunk %d: logits differ by %.3g", model_path, p->kind,
-                                           k, chunks[ci], d);
-                }
-            }
-        }
+        char what[1200];
+        snprintf(what, sizeof what, "%.1100s (prefill chunk %d)", model_path, chunks[ci]);
+        double d = tu_ref_logit_error(e, r, 1, 1e-3, what);
+        if (d > worst) worst = d;
         g3_engine_free(e);
     }
     printf("  %s: max relative logit error %.3g (prefill chunks of %s rows)\n", model_path, worst,
@@ -125,8 +91,6 @@ static void check_exact(const char *model_path, const tu_reference *r, int n_chu
     g3_engine *e = make_engine(m, 512, 4);
     check_greedy(e, r, model_path);
     g3_engine_free(e);
-    free(ref);
-    free(ours);
     g3_model_free(m);
 }
 

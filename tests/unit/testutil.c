@@ -121,3 +121,38 @@ double tu_rel_err(const float *ours, const float *ref, int n) {
     }
     return d / mx;
 }
+
+double tu_ref_logit_error(g3_engine *e, const tu_reference *r, int steps, double tol, const char *what) {
+    int V = r->vocab, max_n = 0;
+    for (int i = 0; i < r->n_prompts; i++) max_n = r->p[i].n > max_n ? r->p[i].n : max_n;
+    float *ref = malloc(sizeof(float) * (size_t)V), *ours = malloc(sizeof(float) * (size_t)V * (size_t)(max_n + 32));
+    assert_non_null(ref);
+    assert_non_null(ours);
+    g3_error err = {0};
+    double worst = 0;
+    for (int pi = 0; pi < r->n_prompts; pi++) {
+        const tu_ref_prompt *p = &r->p[pi];
+        int all = p->all != NULL;
+        if (g3_engine_logits(e, p->ids, p->n, all, ours, &err) != G3_OK) fail_msg("%s: logits: %s", what, err.msg);
+        for (int pos = all ? 0 : p->n - 1; pos < p->n; pos++) {
+            tu_row_from_json(all ? cJSON_GetArrayItem(p->all, pos) : p->last, ref, V);
+            double d = tu_rel_err(ours + (size_t)(all ? pos : 0) * V, ref, V);
+            if (d > worst) worst = d;
+            if (tol >= 0 && d > tol)
+                fail_msg("%s prompt %s pos %d: logits differ by %.3g (relative)", what, p->kind, pos, d);
+        }
+        if (!steps || !p->steps) continue;
+        /* decode-step logits: the prompt plus generated_ids[:k], last row each step */
+        if (g3_engine_logits(e, p->ids, p->n + 31, 1, ours, &err) != G3_OK) fail_msg("%s: logits: %s", what, err.msg);
+        for (int k = 0; k < 32; k++) {
+            tu_row_from_json(cJSON_GetArrayItem(p->steps, k), ref, V);
+            double d = tu_rel_err(ours + (size_t)(p->n - 1 + k) * V, ref, V);
+            if (d > worst) worst = d;
+            if (tol >= 0 && d > tol)
+                fail_msg("%s prompt %s step %d: logits differ by %.3g (relative)", what, p->kind, k, d);
+        }
+    }
+    free(ref);
+    free(ours);
+    return worst;
+}

@@ -9,6 +9,8 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
+#include "gemma3.h"
+
 /* $G3_SOURCE_DIR (set by ctest) or ".". */
 const char *tu_source_dir(void);
 /* Path of a fixture model folder: tests/data/NAME in the repository if present, else $G3_FIXTURES/NAME.
@@ -48,5 +50,10 @@ void tu_ref_free(tu_reference *r);
 void tu_row_from_json(const cJSON *arr, float *out, int n);
 /* max |ours - ref| / max(1, max |ref|) over one row (NaN counts as infinite). */
 double tu_rel_err(const float *ours, const float *ref, int n);
+/* Logits of every reference prompt through the engine e (each prompt in a fresh sequence): every position that has
+ * reference logits, and with steps also the decode-step logits (prompt + generated_ids[:k]). Fails the test naming
+ * `what`, the prompt and the position when one differs by more than tol (relative, as tu_rel_err); tol < 0 only
+ * measures. Returns the largest error. */
+double tu_ref_logit_error(g3_engine *e, const tu_reference *r, int steps, double tol, const char *what);
 
 #endif
