@@ -87,7 +87,6 @@ int g3_cli_run(int argc, char **argv) {
     g3_cli_model_opts_default(&mo);
     const char *prompt = NULL, *file = NULL, *ids_s = NULL, *system = NULL;
     int n_predict = 256, print_ids = 0, ignore_eos = 0, chat = 0, parse_special = 0, seed = -1, top_k = 64;
-    int n_logprobs = 0;
     const char *stop_arg = NULL;
     float temp = 1.0f, top_p = 0.95f, min_p = 0, rep = 1, pres = 0, freq = 0;
     g3_arg args[] = {
@@ -116,7 +115,6 @@ int g3_cli_run(int argc, char **argv) {
         {"threads", 't', G3_ARG_INT, &mo.threads, "CPU threads (0 = all cores)"},
         {"ctx-size", 'c', G3_ARG_INT, &mo.ctx_size, "context size in tokens (0 = min(model, 4096))"},
     };
-    (void)n_logprobs;
     int rc = g3_args_parse("run", "Generate a reply to one prompt.", args, sizeof args / sizeof args[0], argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
     int n_src = (prompt != NULL) + (file != NULL) + (ids_s != NULL);

@@ -294,7 +294,7 @@ static g3_status map_or_make_room(g3_engine *e, req *r, int from, int to, g3_err
         int miss[2];
         g3_kv_missing(&e->kv, r->slot, from, to, miss);
         if (miss[0] <= e->kv.n_free[0] && miss[1] <= e->kv.n_free[1]) return g3_kv_map(&e->kv, r->slot, from, to, err);
-        if (g3_pc_evict_one(&e->pc, &e->kv)) continue;
+        if (g3_pc_evict_one(&e->pc, &e->kv, NULL)) continue;
         if (!preempt_one(e, r))
             return g3_fail(err, G3_ERR_FULL, "the KV pool (%d+%d blocks) cannot hold one sequence of %d tokens",
                            e->kv.n_blocks[0], e->kv.n_blocks[1], to + 1);
@@ -323,23 +323,13 @@ static void admit(g3_engine *e, g3_event_fn fn, void *ctx) {
         int need[2] = {ceil_div(end + 1, e->opts.kv_block) - reuse / e->opts.kv_block, 0};
         need[1] = need[0] < local_blocks_per_seq(e) ? need[0] : local_blocks_per_seq(e);
         for (int k = 0; k < 2; k++) need[k] = e->kv.has_kind[k] ? need[k] + e->stats.n_running : 0;
-        while ((need[0] > e->kv.n_free[0] || need[1] > e->kv.n_free[1]) && e->pc.n > (entry >= 0 ? 1 : 0)) {
-            /* evict other entries first; the one we reuse goes last */
-            int oldest = -1;
-            for (int i = 0; i < e->pc.n; i++)
-                if (i != entry && (oldest < 0 || e->pc.e[i].stamp < e->pc.e[oldest].stamp)) oldest = i;
-            if (oldest < 0) break;
-            uint64_t keep_stamp = entry >= 0 ? e->pc.e[entry].stamp : 0;
-            e->pc.e[oldest].stamp = 0;
-            g3_pc_evict_one(&e->pc, &e->kv);
-            if (entry >= 0) /* the array was compacted: find our entry again */
-                for (int i = 0; i < e->pc.n; i++)
-                    if (e->pc.e[i].stamp == keep_stamp) entry = i;
+        /* evict other entries first; the one we reuse goes last */
+        while ((need[0] > e->kv.n_free[0] || need[1] > e->kv.n_free[1]) && g3_pc_evict_one(&e->pc, &e->kv, &entry)) {
         }
         if (need[0] > e->kv.n_free[0] || need[1] > e->kv.n_free[1]) {
             if (e->stats.n_running > 0) break; /* wait for blocks to come back */
             if (entry >= 0) { /* nothing runs: drop the reuse too and start fresh */
-                g3_pc_evict_one(&e->pc, &e->kv);
+                g3_pc_evict_one(&e->pc, &e->kv, NULL);
                 continue;
             }
         }
@@ -487,7 +477,7 @@ g3_status g3_engine_logits(g3_engine *e, const int32_t *prompt, int n_prompt, in
         for (;;) { /* room: evict cache entries if needed (running requests are not preempted here) */
             int miss[2];
             g3_kv_missing(&e->kv, slot, done, done + take - 1, miss);
-            if ((miss[0] <= e->kv.n_free[0] && miss[1] <= e->kv.n_free[1]) || !g3_pc_evict_one(&e->pc, &e->kv)) break;
+            if ((miss[0] <= e->kv.n_free[0] && miss[1] <= e->kv.n_free[1]) || !g3_pc_evict_one(&e->pc, &e->kv, NULL)) break;
         }
         rc = g3_kv_map(&e->kv, slot, done, done + take - 1, err);
         if (rc) break;

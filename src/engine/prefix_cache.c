@@ -27,12 +27,13 @@ void g3_pc_deinit(g3_prefix_cache *pc, g3_kv *kv) {
     memset(pc, 0, sizeof *pc);
 }
 
-int g3_pc_evict_one(g3_prefix_cache *pc, g3_kv *kv) {
-    if (pc->n == 0) return 0;
-    int oldest = 0;
-    for (int i = 1; i < pc->n; i++)
-        if (pc->e[i].stamp < pc->e[oldest].stamp) oldest = i;
+int g3_pc_evict_one(g3_prefix_cache *pc, g3_kv *kv, int *keep) {
+    int k = keep ? *keep : -1, oldest = -1;
+    for (int i = 0; i < pc->n; i++)
+        if (i != k && (oldest < 0 || pc->e[i].stamp < pc->e[oldest].stamp)) oldest = i;
+    if (oldest < 0) return 0;
     drop(pc, kv, oldest);
+    if (k == pc->n) *keep = oldest; /* drop moved the last entry, the kept one, into the freed place */
     return 1;
 }
 
@@ -41,7 +42,7 @@ void g3_pc_insert(g3_prefix_cache *pc, g3_kv *kv, int slot, const int32_t *token
     if (pc->cap <= 0 || nb == 0) return;
     for (int i = pc->n - 1; i >= 0; i--) /* superseded entries */
         if (pc->e[i].n <= n && !memcmp(pc->e[i].tokens, tokens, sizeof(int32_t) * (size_t)pc->e[i].n)) drop(pc, kv, i);
-    if (pc->n == pc->cap) g3_pc_evict_one(pc, kv);
+    if (pc->n == pc->cap) g3_pc_evict_one(pc, kv, NULL);
     g3_prefix_entry e = {0};
     e.tokens = malloc(sizeof(int32_t) * (size_t)n);
     e.blocks[0] = malloc(sizeof(int32_t) * (size_t)nb);

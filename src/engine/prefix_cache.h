@@ -35,8 +35,9 @@ void g3_pc_insert(g3_prefix_cache *pc, g3_kv *kv, int slot, const int32_t *token
 int g3_pc_lookup(g3_prefix_cache *pc, const g3_kv *kv, const int32_t *prompt, int n_prompt, int *entry);
 /* Gives a slot references to the entry's blocks covering positions [0, len). */
 void g3_pc_adopt(g3_prefix_cache *pc, g3_kv *kv, int entry, int slot, int len);
-/* Drops the least recently used entry; returns 0 when the cache is empty. */
-int g3_pc_evict_one(g3_prefix_cache *pc, g3_kv *kv);
+/* Drops the least recently used entry other than *keep (keep may be NULL), and keeps *keep pointing at the same entry;
+ * returns 0 when there is nothing to drop. */
+int g3_pc_evict_one(g3_prefix_cache *pc, g3_kv *kv, int *keep);
 /* Blocks (both kinds) held by entries. */
 int g3_pc_blocks(const g3_prefix_cache *pc);
 
