@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Packs the binaries a GPU-machine run needs (the device image lacks the Debian -dev packages, so the binaries are
+# built here and carried): builds the CUDA/Vulkan test, benchmark and CLI targets in BUILD (default build-gpu),
+# strips them, adds the shared libraries they need that the device may lack, and writes .gpu/bins.tar.xz.
+# On the device:  mkdir -p .gpu/bin && tar xJf .gpu/bins.tar.xz -C .gpu/bin && export LD_LIBRARY_PATH=$PWD/.gpu/bin/lib
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${1:-build-gpu}"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DG3_CUDA=ON >/dev/null
+T="gemma3 test_cuda_kernels test_cuda_model g3cuda_bench"
+for t in tests/unit/test_vulkan_*.c; do T="$T $(basename "$t" .c)"; done
+nice cmake --build "$BUILD" -j2 --target $T >/dev/null
+rm -rf .gpu/stage && mkdir -p .gpu/stage/lib
+for t in $T; do strip -o ".gpu/stage/$t" "$BUILD/$t"; done
+for lib in $(ldd "$BUILD"/gemma3 "$BUILD"/test_cuda_model | awk '/cjson|cmocka|microhttpd/ {print $3}' | sort -u); do
+  cp -L "$lib" .gpu/stage/lib/
+done
+tar cJf .gpu/bins.tar.xz -C .gpu/stage .
+ls -la .gpu/bins.tar.xz
