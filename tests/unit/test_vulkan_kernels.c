@@ -97,6 +97,8 @@ static void test_matmul_all_types(void **state) {
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         int k = types[t] == G3_DTYPE_Q4_K || types[t] == G3_DTYPE_Q6_K ? 512 : 160;
         check_matmul(types[t], 37, k, 1, 1, 0);  /* odd n: the last matvec workgroup has one channel */
+        check_matmul(types[t], 37, k, 1, 1, 1);  /* one row: matvec1 for F16/BF16/Q8_0/Q4_0, GeGLU */
+        check_matmul(types[t], 37, 1024, 1, 1, 0); /* one row, several chunks per thread (and a partial pair) */
         check_matmul(types[t], 70, k, 8, 1, 0);
         check_matmul(types[t], 70, k, 5, 1, 1);
         check_matmul(types[t], 70, k, 70, 2, 0); /* partial 64x64 tiles in both directions */
@@ -113,6 +115,27 @@ static void test_matmul_without_subgroups(void **state) {
     check_matmul(G3_DTYPE_Q4_K, 70, 512, 5, 1, 1);
     check_matmul(G3_DTYPE_BF16, 70, 160, 70, 2, 0);
     unsetenv("G3_VULKAN_NO_SUBGROUPS");
+    check_matmul(G3_DTYPE_Q4_0, 37, 1024, 1, 1, 1);
+}
+
+/* $G3_VULKAN_MATVEC1=0: one-row products through matvec.comp (the kernel before matvec1). */
+static void test_matvec_without_matvec1(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    setenv("G3_VULKAN_MATVEC1", "0", 1);
+    check_matmul(G3_DTYPE_Q8_0, 37, 1024, 1, 1, 0);
+    check_matmul(G3_DTYPE_Q4_0, 37, 160, 1, 1, 1);
+    unsetenv("G3_VULKAN_MATVEC1");
+}
+
+/* Every backend, test context and device listing of this process shares one Vulkan instance: the NVIDIA driver fails
+ * to load again after a few dozen instance create/destroy cycles in one process (VK_ERROR_INCOMPATIBLE_DRIVER). */
+static void test_one_instance(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    for (int i = 0; i < 3; i++) check_matmul(G3_DTYPE_Q8_0, 37, 160, 1, 1, 0);
+    printf("  Vulkan instances created by this process: %d\n", g3_vulkan_instances_created());
+    assert_int_equal(g3_vulkan_instances_created(), 1);
 }
 
 static void test_sincos_large_angles(void **state) {
@@ -143,7 +166,9 @@ int main(void) {
         cmocka_unit_test(test_list_devices),
         cmocka_unit_test(test_matmul_all_types),
         cmocka_unit_test(test_matmul_without_subgroups),
+        cmocka_unit_test(test_matvec_without_matvec1),
         cmocka_unit_test(test_sincos_large_angles),
+        cmocka_unit_test(test_one_instance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

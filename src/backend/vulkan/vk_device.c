@@ -2,6 +2,7 @@
  * choice among it, the logical device with its compute queue, buffers with device addresses, pipelines built from
  * the embedded SPIR-V, and one-shot submissions. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,7 @@ g3_status g3vk_check(VkResult r, const char *what, g3_error *err) {
 
 /* ---- loader and instance ------------------------------------------------------------------------------------- */
 
-static g3_status open_instance(g3vk *vk, g3_error *err) {
+static g3_status create_instance(g3vk *vk, g3_error *err) {
     const char *names[] = {"libvulkan.so.1", "libvulkan.so"};
     for (size_t i = 0; i < 2 && !vk->lib; i++) vk->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!vk->lib)
@@ -64,11 +65,78 @@ static g3_status open_instance(g3vk *vk, g3_error *err) {
     return G3_OK;
 }
 
+/* One instance per process, shared by every backend and device listing and destroyed at exit. The loader unloads
+ * the driver (ICD) with the last instance; NVIDIA's driver, loaded and unloaded a few dozen times in one process
+ * (a test creating one backend per case), then fails to load again (vkCreateInstance returns
+ * VK_ERROR_INCOMPATIBLE_DRIVER; glibc does not give back the static TLS of an unloaded library). Keeping one
+ * instance alive keeps the driver loaded once. Devices, buffers and pipelines are still created and destroyed per
+ * backend. $G3_VULKAN_VALIDATE is read when the instance is created (the first use in the process). */
+static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    void *lib;
+    PFN_vkGetInstanceProcAddr gipa;
+    PFN_vkDestroyInstance destroy;
+    VkInstance inst;
+    int users; /* g3vk contexts holding the instance now */
+    int created; /* instances created in this process (1 unless creation failed and was retried) */
+} shared;
+
+static void shared_at_exit(void) {
+    pthread_mutex_lock(&shared_mu);
+    if (shared.inst && shared.users == 0) { /* a backend never freed keeps its device: leave the instance then */
+        shared.destroy(shared.inst, NULL);
+        shared.inst = VK_NULL_HANDLE;
+    }
+    pthread_mutex_unlock(&shared_mu);
+}
+
+static g3_status open_instance(g3vk *vk, g3_error *err) {
+    g3_status rc = G3_OK;
+    pthread_mutex_lock(&shared_mu);
+    if (!shared.inst) {
+        g3vk tmp;
+        memset(&tmp, 0, sizeof tmp);
+        rc = create_instance(&tmp, err);
+        if (rc) {
+            if (tmp.inst && tmp.vkDestroyInstance) tmp.vkDestroyInstance(tmp.inst, NULL);
+            if (tmp.lib) dlclose(tmp.lib);
+        } else {
+            shared.lib = tmp.lib, shared.gipa = tmp.vkGetInstanceProcAddr, shared.destroy = tmp.vkDestroyInstance;
+            shared.inst = tmp.inst;
+            if (shared.created++ == 0) atexit(shared_at_exit);
+        }
+    }
+    if (!rc) {
+        vk->lib = shared.lib, vk->vkGetInstanceProcAddr = shared.gipa, vk->inst = shared.inst;
+        shared.users++;
+    }
+    pthread_mutex_unlock(&shared_mu);
+    if (rc) return rc;
+#define LOAD_GLOBAL(name) vk->name = (PFN_##name)vk->vkGetInstanceProcAddr(NULL, #name);
+    G3VK_GLOBAL_FNS(LOAD_GLOBAL)
+#undef LOAD_GLOBAL
+#define LOAD_INST(name) vk->name = (PFN_##name)vk->vkGetInstanceProcAddr(vk->inst, #name);
+    G3VK_INSTANCE_FNS(LOAD_INST)
+#undef LOAD_INST
+    return G3_OK;
+}
+
+/* Gives the shared instance back (it stays alive until exit). */
 static void close_instance(g3vk *vk) {
-    if (vk->inst && vk->vkDestroyInstance) vk->vkDestroyInstance(vk->inst, NULL);
+    if (vk->inst) {
+        pthread_mutex_lock(&shared_mu);
+        shared.users--;
+        pthread_mutex_unlock(&shared_mu);
+    }
     vk->inst = VK_NULL_HANDLE;
-    if (vk->lib) dlclose(vk->lib);
     vk->lib = NULL;
+}
+
+int g3_vulkan_instances_created(void) {
+    pthread_mutex_lock(&shared_mu);
+    int n = shared.created;
+    pthread_mutex_unlock(&shared_mu);
+    return n;
 }
 
 static int type_rank(VkPhysicalDeviceType t) {
@@ -224,6 +292,8 @@ g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
     vk->subgroup_size = info.subgroup_size;
     const char *st = getenv("G3_VULKAN_STAGING");
     vk->force_staging = st && *st == '1';
+    const char *mv1 = getenv("G3_VULKAN_MATVEC1");
+    vk->matvec1 = !(mv1 && *mv1 == '0');
     vk->vkGetPhysicalDeviceProperties(vk->pdev, &vk->props);
     vk->vkGetPhysicalDeviceMemoryProperties(vk->pdev, &vk->memp);
     /* compute queue: prefer a family without graphics (dedicated compute) */
@@ -310,8 +380,16 @@ const char *g3vk_type_suffix(uint32_t type) {
 }
 
 static const char *kernel_names[G3VK_K_COUNT] = {"matvec", "matvec_geglu", "matmul", "matmul_geglu", "embed",
-                                                 "qk_rope", "attn", "attn_combine", "add_norm", "gather", "geglu",
+                                                 "matvec1", "matvec1_geglu", "qk_rope", "attn", "attn_combine", "add_norm", "gather", "geglu",
                                                  "argmax", "test_sincos"};
+
+int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu) {
+    if (rows > 8) return geglu ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL;
+    int mv1 = vk->matvec1 && rows == 1 && k % 32 == 0 &&
+              (type == G3_DTYPE_F16 || type == G3_DTYPE_BF16 || type == G3_DTYPE_Q8_0 || type == G3_DTYPE_Q4_0);
+    if (mv1) return geglu ? G3VK_K_MATVEC1_GEGLU : G3VK_K_MATVEC1;
+    return geglu ? G3VK_K_MATVEC_GEGLU : G3VK_K_MATVEC;
+}
 
 g3_status g3vk_pipeline(g3vk *vk, int kind, uint32_t type, VkPipeline *out, g3_error *err) {
     int slot;

@@ -45,7 +45,7 @@ static void matmul(rec *r, int rows, const g3vk_weight *w, const g3vk_weight *w2
                    uint64_t y, uint32_t ldy, int nrows_idx, int softcap) {
     g3_backend *b = r->b;
     int small = rows <= G3VK_MV_ROWS;
-    int kind = small ? (w2 ? G3VK_K_MATVEC_GEGLU : G3VK_K_MATVEC) : (w2 ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL);
+    int kind = g3vk_matmul_kind(&b->vk, rows, w->type, w->k, w2 != NULL);
     bind(r, kind, w->type);
     pc_matmul pc = {.w = w->addr, .waux = w->aux, .w2 = w2 ? w2->addr : 0, .w2aux = w2 ? w2->aux : 0, .x = x,
                     .y = y, .params = b->params.addr, .N = (uint32_t)w->n, .K = (uint32_t)w->k, .ldx = ldx,

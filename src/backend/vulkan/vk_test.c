@@ -84,7 +84,7 @@ g3_status g3_vulkan_test_matmul(uint32_t type, const void *w, const void *w2, in
         pc_matmul pc = {.w = t->w[0].addr, .waux = t->w[0].aux, .w2 = w2 ? t->w[1].addr : 0, .w2aux = w2 ? t->w[1].aux : 0,
                         .x = t->bufs[0].addr, .y = t->bufs[2].addr, .params = t->bufs[1].addr, .N = (uint32_t)n,
                         .K = (uint32_t)k, .ldx = (uint32_t)k, .ldy = (uint32_t)n, .nrows_idx = 0};
-        int kind = small ? (w2 ? G3VK_K_MATVEC_GEGLU : G3VK_K_MATVEC) : (w2 ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL);
+        int kind = small ? g3vk_matmul_kind(&t->vk, m, type, k, w2 != NULL) : (w2 ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL);
         uint32_t gx, gy;
         if (small) {
             uint32_t groups = w2 ? (uint32_t)n : (uint32_t)(n + 1) / 2;

@@ -49,6 +49,10 @@ const char *g3_vulkan_device_name(const g3_backend *b);
 g3_status g3_vulkan_test_matmul(uint32_t type, const void *w, const void *w2, int n, int k, const float *x, int m,
                                 int path, float *y, g3_error *err);
 
+/* Vulkan instances this process has created: 1 after any number of backends and device listings (the instance is
+ * shared and kept until exit; see vk_device.c), 0 before the first. */
+int g3_vulkan_instances_created(void);
+
 /* sin/cos of float32 angles as the rope shader computes them (for precision tests). */
 g3_status g3_vulkan_test_sincos(const float *angle, int n, float *s, float *c, g3_error *err);
 
