@@ -152,6 +152,17 @@ static void test_vs_cpu_all_types(void **state) {
     unsetenv("G3_VULKAN_NO_SUBGROUPS");
 }
 
+/* $G3_VULKAN_KV=f16: the KV cache in f16 (K and V rounded to 11 bits), prefill and split decode attention. */
+static void test_kv_f16(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    setenv("G3_VULKAN_KV", "f16", 1);
+    compare(G3_DTYPE_F32, 20.0f, 10.0f, 40, 16);
+    compare(G3_DTYPE_BF16, 0, 0, 150, 1);
+    compare(G3_DTYPE_Q8_0, 0, 0, 40, 1);
+    unsetenv("G3_VULKAN_KV");
+}
+
 /* ---- the ops table directly ------------------------------------------------------------------------------------- */
 
 enum { MAXS = 2, BPS = 16, NB = 40, BLK = 4 };
@@ -276,6 +287,7 @@ static void test_ops_copy_block_staging_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vs_cpu_all_types),
+        cmocka_unit_test(test_kv_f16),
         cmocka_unit_test(test_ops_copy_block_staging_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,9 +10,16 @@
 #include "backend/vulkan/vulkan_api.h"
 #include "model/dtype.h"
 
+/* KV cache element: float32, or f16 with $G3_VULKAN_KV=f16 (half the cache and the attention reads; head_dim must
+ * be a multiple of 4, else float32). */
+static int vk_kv_f16(const g3_model *m) {
+    const char *e = getenv("G3_VULKAN_KV");
+    return e && !strcmp(e, "f16") && m->cfg.head_dim % 4 == 0;
+}
+
 static size_t vk_block_bytes(const g3_model *m, const g3_backend_cfg *cfg, int kind) {
     const g3_config *c = &m->cfg;
-    return sizeof(float) * (size_t)g3_layers_of_kind(c, kind) * 2 * (size_t)c->n_kv_heads * (size_t)cfg->kv_block *
+    return (vk_kv_f16(m) ? 2 : 4) * (size_t)g3_layers_of_kind(c, kind) * 2 * (size_t)c->n_kv_heads * (size_t)cfg->kv_block *
            (size_t)c->head_dim;
 }
 
@@ -181,9 +188,11 @@ static g3_status vk_create(const g3_model *m, const g3_backend_cfg *cfg, g3_back
     if (rc || (rc = rc2)) goto fail;
     /* KV pools */
     int nblocks[2] = {cfg->n_blocks_global, cfg->n_blocks_local};
+    b->kv16 = vk_kv_f16(m);
+    size_t kv_elem = b->kv16 ? 2 : 4;
     for (int kind = 0; kind < 2; kind++) {
-        b->block_floats[kind] = vk_block_bytes(m, cfg, kind) / sizeof(float);
-        uint64_t bytes = (uint64_t)b->block_floats[kind] * 4 * (uint64_t)nblocks[kind];
+        b->block_floats[kind] = vk_block_bytes(m, cfg, kind) / kv_elem;
+        uint64_t bytes = (uint64_t)b->block_floats[kind] * kv_elem * (uint64_t)nblocks[kind];
         if (b->block_floats[kind] > UINT32_MAX) {
             rc = g3_fail(err, G3_ERR_UNSUPPORTED, "vulkan: KV block of %zu floats is too large", b->block_floats[kind]);
             goto fail;
@@ -307,7 +316,7 @@ static g3_status vk_copy_block(g3_backend *b, int kind, int src, int dst, g3_err
     if (kind < 0 || kind > 1 || src < 0 || dst < 0 || src >= nb || dst >= nb)
         return g3_fail(err, G3_ERR_ARG, "copy_block: block %d -> %d out of range", src, dst);
     if (src == dst) return G3_OK;
-    VkDeviceSize bb = (VkDeviceSize)b->block_floats[kind] * 4;
+    VkDeviceSize bb = (VkDeviceSize)b->block_floats[kind] * (b->kv16 ? 2 : 4);
     VkBufferCopy region = {.srcOffset = (VkDeviceSize)src * bb, .dstOffset = (VkDeviceSize)dst * bb, .size = bb};
     G3_TRY(g3vk_once_begin(&b->vk, err));
     b->vk.vkCmdCopyBuffer(b->vk.once, b->kv[kind].buf, b->kv[kind].buf, 1, &region);

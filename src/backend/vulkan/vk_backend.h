@@ -35,8 +35,9 @@ struct g3_backend {
     g3vk_weight embed;         /* [vocab][H]; also the output head */
     g3vk_buf norms;            /* all norm vectors, then the rope frequencies (global, sliding) */
     uint64_t n_final, inv_freq[2];
-    g3vk_buf kv[2];            /* pools: [n_blocks][n_layers_kind][2][KVH][B][D] float32 */
-    size_t block_floats[2];
+    g3vk_buf kv[2];            /* pools: [n_blocks][n_layers_kind][2][KVH][B][D] float32 (f16 when kv16) */
+    size_t block_floats[2];    /* elements per block */
+    int kv16;                  /* f16 KV cache ($G3_VULKAN_KV=f16) */
     g3vk_buf act;              /* activations, below */
     uint64_t a_h, a_x, a_t;    /* [max_rows][H]: residual, normed input, projection output */
     uint64_t a_qkv;            /* [max_rows][Q + 2 KV] */

@@ -379,9 +379,11 @@ const char *g3vk_type_suffix(uint32_t type) {
     return i < 0 ? NULL : types[i].suffix;
 }
 
-static const char *kernel_names[G3VK_K_COUNT] = {"matvec", "matvec_geglu", "matmul", "matmul_geglu", "embed",
-                                                 "matvec1", "matvec1_geglu", "qk_rope", "attn", "attn_combine", "add_norm", "gather", "geglu",
-                                                 "argmax", "test_sincos"};
+static const char *kernel_names[G3VK_K_COUNT] = {"matvec",     "matvec_geglu", "matmul",       "matmul_geglu",
+                                                 "embed",      "matvec1",      "matvec1_geglu", "qk_rope",
+                                                 "attn",       "attn_combine", "add_norm",     "gather",
+                                                 "geglu",      "argmax",       "test_sincos",  "qk_rope_kv16",
+                                                 "attn_kv16"};
 
 int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu) {
     if (rows > 8) return geglu ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL;

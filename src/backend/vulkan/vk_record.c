@@ -85,7 +85,7 @@ static void layer(rec *r, int rows, int l) {
     }
     barrier(r);
     /* QK-norm, rope, K/V into the cache */
-    bind(r, G3VK_K_QK_ROPE, 0);
+    bind(r, b->kv16 ? G3VK_K_QK_ROPE_KV16 : G3VK_K_QK_ROPE, 0);
     pc_qk_rope pq = {.qkv = b->a_qkv, .kv = b->kv[L->kind].addr, .params = b->params.addr, .qn = L->n_q, .kn = L->n_k,
                      .invf = b->inv_freq[L->kind], .ld = LD, .NH = NH, .KVH = KVH, .D = D,
                      .B = (uint32_t)b->cfg.kv_block, .li = (uint32_t)L->li,
@@ -95,7 +95,7 @@ static void layer(rec *r, int rows, int l) {
     barrier(r);
     /* attention */
     int split = rows <= G3VK_MV_ROWS;
-    bind(r, G3VK_K_ATTN, 0);
+    bind(r, b->kv16 ? G3VK_K_ATTN_KV16 : G3VK_K_ATTN, 0);
     pc_attn pa = {.q = b->a_qkv, .kv = b->kv[L->kind].addr, .out = b->a_att, .part = b->a_part,
                   .params = b->params.addr, .ld = LD, .NH = NH, .KVH = KVH, .D = D, .B = (uint32_t)b->cfg.kv_block,
                   .li = (uint32_t)L->li, .block_floats = (uint32_t)b->block_floats[L->kind],

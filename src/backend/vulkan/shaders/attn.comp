@@ -3,6 +3,7 @@
 // sliding layers), in steps of WG keys with an online softmax. mode 0: the chunk is the whole span and the
 // normalized output goes to out[r][h*D..]. mode 1 (split decode): writes the chunk's (max, sum, unnormalized out)
 // to part[(r*NH + h)*n_chunks + c], to be merged by attn_combine. Grid: (n_chunks, NH, rows).
+// KV16: the cache holds f16 (qk_rope.comp built with KV16 writes it); offsets below count elements either way.
 #define WG 64
 #define DMAX 256
 layout(local_size_x = WG) in;
@@ -13,6 +14,22 @@ layout(push_constant) uniform PC {
     uint ld, NH, KVH, D, B, li, block_floats, table, window, chunk_len, n_chunks, mode, out_ld;
     float scale, cap;
 } pc;
+
+#ifdef KV16
+// element e (f16) of the cache
+float ldkv(uint64_t e) {
+    uint w = UBuf(pc.kv + (e & ~uint64_t(1)) * 2u).v[0];
+    return unpackHalf2x16(w >> ((uint(e) & 1u) * 16u)).x;
+}
+// elements 4i..4i+3 from element e0 (e0 a multiple of 4)
+vec4 ldkv4(uint64_t e0, uint i) {
+    uvec2 w = U2Buf(pc.kv + e0 * 2u).v[i];
+    return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
+}
+#else
+float ldkv(uint64_t e) { return ldf(pc.kv, e); }
+vec4 ldkv4(uint64_t e0, uint i) { return F4Buf(pc.kv + e0 * 4u).v[i]; }
+#endif
 
 shared float q_sh[DMAX];
 shared float p_sh[WG];
@@ -46,10 +63,9 @@ void main() {
             int blk = prm(pc.params, tab + uint(kp) / pc.B);
             uint64_t kbase = uint64_t(blk) * pc.block_floats + head_off + uint64_t(uint(kp) % pc.B) * D;
             kb_sh[tid] = kbase;
-            F4Buf kr = F4Buf(pc.kv + kbase * 4u);
             float acc = 0.0;
             for (uint d = 0; d < D / 4u; d++) {
-                vec4 kv4 = kr.v[d];
+                vec4 kv4 = ldkv4(kbase, d);
                 acc += q_sh[4u * d] * kv4.x + q_sh[4u * d + 1u] * kv4.y + q_sh[4u * d + 2u] * kv4.z +
                        q_sh[4u * d + 3u] * kv4.w;
             }
@@ -67,7 +83,7 @@ void main() {
             uint d = tid + j * WG;
             if (d < D) {
                 float a = o[j] * corr;
-                for (int t = 0; t < nk; t++) a += p_sh[t] * ldf(pc.kv, kb_sh[t] + vshift + d);
+                for (int t = 0; t < nk; t++) a += p_sh[t] * ldkv(kb_sh[t] + vshift + d);
                 o[j] = a;
             }
         }
