@@ -1,9 +1,10 @@
 /* Host-only check of the tensor-core kernels' register layouts (src/backend/cuda/tc_frag.cuh) without a GPU: one
  * warp of k_tc is emulated lane by lane for a 16-row tile — the same tc_decode / tc_bregs calls on the same
  * resident formats, an mma.sync m16n8k16 emulated from the PTX fragment tables, the same epilogue mapping — and the
- * result is compared with a float64 dot product of the dequantized weights and the (hi + lo) activations.
+ * result is compared with a float64 dot product of the dequantized weights and the (hi + lo) activations. The
+ * staged kernel of tc_stage.cu (9..64 rows) is emulated whole: blocks, shared-memory stages, float2 epilogue.
  *
- *   nvcc -std=c++17 -I include -I src dev/cuda/tc_emul.cu -o /tmp/tc_emul && /tmp/tc_emul
+ *   nvcc -std=c++17 -arch=sm_90a -I include -I src dev/cuda/tc_emul.cu -o /tmp/tc_emul && /tmp/tc_emul
  *
  * Prints one line per case and exits 1 if any case is off by more than bf16 rounding allows. */
 #include <math.h>
@@ -28,13 +29,13 @@ struct tile {
     size_t rowb;
 };
 
-static void make_tile(tile *T, int qt, int k, int g) {
+static void make_tile(tile *T, int qt, int k, int g, int rows = 16) {
     T->qt = qt, T->k = k, T->g = g;
     T->rowb = qt == TC_BF16 ? (size_t)k * 2 : qt == TC_INT4 ? (size_t)k / 2 : (size_t)k;
-    T->q = (uint8_t *)calloc(16, T->rowb);
-    T->s = (float *)calloc(16 * (k / g), 4), T->z = (float *)calloc(16 * (k / g), 4);
-    T->wd = (double *)calloc(16 * (size_t)k, 8);
-    for (int r = 0; r < 16; r++)
+    T->q = (uint8_t *)calloc(rows, T->rowb);
+    T->s = (float *)calloc(rows * (k / g), 4), T->z = (float *)calloc(rows * (k / g), 4);
+    T->wd = (double *)calloc(rows * (size_t)k, 8);
+    for (int r = 0; r < rows; r++)
         for (int i = 0; i < k; i++) {
             size_t gi = (size_t)r * (k / g) + i / g;
             if (i % g == 0) T->s[gi] = 0.01f + 0.02f * fabsf(frand()), T->z[gi] = 0.1f * frand();
@@ -193,6 +194,139 @@ static int run_case(int k, int g, int m, int split, const char *name) {
     return rel <= tol ? 0 : 1;
 }
 
+/* k_tcm (tc_stage.cu), emulated block by block and warp by warp: stream-K over (256-row tile, stage) units, the
+ * swizzled shared-memory stage written as the block writes it, B fragments read back per lane, the float2 epilogue
+ * through tc_pair_send / tc_pair_take with the lane ^ 4 exchange. Also checks that the stage writes are a
+ * permutation and that each 8-lane phase of a 16-byte shared read touches 8 distinct bank groups. */
+template <int QT, int MODE>
+static int run_stage_case(int n, int k, int g, int m, int blocks, const char *name) {
+    constexpr int V = QT == TC_BF16 ? 8 : QT == TC_INT4 ? 32 : 16, Q = V / 8, NW = 8, TT = 2, KR = 2;
+    const int NT = m <= 16 ? 2 : m <= 32 ? 4 : 8, MP = 8 * NT;
+    tile T;
+    make_tile(&T, QT, k, g, n);
+    const int nch = k / V, ngr = k / g, S = (nch + 4 * KR - 1) / (4 * KR), tiles = (n + 255) / 256;
+    const long long L = (long long)tiles * S;
+    uint16_t *xh = (uint16_t *)calloc((size_t)m * k, 2);
+    for (int i = 0; i < m * k; i++) xh[i] = (uint16_t)tc_bf16_rn_host(frand() * 3);
+    double *y = (double *)calloc((size_t)m * n, 8);
+    uint4 *xs = (uint4 *)calloc((size_t)MP * V, 16);
+    int *filled = (int *)calloc((size_t)MP * V, sizeof(int));
+    static float acc[NW][TT][8][32][4];
+    int conflicts = 0, perm_bad = 0;
+    for (int b = 0; b < blocks; b++) {
+        const long long u0 = L * b / blocks, u1 = L * (b + 1) / blocks;
+        memset(acc, 0, sizeof acc);
+        for (long long u = u0; u < u1; u++) {
+            const int stage = (int)(u % S), tl = (int)(u / S);
+            memset(filled, 0, sizeof(int) * MP * V);
+            for (int idx = 0; idx < MP * V; idx++) {
+                const int i = idx / V, p = idx % V, kk = stage * 8 * V + 8 * p, d = i * V + tc_swz<QT>(p, i);
+                if (d < i * V || d >= (i + 1) * V || filled[d]++) perm_bad++;
+                uint4 v = {0, 0, 0, 0};
+                if (i < m && kk < k) memcpy(&v, xh + (size_t)i * k + kk, 16);
+                xs[d] = v;
+            }
+            for (int wi = 0; wi < NW; wi++)
+                for (int rl = 0; rl < KR; rl++)
+                    for (int q = 0; q < Q; q++) {
+                        uint4 xb[32][8];
+                        for (int nt = 0; nt < NT; nt++) {
+                            int bank[32];
+                            for (int l = 0; l < 32; l++) {
+                                const int gg = l >> 2, t = l & 3, p = (4 * rl + t) * Q + q;
+                                const int a = (8 * nt + gg) * V + tc_swz<QT>(p, 8 * nt + gg);
+                                xb[l][nt] = xs[a], bank[l] = a % 8;
+                            }
+                            for (int ph = 0; ph < 4; ph++)
+                                for (int l1 = 8 * ph; l1 < 8 * ph + 8; l1++)
+                                    for (int l2 = l1 + 1; l2 < 8 * ph + 8; l2++) conflicts += bank[l1] == bank[l2];
+                        }
+                        for (int jj = 0; jj < 2; jj++) {
+                            const int j = 2 * q + jj;
+                            uint32_t bb[8][32][2];
+                            for (int nt = 0; nt < NT; nt++)
+                                for (int l = 0; l < 32; l++) tc_bregs<QT>(xb[l][nt], jj, bb[nt][l][0], bb[nt][l][1]);
+                            for (int tt = 0; tt < TT; tt++) {
+                                uint32_t a[32][4];
+                                for (int l = 0; l < 32; l++) {
+                                    const int gg = l >> 2, t = l & 3, base = ((tl * NW + wi) * TT + tt) * 16;
+                                    const int ra = base + gg < n ? base + gg : n - 1;
+                                    const int rb = base + gg + 8 < n ? base + gg + 8 : n - 1;
+                                    const int kc = (stage * KR + rl) * 4 + t;
+                                    const bool ok = kc < nch;
+                                    uint4 wa = {0, 0, 0, 0}, wb = {0, 0, 0, 0};
+                                    if (ok) memcpy(&wa, T.q + ra * T.rowb + (size_t)kc * 16, 16), memcpy(&wb, T.q + rb * T.rowb + (size_t)kc * 16, 16);
+                                    float sa = 0, sb = 0, za = 0, zb = 0;
+                                    if (MODE == 2) {
+                                        const int grp = ok ? (kc * V) / g : 0;
+                                        sa = T.s[ra * ngr + grp], sb = T.s[rb * ngr + grp];
+                                        if (QT == TC_INT4) za = T.z[ra * ngr + grp], zb = T.z[rb * ngr + grp];
+                                    }
+                                    tc_decode<QT, MODE>(wa, j, sa, za, a[l][0], a[l][2]);
+                                    tc_decode<QT, MODE>(wb, j, sb, zb, a[l][1], a[l][3]);
+                                }
+                                for (int nt = 0; nt < NT; nt++) emu_mma(acc[wi][tt][nt], a, bb[nt]);
+                            }
+                        }
+                    }
+            if (u + 1 == u1 || (u + 1) / S != tl) { /* epilogue */
+                const bool vec = (n & 1) == 0;
+                for (int wi = 0; wi < NW; wi++)
+                    for (int tt = 0; tt < TT; tt++) {
+                        const int base = ((tl * NW + wi) * TT + tt) * 16;
+                        for (int nt = 0; nt < NT; nt++) {
+                            float (*c)[4] = acc[wi][tt][nt];
+                            float s0[32], s1[32];
+                            for (int l = 0; l < 32; l++) tc_pair_send(c[l], l >> 2, s0[l], s1[l]);
+                            for (int l = 0; l < 32; l++) {
+                                const int gg = l >> 2, t = l & 3;
+                                if (vec) {
+                                    float v[2][2];
+                                    tc_pair_take(c[l], gg, s0[l ^ 4], s1[l ^ 4], v);
+                                    const int col = 8 * nt + 2 * t + (gg & 1);
+                                    for (int hf = 0; hf < 2; hf++) {
+                                        const int row = base + 8 * hf + (gg & ~1);
+                                        if (row >= n || col >= m) continue;
+                                        float sc0 = 1.f, sc1 = 1.f;
+                                        if (MODE == 0 && QT != TC_BF16) sc0 = T.s[row * ngr], sc1 = T.s[(row + 1) * ngr];
+                                        y[(size_t)col * n + row] += v[hf][0] * sc0;
+                                        y[(size_t)col * n + row + 1] += v[hf][1] * sc1;
+                                    }
+                                } else {
+                                    for (int hf = 0; hf < 2; hf++) {
+                                        const int row = base + gg + 8 * hf, i = 8 * nt + 2 * t;
+                                        if (row >= n) continue;
+                                        const float sc = MODE == 0 && QT != TC_BF16 ? T.s[row * ngr] : 1.f;
+                                        if (i < m) y[(size_t)i * n + row] += c[l][2 * hf] * sc;
+                                        if (i + 1 < m) y[(size_t)(i + 1) * n + row] += c[l][2 * hf + 1] * sc;
+                                    }
+                                }
+                            }
+                            memset(c, 0, sizeof(float) * 32 * 4);
+                        }
+                    }
+            }
+        }
+    }
+    double worst = 0, mx = 1e-30;
+    for (int i = 0; i < m; i++)
+        for (int row = 0; row < n; row++) {
+            double ref = 0, refx = 0;
+            for (int kk = 0; kk < k; kk++) {
+                const double xv = tc_bf2f(xh[(size_t)i * k + kk]);
+                ref += T.wd[(size_t)row * k + kk] * xv, refx += fabs(T.wd[(size_t)row * k + kk] * xv);
+            }
+            mx = fmax(mx, refx / sqrt((double)k));
+            worst = fmax(worst, fabs(ref - y[(size_t)i * n + row]));
+        }
+    const double rel = worst / mx, tol = MODE == 2 ? 2e-2 : 1e-4;
+    const int bad = !(rel <= tol) || conflicts || perm_bad;
+    printf("  %-24s n=%-3d k=%-5d g=%-4d m=%-2d blocks=%-2d: rel err %.2e, bank conflicts %d, bad writes %d %s\n", name,
+           n, k, g, m, blocks, rel, conflicts, perm_bad, bad ? "FAIL" : "ok");
+    free(T.q), free(T.s), free(T.z), free(T.wd), free(xh), free(y), free(xs), free(filled);
+    return bad;
+}
+
 int main(void) {
     int bad = 0;
     const int ms[] = {1, 3, 4, 5, 8};
@@ -215,6 +349,21 @@ int main(void) {
         bad += run_case<TC_INT4, 2>(384, 32, m, 0, "int4/32 dequant plain");
         bad += run_case<TC_INT4, 2>(384, 128, m, 0, "int4/128 dequant plain");
     }
+    /* staged kernel (9..64 rows): partial tiles (n not a multiple of 256, odd n: scalar atomics), k not a multiple
+     * of the stage, tiles split among blocks, a block over several tiles */
+    const int ms2[] = {9, 17, 32, 64};
+    for (int mi = 0; mi < 4; mi++) {
+        int m = ms2[mi];
+        bad += run_stage_case<TC_INT8, 0>(40, 320, 320, m, 3, "stage int8/channel");
+        bad += run_stage_case<TC_INT8, 0>(37, 192, 192, m, 2, "stage int8/channel odd n");
+        bad += run_stage_case<TC_INT8, 2>(40, 320, 32, m, 3, "stage int8/32");
+        bad += run_stage_case<TC_INT8, 2>(40, 176, 16, m, 1, "stage int8/16");
+        bad += run_stage_case<TC_FP8, 0>(24, 320, 320, m, 2, "stage fp8/channel");
+        bad += run_stage_case<TC_INT4, 2>(40, 640, 128, m, 3, "stage int4/128");
+        bad += run_stage_case<TC_INT4, 2>(21, 416, 32, m, 2, "stage int4/32 odd n");
+    }
+    bad += run_stage_case<TC_INT4, 2>(300, 512, 128, 20, 5, "stage int4 two tiles");
+    bad += run_stage_case<TC_INT8, 0>(300, 256, 256, 40, 1, "stage int8 two tiles");
     printf("%s\n", bad ? "FAILED" : "all layouts agree");
     return bad ? 1 : 0;
 }

@@ -271,6 +271,62 @@ static void test_attention(void **state) {
     run_attention(4, 2, 128, 0, 1024, 2, 50.f);
     run_attention(8, 1, 64, 0, 1024, 1, 0);
 }
+/* 9..64 rows on quantized weights: the staged tensor-core kernel (tc_stage.cu) and, with $G3_CUDA_TCM=0, the warp
+ * kernel it replaces. n = 264: two 256-row block tiles, the second partial; n = 37: odd (scalar atomics), with a
+ * down projection's row length. Tolerance 1e-2 of max|y| as for every bf16-activation path (tol_for): activations
+ * rounded to bf16 (2^-9 relative) and, for int4 and grouped int8, weights dequantized to bf16 in registers (2^-9);
+ * with random signs the sum over k keeps the relative error near 2^-8 (~4e-3 seen in the host emulation). */
+static void run_gguf_mm(uint32_t t, int n, int k, int m) {
+    size_t rb = g3_row_bytes(t, k);
+    assert_true(rb > 0);
+    uint8_t *raw = malloc(rb * n);
+    float *src = malloc(sizeof(float) * k), *ref = malloc(sizeof(float) * (size_t)n * k);
+    float *x = malloc(sizeof(float) * (size_t)m * k), *y = malloc(sizeof(float) * (size_t)m * n);
+    g3_error err = {0};
+    for (int r = 0; r < n; r++) {
+        for (int i = 0; i < k; i++) src[i] = frand() * (1 + r % 3);
+        assert_int_equal(g3_quantize_row(t, src, raw + rb * r, k, &err), G3_OK);
+        g3_dequant_row(t, raw + rb * r, ref + (size_t)r * k, k);
+    }
+    for (int i = 0; i < m * k; i++) x[i] = frand();
+    for (int i = 0; i < m * n; i++) y[i] = NAN;
+    if (g3_cuda_test_matmul(t, raw, n, k, "bf16", 1, 0, x, m, y, NULL, &err) != G3_OK) fail_msg("%s", err.msg);
+    double dy = check_mm(ref, n, k, x, m, y, 0);
+    int path = g3_cuda_test_mm_path(t, n, k, "bf16", 1, m);
+    printf("  type %2u n=%d k=%d m=%-2d path %d: product rel err %.2e\n", t, n, k, m, path, dy);
+    assert_int_equal(path, 1); /* tensor cores */
+    assert_true(dy <= 1e-2);
+    free(raw), free(src), free(ref), free(x), free(y);
+}
+
+static void test_matmul_staged(void **state) {
+    (void)state;
+    need_gpu();
+    const int ms[] = {9, 17, 32, 64};
+    const char *qs[] = {"int8", "int4", "fp8"};
+    const double tw[] = {5.0e-4, 7.0e-3, 7.0e-3};
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) setenv("G3_CUDA_TCM", "0", 1);
+        for (size_t qi = 0; qi < 3; qi++)
+            for (size_t i = 0; i < 4; i++) {
+                assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 5376, qs[qi], 1, ms[i]), 1);
+                run_mm(qs[qi], 264, 5376, ms[i], 1, 0, tw[qi], 1e-2);
+                run_mm(qs[qi], 37, 21504, ms[i], 1, 0, tw[qi], 1e-2);
+            }
+        run_mm("int4", 160, 512, 32, 1, 1, 7.0e-3, 1e-2); /* GeGLU after the product */
+        run_mm("int8", 96, 384, 20, 2, 0, 5.0e-4, 2e-2);  /* plain activations requested */
+        unsetenv("G3_CUDA_TCM");
+    }
+    setenv("G3_CUDA_FUSE", "1", 1); /* fused GeGLU keeps the warp kernel (tile finisher) */
+    run_mm("int4", 160, 512, 32, 1, 1, 7.0e-3, 1e-2);
+    unsetenv("G3_CUDA_FUSE");
+    /* GGUF-derived formats: Q8_0 -> int8/32, Q6_K -> int8/16, Q4_0 and Q4_K -> int4/32 */
+    const uint32_t types[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q6_K, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K};
+    for (size_t ti = 0; ti < 4; ti++)
+        for (size_t i = 0; i < 4; i++) run_gguf_mm(types[ti], 40, 2816, ms[i]);
+    run_gguf_mm(G3_DTYPE_Q4_K, 37, 21504, 32);
+}
+
 #else
 static void no_cuda(void **state) {
     (void)state;
@@ -286,6 +342,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_long_rows),
         cmocka_unit_test(test_gguf_types),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_matmul_staged),
 #else
         cmocka_unit_test(no_cuda),
 #endif

@@ -143,6 +143,11 @@ cudaError_t g3c_tc_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, int spli
                       int n_sm, cudaStream_t st);
 /* Occupancy of the tensor-core kernels (call once before capturing graphs; later calls are no-ops). */
 cudaError_t g3c_tc_init(void);
+/* 9..64 plain rows on quantized weights with the activations staged in shared memory (tc_stage.cu); g3c_tc_mm
+ * takes it where g3c_tcm_supported (0 with $G3_CUDA_TCM=0). g3c_tcm_init: shared-memory limits and occupancy. */
+int g3c_tcm_supported(const g3_dmat *w, int m);
+cudaError_t g3c_tcm_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, cudaStream_t st);
+cudaError_t g3c_tcm_init(void);
 
 /* ---- matrix products on any path (matmul.cu) -------------------------------------------------------------- */
 #include <cublas_v2.h>

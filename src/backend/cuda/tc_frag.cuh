@@ -131,6 +131,29 @@ template <int QT> TC_HD void tc_bregs(const uint4 &xb, int jj, uint32_t &b0, uin
     }
 }
 
+/* Staged activations (tc_stage.cu, 9..64 plain rows): a stage holds 8V values (2 rounds) of every activation row in
+ * shared memory as V 16-byte units per row; unit p (values 8p..8p+7 of the stage) of row i sits at i*V +
+ * tc_swz<QT>(p, i). Lane t reads units p = (4 rl + t) Q + q (round rl, q < Q = V/8), the activations of its own
+ * weight chunk. Rows are V*16 bytes (a multiple of 128), and the XOR moves bit 1 of t (int4), or the row parity,
+ * into the low unit bits, so the 8 lanes of one shared-memory phase (rows g, g+1 x t = 0..3) hit 8 distinct 16-byte
+ * bank groups. The XOR changes bits below log2(V) only: a unit stays in its row. */
+template <int QT> TC_HD int tc_swz(int p, int row) {
+    if constexpr (QT == TC_INT4) return p ^ (((p >> 3) & 1) | ((row & 1) << 1)); /* p: q | t << 2 | rl << 4 */
+    else if constexpr (QT == TC_BF16) return p ^ ((row & 1) << 2);               /* p: t | rl << 2 */
+    else return p ^ (row & 1);                                                   /* p: q | t << 1 | rl << 3 */
+}
+
+/* Epilogue in pairs of output channels (float2 atomics): lane (g, t) holds c = C[g][2t], C[g][2t+1], C[g+8][2t],
+ * C[g+8][2t+1]; it sends (s0, s1) to lane ^ 4 (g ^ 1) and receives that lane's (r0, r1). Afterwards it owns column
+ * 2t + (g & 1) at channels (g & ~1) + 8 hf + (0, 1): v[hf][0..1]. */
+TC_HD void tc_pair_send(const float c[4], int g, float &s0, float &s1) {
+    s0 = (g & 1) ? c[0] : c[1], s1 = (g & 1) ? c[2] : c[3];
+}
+TC_HD void tc_pair_take(const float c[4], int g, float r0, float r1, float v[2][2]) {
+    if (g & 1) v[0][0] = r0, v[0][1] = c[1], v[1][0] = r1, v[1][1] = c[3];
+    else v[0][0] = c[0], v[0][1] = r0, v[1][0] = c[2], v[1][1] = r1;
+}
+
 #ifdef __CUDA_ARCH__
 /* c += A B for one m16n8k16 tile (A regs as listed above). */
 __device__ __forceinline__ void tc_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,

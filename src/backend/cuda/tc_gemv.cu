@@ -289,6 +289,8 @@ static void build_table(void) {
 
 cudaError_t g3c_tc_init(void) {
     build_table();
+    cudaError_t et = g3c_tcm_init();
+    if (et != cudaSuccess) return et;
     for (int v = 0; v < 5; v++)
         for (int c = 0; c < NCFG; c++) {
             tc_inst *ti = &table[v][c];
@@ -335,6 +337,7 @@ int g3c_tc_supported(const g3_dmat *w, int m, int split) {
 cudaError_t g3c_tc_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, int split, float *y, const g3c_tc_geglu *gg,
                       int n_sm, cudaStream_t st) {
     if (!g3c_tc_supported(w, m, split)) return cudaErrorInvalidValue;
+    if (!split && !(gg && gg->a) && g3c_tcm_supported(w, m)) return g3c_tcm_mm(w, xh, m, y, n_sm, st);
     const tc_inst *ti = &table[variant_of(w)][cfg_of(m, split)];
     const int V = tcv_values(w->qt), nch = w->k / V, R = (nch + 3) / 4;
     const int tiles = (w->n + 16 * ti->T - 1) / (16 * ti->T);

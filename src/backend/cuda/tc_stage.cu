@@ -1,0 +1,279 @@
+/* Tensor-core products for small batches (9..64 activation rows, plain bf16 activations) on quantized weights with
+ * the activations staged in shared memory: y += x W^T, weights decoded in registers (tc_frag.cuh) as in tc_gemv.cu.
+ *
+ * Why: the warp-level kernel (k_tc) reads every activation fragment from global memory (L2) once per 16*T weight
+ * rows, i.e. 2m/(16T) bytes of L2 traffic per weight value: at 32 rows that is 4x the int4 weight bytes, and the
+ * product runs at L2 speed, far under the HBM stream. Here a block of 8 warps owns a tile of 256 rows and walks it
+ * in stages of 8V values (2 rounds of 4 chunks of 16 bytes per row; int4 256 values, int8/fp8 128): the block
+ * copies the stage's activations [m][8V] into shared memory once (cp.async, double-buffered, XOR-swizzled so the
+ * 16-byte reads are free of bank conflicts), and each warp multiplies its own 32 rows from there. L2 traffic per
+ * weight value drops to 2m/256 bytes; the weights of the next stage are loaded into registers while the current one
+ * computes. Units = (tile, stage), cut evenly and contiguously among the blocks of a grid that fills the GPU
+ * (stream-K); a block adds each tile's partial sums into y with float2 atomics (y starts at zero; cuda_common.cuh).
+ *
+ * Scales: per-channel int8/fp8 at the end; grouped int8 (GGUF 16/32) and int4 (any group, a multiple of 32) are
+ * dequantized to bf16 per 16-byte chunk (MODE 2 of tc_decode).
+ * $G3_CUDA_TCM=0 keeps k_tc for these batches (for comparison). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/tc_frag.cuh"
+
+#define TCM_WARPS 8
+#define TCM_T 2  /* 16-row tiles per warp */
+#define TCM_KR 2 /* rounds per stage */
+
+template <int QT> struct tcm_v { static constexpr int V = QT == G3Q_BF16 ? 8 : QT == G3Q_INT4 ? 32 : 16; };
+
+static __device__ __forceinline__ uint4 tcm_ld_stream(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+static __device__ __forceinline__ void tcm_cp16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void tcm_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+static __device__ __forceinline__ void tcm_cp_wait0() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+/* one stage of weights of this lane: chunks of rows g and g+8 of each of the warp's T tiles, per round */
+struct tcm_w {
+    uint4 a[TCM_KR][TCM_T], b[TCM_KR][TCM_T];
+    float sa[TCM_KR][TCM_T], sb[TCM_KR][TCM_T], za[TCM_KR][TCM_T], zb[TCM_KR][TCM_T];
+};
+
+template <int QT, int MODE>
+static __device__ __forceinline__ void tcm_load_w(const g3_dmat &w, long long u, int S, int wi, int g, int t,
+                                                  tcm_w &r) {
+    constexpr int V = tcm_v<QT>::V;
+    const int n = w.n, nch = w.k / V, ngr = w.k / w.g;
+    const int tile = (int)(u / S), stage = (int)(u % S);
+    const uint4 *W = (const uint4 *)w.q;
+#pragma unroll
+    for (int rl = 0; rl < TCM_KR; rl++)
+#pragma unroll
+        for (int tt = 0; tt < TCM_T; tt++) {
+            const int base = ((tile * TCM_WARPS + wi) * TCM_T + tt) * 16;
+            const int ra = min(base + g, n - 1), rb = min(base + g + 8, n - 1);
+            const int kc = (stage * TCM_KR + rl) * 4 + t;
+            const bool ok = kc < nch;
+            const uint4 z4 = make_uint4(0, 0, 0, 0);
+            r.a[rl][tt] = ok ? tcm_ld_stream(W + (size_t)ra * nch + kc) : z4;
+            r.b[rl][tt] = ok ? tcm_ld_stream(W + (size_t)rb * nch + kc) : z4;
+            r.sa[rl][tt] = r.sb[rl][tt] = r.za[rl][tt] = r.zb[rl][tt] = 0.f;
+            if constexpr (MODE == 2) {
+                const int grp = ok ? (kc * V) / w.g : 0;
+                r.sa[rl][tt] = __ldg(w.s + (size_t)ra * ngr + grp), r.sb[rl][tt] = __ldg(w.s + (size_t)rb * ngr + grp);
+                if constexpr (QT == G3Q_INT4)
+                    r.za[rl][tt] = __ldg(w.z + (size_t)ra * ngr + grp), r.zb[rl][tt] = __ldg(w.z + (size_t)rb * ngr + grp);
+            }
+        }
+}
+
+/* activations of stage `stage` ([8NT rows][V units], rows >= m and values >= k as zeros) into xs */
+template <int QT, int NT>
+static __device__ __forceinline__ void tcm_stage_x(uint4 *xs, const __nv_bfloat16 *xh, int m, int K, int stage) {
+    constexpr int V = tcm_v<QT>::V, MP = 8 * NT;
+    const int k0 = stage * 8 * V;
+    for (int idx = threadIdx.x; idx < MP * V; idx += TCM_WARPS * 32) {
+        const int i = idx / V, p = idx % V, kk = k0 + 8 * p;
+        uint4 *d = xs + i * V + tc_swz<QT>(p, i);
+        if (i < m && kk < K) tcm_cp16(d, xh + (size_t)i * K + kk);
+        else *d = make_uint4(0, 0, 0, 0);
+    }
+    tcm_cp_commit();
+}
+
+template <int QT, int MODE, int NT>
+__global__ void __launch_bounds__(TCM_WARPS * 32, 1)
+    k_tcm(g3_dmat w, const __nv_bfloat16 *__restrict__ xh, int m, float *__restrict__ y, int S, long long L) {
+    constexpr int V = tcm_v<QT>::V, Q = V / 8, MP = 8 * NT, T = TCM_T;
+    extern __shared__ uint4 tcm_xs[]; /* [2][MP][V] */
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wi = threadIdx.x >> 5;
+    const int n = w.n, K = w.k;
+    const long long u0 = L * blockIdx.x / gridDim.x, u1 = L * (blockIdx.x + 1) / gridDim.x;
+    tcm_w cur, nxt;
+    /* the weights do not depend on the previous kernel: start their loads before waiting for it */
+    if (u0 < u1) tcm_load_w<QT, MODE>(w, u0, S, wi, g, t, cur);
+    g3c_pdl_wait();
+    if (u0 >= u1) return;
+#pragma unroll
+    for (int rl = 0; rl < TCM_KR; rl++)
+#pragma unroll
+        for (int tt = 0; tt < T; tt++) {
+            nxt.a[rl][tt] = nxt.b[rl][tt] = make_uint4(0, 0, 0, 0);
+            nxt.sa[rl][tt] = nxt.sb[rl][tt] = nxt.za[rl][tt] = nxt.zb[rl][tt] = 0.f;
+        }
+    tcm_stage_x<QT, NT>(tcm_xs, xh, m, K, (int)(u0 % S));
+    float acc[T][NT][4];
+#pragma unroll
+    for (int tt = 0; tt < T; tt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[tt][nt][e] = 0.f;
+    int it = 0;
+    for (long long u = u0; u < u1; u++, it ^= 1) {
+        tcm_cp_wait0();
+        __syncthreads(); /* stage u is in buffer it; every warp is done with buffer it ^ 1 */
+        if (u + 1 < u1) {
+            tcm_stage_x<QT, NT>(tcm_xs + (it ^ 1) * MP * V, xh, m, K, (int)((u + 1) % S));
+            tcm_load_w<QT, MODE>(w, u + 1, S, wi, g, t, nxt);
+        }
+        const uint4 *xs = tcm_xs + it * MP * V;
+#pragma unroll
+        for (int rl = 0; rl < TCM_KR; rl++)
+#pragma unroll
+            for (int q = 0; q < Q; q++) {
+                const int p = (4 * rl + t) * Q + q;
+                uint4 xb[NT];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) xb[nt] = xs[(8 * nt + g) * V + tc_swz<QT>(p, 8 * nt + g)];
+#pragma unroll
+                for (int jj = 0; jj < 2; jj++) {
+                    const int j = 2 * q + jj;
+                    uint32_t b0[NT], b1[NT];
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) tc_bregs<QT>(xb[nt], jj, b0[nt], b1[nt]);
+#pragma unroll
+                    for (int tt = 0; tt < T; tt++) {
+                        uint32_t a0, a1, a2, a3;
+                        tc_decode<QT, MODE>(cur.a[rl][tt], j, cur.sa[rl][tt], cur.za[rl][tt], a0, a2);
+                        tc_decode<QT, MODE>(cur.b[rl][tt], j, cur.sb[rl][tt], cur.zb[rl][tt], a1, a3);
+#pragma unroll
+                        for (int nt = 0; nt < NT; nt++) tc_mma(acc[tt][nt], a0, a1, a2, a3, b0[nt], b1[nt]);
+                    }
+                }
+            }
+        const int tile = (int)(u / S);
+        if (u + 1 == u1 || (u + 1) / S != tile) { /* tile done (or this block's share of it): add into y */
+            const bool vec = (n & 1) == 0; /* float2 atomics need even n (8-byte aligned pairs) */
+#pragma unroll
+            for (int tt = 0; tt < T; tt++) {
+                const int base = ((tile * TCM_WARPS + wi) * T + tt) * 16;
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    float *c = acc[tt][nt];
+                    if (vec) {
+                        float s0, s1, v[2][2];
+                        tc_pair_send(c, g, s0, s1);
+                        const float r0 = __shfl_xor_sync(0xffffffffu, s0, 4), r1 = __shfl_xor_sync(0xffffffffu, s1, 4);
+                        tc_pair_take(c, g, r0, r1, v);
+                        const int col = 8 * nt + 2 * t + (g & 1);
+#pragma unroll
+                        for (int hf = 0; hf < 2; hf++) {
+                            const int row = base + 8 * hf + (g & ~1);
+                            if (row >= n || col >= m) continue;
+                            float2 pv = make_float2(v[hf][0], v[hf][1]);
+                            if constexpr (MODE == 0 && QT != G3Q_BF16)
+                                pv.x *= __ldg(w.s + row), pv.y *= __ldg(w.s + row + 1);
+                            atomicAdd((float2 *)(y + (size_t)col * n + row), pv);
+                        }
+                    } else {
+#pragma unroll
+                        for (int hf = 0; hf < 2; hf++) {
+                            const int row = base + g + 8 * hf, i = 8 * nt + 2 * t;
+                            if (row >= n) continue;
+                            float sc = 1.f;
+                            if constexpr (MODE == 0 && QT != G3Q_BF16) sc = __ldg(w.s + row);
+                            if (i < m) atomicAdd(y + (size_t)i * n + row, c[2 * hf] * sc);
+                            if (i + 1 < m) atomicAdd(y + (size_t)(i + 1) * n + row, c[2 * hf + 1] * sc);
+                        }
+                    }
+#pragma unroll
+                    for (int e = 0; e < 4; e++) c[e] = 0.f;
+                }
+            }
+        }
+        cur = nxt;
+    }
+}
+
+/* ---- dispatch -------------------------------------------------------------------------------------------------- */
+typedef void (*tcm_kernel)(g3_dmat, const __nv_bfloat16 *, int, float *, int, long long);
+typedef struct tcm_inst {
+    tcm_kernel k;
+    int smem; /* dynamic shared memory bytes */
+    int bps;  /* resident blocks per SM (0: not yet set up) */
+} tcm_inst;
+
+/* tcm_table[variant][NT 2, 4, 8]: variant 0 int8 per channel, 1 int8 grouped, 2 fp8 per channel, 3 int4 */
+static tcm_inst tcm_table[4][3];
+static int tcm_ready;
+
+template <int QT, int MODE, int NT> static tcm_inst tcm_mk() {
+    tcm_inst r = {k_tcm<QT, MODE, NT>, 2 * 8 * NT * tcm_v<QT>::V * 16, 0};
+    return r;
+}
+template <int QT, int MODE> static void tcm_row(tcm_inst *row) {
+    row[0] = tcm_mk<QT, MODE, 2>(), row[1] = tcm_mk<QT, MODE, 4>(), row[2] = tcm_mk<QT, MODE, 8>();
+}
+static void tcm_build(void) {
+    if (tcm_ready) return;
+    tcm_row<G3Q_INT8, 0>(tcm_table[0]);
+    tcm_row<G3Q_INT8, 2>(tcm_table[1]);
+    tcm_row<G3Q_FP8, 0>(tcm_table[2]);
+    tcm_row<G3Q_INT4, 2>(tcm_table[3]);
+    tcm_ready = 1;
+}
+
+static int tcm_variant(const g3_dmat *w) {
+    switch (w->qt) {
+    case G3Q_INT8: return w->g == w->k ? 0 : w->g % 16 == 0 ? 1 : -1;
+    case G3Q_FP8: return w->g == w->k ? 2 : -1;
+    case G3Q_INT4: return w->g % 32 == 0 ? 3 : -1;
+    }
+    return -1;
+}
+
+static int tcm_enabled(void) {
+    const char *e = getenv("G3_CUDA_TCM");
+    return !(e && !strcmp(e, "0"));
+}
+
+int g3c_tcm_supported(const g3_dmat *w, int m) {
+    const int v = tcm_variant(w);
+    if (v < 0 || m < 9 || m > 64 || !tcm_enabled()) return 0;
+    const int V = w->qt == G3Q_INT4 ? 32 : 16;
+    return w->k % V == 0 && w->n >= 1;
+}
+
+static cudaError_t tcm_setup(tcm_inst *ti) {
+    if (ti->bps) return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(ti->k, cudaFuncAttributeMaxDynamicSharedMemorySize, ti->smem);
+    if (e != cudaSuccess) return e;
+    int b = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, ti->k, TCM_WARPS * 32, (size_t)ti->smem);
+    if (e != cudaSuccess) return e;
+    ti->bps = b < 1 ? 1 : b;
+    return cudaSuccess;
+}
+
+cudaError_t g3c_tcm_init(void) {
+    tcm_build();
+    for (int v = 0; v < 4; v++)
+        for (int c = 0; c < 3; c++) {
+            cudaError_t e = tcm_setup(&tcm_table[v][c]);
+            if (e != cudaSuccess) return e;
+        }
+    return cudaSuccess;
+}
+
+cudaError_t g3c_tcm_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, cudaStream_t st) {
+    if (!g3c_tcm_supported(w, m)) return cudaErrorInvalidValue;
+    tcm_build();
+    tcm_inst *ti = &tcm_table[tcm_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2];
+    cudaError_t e = tcm_setup(ti); /* no-op after g3c_tcm_init */
+    if (e != cudaSuccess) return e;
+    const int V = w->qt == G3Q_INT4 ? 32 : 16, nch = w->k / V, S = (nch + 4 * TCM_KR - 1) / (4 * TCM_KR);
+    const int rows = TCM_WARPS * TCM_T * 16, tiles = (w->n + rows - 1) / rows;
+    const long long L = (long long)tiles * S;
+    long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * ti->bps;
+    if (blocks > L) blocks = L;
+    if (blocks < 1) blocks = 1;
+    return g3c_launch(ti->k, dim3((unsigned)blocks), dim3(TCM_WARPS * 32), (size_t)ti->smem, st, *w, xh, m, y, S, L);
+}
