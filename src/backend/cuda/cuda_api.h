@@ -13,7 +13,8 @@
  *   G3_CUDA_PDL = 0                            no programmatic dependent launch
  * For comparisons: G3_CUDA_TCPF=1 (L2 prefetch in the tensor-core kernels), G3_CUDA_FUSE=1 (GeGLU fused into the
  * tensor-core product), G3_CUDA_NORM=loop|reg (add-norm kernel; default by batch size), G3_CUDA_ATTN_MIN=n (fewest
- * keys per attention split, 32). */
+ * keys per attention split, 32).
+ * Batches of 9..64 rows on quantized weights: G3_CUDA_TCM=0 (warp tensor-core kernel, not the staged one) */
 #ifndef G3_BACKEND_CUDA_API_H
 #define G3_BACKEND_CUDA_API_H
 
