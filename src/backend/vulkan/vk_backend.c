@@ -294,7 +294,7 @@ static g3_status run_step(g3_backend *b, const g3_batch *bt, int argmax, void *o
         VkCommandBuffer cbs[2];
         int n = 0;
         if (done == 0) cbs[n++] = b->body[bi];
-        if (cnt > 0) cbs[n++] = heads[cnt <= G3VK_MV_ROWS ? 0 : 1];
+        if (cnt > 0) cbs[n++] = heads[cnt == 1 ? 2 : cnt <= G3VK_MV_ROWS ? 0 : 1];
         G3_TRY(g3vk_submit_wait(&b->vk, cbs, n, err));
         if (cnt > 0 && argmax) G3_TRY(read_back(b, &b->ids, (int32_t *)out + done, sizeof(int32_t) * (size_t)cnt, err));
         else if (cnt > 0) G3_TRY(read_back(b, &b->logits, (float *)out + (size_t)done * V, sizeof(float) * cnt * V, err));

@@ -56,8 +56,8 @@ struct g3_backend {
     size_t p_ints;
     int n_buckets, bucket_rows[G3VK_MAX_BUCKETS];
     VkCommandBuffer body[G3VK_MAX_BUCKETS]; /* embed + layers + final norm for rows <= bucket_rows[i] */
-    VkCommandBuffer head[2];   /* gather + logits: [0] matvec (<= 8 rows), [1] matmul */
-    VkCommandBuffer head_argmax[2]; /* gather + logits + argmax on the device (forward_argmax) */
+    VkCommandBuffer head[3];   /* gather + logits: [0] matvec (<= 8 rows), [1] matmul, [2] one row (matvec1) */
+    VkCommandBuffer head_argmax[3]; /* gather + logits + argmax on the device (forward_argmax) */
     char device_name[256];
 };
 

@@ -189,19 +189,21 @@ static g3_status record_head(g3_backend *b, VkCommandBuffer cb, int rows, int ar
 
 g3_status g3vk_record_all(g3_backend *b, g3_error *err) {
     g3vk *vk = &b->vk;
-    uint32_t n = (uint32_t)b->n_buckets + 4;
-    VkCommandBuffer cbs[G3VK_MAX_BUCKETS + 4];
+    uint32_t n = (uint32_t)b->n_buckets + 6;
+    VkCommandBuffer cbs[G3VK_MAX_BUCKETS + 6];
     VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = vk->pool,
                                        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = n};
     G3_TRY(g3vk_check(vk->vkAllocateCommandBuffers(vk->dev, &cai, cbs), "vkAllocateCommandBuffers", err));
     for (int i = 0; i < b->n_buckets; i++) b->body[i] = cbs[i];
     b->head[0] = cbs[b->n_buckets], b->head[1] = cbs[b->n_buckets + 1];
     b->head_argmax[0] = cbs[b->n_buckets + 2], b->head_argmax[1] = cbs[b->n_buckets + 3];
+    b->head[2] = cbs[b->n_buckets + 4], b->head_argmax[2] = cbs[b->n_buckets + 5];
     for (int i = 0; i < b->n_buckets; i++) G3_TRY(record_body(b, b->body[i], b->bucket_rows[i], err));
     int small = b->lch < G3VK_MV_ROWS ? b->lch : G3VK_MV_ROWS;
     for (int am = 0; am < 2; am++) {
         G3_TRY(record_head(b, am ? b->head_argmax[0] : b->head[0], small, am, err));
         G3_TRY(record_head(b, am ? b->head_argmax[1] : b->head[1], b->lch, am, err));
+        G3_TRY(record_head(b, am ? b->head_argmax[2] : b->head[2], 1, am, err));
     }
     return G3_OK;
 }

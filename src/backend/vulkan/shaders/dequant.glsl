@@ -40,11 +40,17 @@ float half_at(uint64_t base, uint idx) {
 float bf16lo(uint w) { return uintBitsToFloat(w << 16); }
 float bf16hi(uint w) { return uintBitsToFloat(w & 0xFFFF0000u); }
 
+// Small integers to float through the exponent: the bit pattern 2^23 + n (n < 2^23) is the float 2^23 + n, so
+// subtracting 2^23 + offset gives n - offset exactly, without int-to-float conversions (a quarter rate or less on
+// NVIDIA). u8f(n, off) = float(n) - off for 0 <= n < 256.
+float u8f(uint n, float off) { return uintBitsToFloat(0x4B000000u | n) - (8388608.0 + off); }
+
 void i8x4(uint w, float d, out float a, out float b, out float c, out float e) {
-    a = d * float(bitfieldExtract(int(w), 0, 8));
-    b = d * float(bitfieldExtract(int(w), 8, 8));
-    c = d * float(bitfieldExtract(int(w), 16, 8));
-    e = d * float(bitfieldExtract(int(w), 24, 8));
+    w ^= 0x80808080u; // bytes q + 128
+    a = d * u8f(w & 0xFFu, 128.0);
+    b = d * u8f((w >> 8) & 0xFFu, 128.0);
+    c = d * u8f((w >> 16) & 0xFFu, 128.0);
+    e = d * u8f(w >> 24, 128.0);
 }
 
 // The 16 values 16u..16u+15 of weight row `row` (K values per row). w: data, aux: scale array (Q8_0/Q4_0/Q6_K).
@@ -80,8 +86,8 @@ void dq16(uint64_t w, uint64_t aux, uint row, uint K, uint u, out float v[16]) {
     uvec2 q = U2Buf(rp).v[u];
     float d = half_at(aux, row * (K / 32u) + (u >> 1));
     [[unroll]] for (uint i = 0; i < 8; i++) {
-        v[i] = d * float(int((q.x >> (4u * i)) & 15u) - 8);
-        v[8 + i] = d * float(int((q.y >> (4u * i)) & 15u) - 8);
+        v[i] = d * u8f((q.x >> (4u * i)) & 15u, 8.0);
+        v[8 + i] = d * u8f((q.y >> (4u * i)) & 15u, 8.0);
     }
 #elif WTYPE == T_Q4_K
     uint b = u >> 4, j16 = u & 15u, sub = j16 >> 1;
@@ -103,8 +109,8 @@ void dq16(uint64_t w, uint64_t aux, uint row, uint K, uint u, out float v[16]) {
     float s = dd.x * float(sc), mm = dd.y * float(m);
     uvec2 q = U2Buf(bp + 16u).v[j16];
     [[unroll]] for (uint i = 0; i < 8; i++) {
-        v[i] = s * float((q.x >> (4u * i)) & 15u) - mm;
-        v[8 + i] = s * float((q.y >> (4u * i)) & 15u) - mm;
+        v[i] = s * u8f((q.x >> (4u * i)) & 15u, 0.0) - mm;
+        v[8 + i] = s * u8f((q.y >> (4u * i)) & 15u, 0.0) - mm;
     }
 #elif WTYPE == T_Q6_K
     uint b = u >> 4, j = u & 15u;
@@ -117,8 +123,8 @@ void dq16(uint64_t w, uint64_t aux, uint row, uint K, uint u, out float v[16]) {
     [[unroll]] for (uint i = 0; i < 8; i++) {
         uint lo0 = (ql.x >> (4u * i)) & 15u, lo1 = (ql.y >> (4u * i)) & 15u;
         uint h0 = (qh >> (2u * i)) & 3u, h1 = (qh >> (2u * (i + 8u))) & 3u;
-        v[i] = ds * float(int(lo0 | (h0 << 4)) - 32);
-        v[8 + i] = ds * float(int(lo1 | (h1 << 4)) - 32);
+        v[i] = ds * u8f(lo0 | (h0 << 4), 32.0);
+        v[8 + i] = ds * u8f(lo1 | (h1 << 4), 32.0);
     }
 #endif
 }
