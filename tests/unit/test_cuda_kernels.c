@@ -66,10 +66,10 @@ static void run_mm(const char *quant, int n, int k, int m, int gemm, int geglu, 
     double dw = 0;
     for (size_t i = 0; i < (size_t)n * k; i++) dw = fmax(dw, fabs(wd[i] - w[i]));
     double dy = check_mm(wd, n, k, x, m, y, geglu);
-    static const char *paths[] = {"gemv", "tc", "cublas"};
+    static const char *paths[] = {"gemv", "tc", "cublas", "qgemv"};
     int path = g3_cuda_test_mm_path(G3_DTYPE_F32, n, k, quant, gemm, m);
     printf("  %-4s n=%-4d k=%-4d m=%-3d gemm=%d geglu=%d %-6s max|w-w'|=%.2e  rel y err=%.2e\n", quant, n, k, m, gemm,
-           geglu, path >= 0 && path <= 2 ? paths[path] : "?", dw, dy);
+           geglu, path >= 0 && path <= 3 ? paths[path] : "?", dw, dy);
     if (dw > tol_w) fail_msg("%s: weight error %g > %g", quant, dw, tol_w);
     if (!(dy <= tol_y)) fail_msg("%s m=%d: product error %g > %g", quant, m, dy, tol_y);
     free(w), free(x), free(y), free(wd);
@@ -87,6 +87,7 @@ static double tol_for(const char *quant, int m, int gemm) {
 static void test_matmul_formats(void **state) {
     (void)state;
     need_gpu();
+    setenv("G3_CUDA_QGEMV", "0", 1); /* the exact paths (q8 activations: test_qgemv) */
     /* weights uniform in +-0.1: bf16 rounding <= 0.1*2^-9, int8 step 0.2/254, int4 step 0.2/15, fp8 3 bits */
     const int ms[] = {1, 2, 3, 5, 8, 13, 20, 40, 64, 72};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
@@ -122,6 +123,7 @@ static void test_matmul_formats(void **state) {
 static void test_matmul_long_rows(void **state) {
     (void)state;
     need_gpu();
+    setenv("G3_CUDA_QGEMV", "0", 1); /* the exact paths (q8 activations: test_qgemv) */
     const int ms[] = {1, 4, 8, 24, 64};
     const char *qs[] = {"bf16", "int8", "int4", "fp8"};
     const double tw[] = {3.0e-4, 5.0e-4, 7.0e-3, 7.0e-3};
@@ -142,6 +144,7 @@ static void test_matmul_long_rows(void **state) {
 static void test_gguf_types(void **state) {
     (void)state;
     need_gpu();
+    setenv("G3_CUDA_QGEMV", "0", 1); /* the exact paths (q8 activations: test_qgemv) */
     const uint32_t types[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K, G3_DTYPE_F16, G3_DTYPE_BF16};
     const int n = 24, k = 512;
     for (int pass = 0; pass < 2; pass++) {
@@ -327,6 +330,121 @@ static void test_matmul_staged(void **state) {
     run_gguf_mm(G3_DTYPE_Q4_K, 37, 21504, 32);
 }
 
+/* ---- decode products with q8 activations and dp4a (qgemv.cu) ----------------------------------------------------- */
+/* The activation quantization of qgemv.cu, reproduced: per block of 32 values d = amax/127, q = rint(x * 127/amax),
+ * with the residual plane (lo) q_lo = rint((x*127/amax - q) * 254); xh = d * (q + q_lo/254). The products are
+ * rounded one at a time (volatile: no contraction) as the kernel does with __fmul_rn. */
+static void q8_emulate(const float *x, int m, int k, int lo, float *xh) {
+    for (int i = 0; i < m; i++)
+        for (int b = 0; b < k / 32; b++) {
+            const float *v = x + (size_t)i * k + 32 * b;
+            float amax = 0.f;
+            for (int e = 0; e < 32; e++) amax = fmaxf(amax, fabsf(v[e]));
+            const float inv = amax > 0.f ? 127.f / amax : 0.f, d = amax / 127.f;
+            for (int e = 0; e < 32; e++) {
+                volatile float p = v[e] * inv;
+                float q = rintf(p), ql = 0.f;
+                if (lo) {
+                    volatile float r = p - q;
+                    volatile float r2 = r * 254.f;
+                    ql = rintf(r2);
+                }
+                xh[(size_t)i * k + 32 * b + e] = (float)((double)d * ((double)q + (double)ql / 254.0));
+            }
+        }
+}
+
+/* One qgemv product: weights `quant` from float (src_type F32) or a GGUF block type; checks (1) the path is the dp4a
+ * one, (2) y against W_deq . xh in double (xh emulated as above): the kernel computes exactly that up to float32
+ * rounding of ~k/16 partial terms per output (int32 dot products are exact), so 5e-5 of max|y| is ample while a
+ * single misplaced activation byte or scale moves y by ~1e-3 of max|y| or more; (2b) without geglu, y against
+ * W_deq . x with the bound sum_t |w_t| |xh_t - x_t| (+ 1e-5 max|y| of rounding) on every output: the error the
+ * quantization of x alone may cause. */
+static void run_qgemv(uint32_t src_type, const char *quant, int n, int k, int m, int geglu) {
+    size_t rb = src_type == G3_DTYPE_F32 ? sizeof(float) * (size_t)k : g3_row_bytes(src_type, k);
+    assert_true(rb > 0);
+    uint8_t *raw = malloc(rb * n);
+    float *src = malloc(sizeof(float) * k), *x = malloc(sizeof(float) * (size_t)m * k);
+    float *xh = malloc(sizeof(float) * (size_t)m * k), *y = malloc(sizeof(float) * (size_t)m * n);
+    float *wd = malloc(sizeof(float) * (size_t)n * k);
+    g3_error err = {0};
+    for (int r = 0; r < n; r++) {
+        for (int i = 0; i < k; i++) src[i] = frand() * 0.1f * (1 + r % 3);
+        if (src_type == G3_DTYPE_F32) memcpy(raw + rb * r, src, rb);
+        else assert_int_equal(g3_quantize_row(src_type, src, raw + rb * r, k, &err), G3_OK);
+    }
+    /* activations with outliers (every 97th value x20, as in real residual streams) and one all-zero block */
+    for (size_t i = 0; i < (size_t)m * k; i++) x[i] = frand() * (i % 97 == 5 ? 20.f : 1.f);
+    for (int i = 0; i < 32; i++) x[(size_t)(m - 1) * k + 32 + i] = 0.f;
+    for (size_t i = 0; i < (size_t)m * n; i++) y[i] = NAN;
+    const int path = g3_cuda_test_mm_path(src_type, n, k, quant, 1, m);
+    if (g3_cuda_test_matmul(src_type, raw, n, k, quant, 1, geglu, x, m, y, wd, &err) != G3_OK)
+        fail_msg("%s: %s", quant, err.msg);
+    const char *lo_env = getenv("G3_CUDA_Q8LO");
+    const int lo = m <= (lo_env && *lo_env ? atoi(lo_env) : 2);
+    q8_emulate(x, m, k, lo, xh);
+    double dq = check_mm(wd, n, k, xh, m, y, geglu), worst = 0;
+    if (!geglu) {
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                double r = 0, bound = 0, absum = 0;
+                for (int t = 0; t < k; t++) {
+                    double wv = wd[(size_t)j * k + t];
+                    r += wv * x[(size_t)i * k + t];
+                    absum += fabs(wv * x[(size_t)i * k + t]);
+                    bound += fabs(wv) * fabs((double)xh[(size_t)i * k + t] - x[(size_t)i * k + t]);
+                }
+                /* float32 rounding: ~40 roundings in series, each <= 2^-24 of a partial sum <= sum |w x| */
+                const double e = fabs(y[(size_t)i * n + j] - r), slack = 3e-6 * absum;
+                worst = fmax(worst, isnan(e) ? INFINITY : e / (bound + slack));
+                if (!(e <= bound + slack))
+                    fail_msg("%s m=%d row %d out %d: |y - W x| = %g beyond the q8 bound %g", quant, m, i, j, e, bound);
+            }
+    }
+    printf("  qgemv %-4s type %2u n=%-3d k=%-5d m=%d geglu=%d path %d lo=%d: rel err vs W.xh %.2e, |err vs W.x| / bound "
+           "%.3f\n", quant, src_type, n, k, m, geglu, path, lo, dq, worst);
+    assert_int_equal(path, 3);
+    if (!(dq <= 5e-5)) fail_msg("%s m=%d: product error vs the emulated q8 %g > 5e-5", quant, m, dq);
+    free(raw), free(src), free(x), free(xh), free(y), free(wd);
+}
+
+static void test_qgemv(void **state) {
+    (void)state;
+    need_gpu();
+    const int ms[] = {1, 3, 8};
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0: default residual plane up to 2 rows; pass 1: q alone at every m (the faster variant) */
+        setenv("G3_CUDA_QGEMV", "8", 1);
+        if (pass) setenv("G3_CUDA_Q8LO", "0", 1);
+        for (size_t i = 0; i < 3; i++) {
+            /* n = 45: not a multiple of any row tile (8 rows per block at short rows, 2-4 at long ones) */
+            run_qgemv(G3_DTYPE_F32, "int8", 45, 5376, ms[i], 0);  /* per channel, 2 warps per row */
+            run_qgemv(G3_DTYPE_F32, "int8", 45, 21504, ms[i], 0); /* 4 warps per row */
+            run_qgemv(G3_DTYPE_F32, "int4", 45, 5376, ms[i], 0);  /* groups of 128 */
+            run_qgemv(G3_DTYPE_F32, "int4", 37, 21504, ms[i], 0);
+            run_qgemv(G3_DTYPE_Q8_0, "bf16", 45, 4096, ms[i], 0); /* int8 groups of 32 */
+            run_qgemv(G3_DTYPE_Q6_K, "bf16", 45, 5376, ms[i], 0); /* int8 groups of 16 */
+            run_qgemv(G3_DTYPE_Q4_0, "bf16", 45, 21504, ms[i], 0); /* int4 groups of 32 */
+            run_qgemv(G3_DTYPE_Q4_K, "bf16", 45, 2816, ms[i], 0);
+        }
+        run_qgemv(G3_DTYPE_F32, "int4", 6, 96, 1, 0);     /* fewer chunks than lanes */
+        run_qgemv(G3_DTYPE_F32, "int8", 130, 512, 2, 1);  /* GeGLU fused (gate, up pairs) */
+        run_qgemv(G3_DTYPE_F32, "int4", 132, 5376, 5, 1);
+        unsetenv("G3_CUDA_Q8LO");
+    }
+    /* the switch: 0 = today's choice (tensor cores for exact int4/int8 per channel, CUDA-core GEMV for groups < 128) */
+    setenv("G3_CUDA_QGEMV", "0", 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 1), 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_Q8_0, 45, 4096, "bf16", 1, 1), 0);
+    setenv("G3_CUDA_QGEMV", "2", 1); /* up to 2 rows */
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 2), 3);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 3), 1);
+    unsetenv("G3_CUDA_QGEMV");
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 8), 3); /* default: on up to 8 */
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 9), 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "fp8", 1, 1), 1); /* fp8 stays on tensor cores */
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, 1), 0);
+}
 #else
 static void no_cuda(void **state) {
     (void)state;
@@ -342,6 +460,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_long_rows),
         cmocka_unit_test(test_gguf_types),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_qgemv),
         cmocka_unit_test(test_matmul_staged),
 #else
         cmocka_unit_test(no_cuda),

@@ -14,7 +14,8 @@
  * For comparisons: G3_CUDA_TCPF=1 (L2 prefetch in the tensor-core kernels), G3_CUDA_FUSE=1 (GeGLU fused into the
  * tensor-core product), G3_CUDA_NORM=loop|reg (add-norm kernel; default by batch size), G3_CUDA_ATTN_MIN=n (fewest
  * keys per attention split, 32).
- * Batches of 9..64 rows on quantized weights: G3_CUDA_TCM=0 (warp tensor-core kernel, not the staged one) */
+ * Batches of 9..64 rows on quantized weights: G3_CUDA_TCM=0 (warp tensor-core kernel, not the staged one)
+ * dp4a decode products (int8/int4): G3_CUDA_QGEMV=n (up to n rows, default 8; 0 off), G3_CUDA_Q8LO=n (lo plane, 2) */
 #ifndef G3_BACKEND_CUDA_API_H
 #define G3_BACKEND_CUDA_API_H
 

@@ -6,6 +6,8 @@
  * of one GEMM, so the weights are read once and the product keeps ~16 bits of each activation.
  * Measured on the H200 (bench/RESULTS.md): for bf16 weights at batch 1 the CUDA-core GEMV streams faster than the
  * tensor-core kernel (27B: 64 against 53 tok/s), for int4 the tensor-core kernel wins (92 against 53).
+ * Decode on int8/int4 weights (m <= 8): the dp4a kernels of qgemv.cu on q8-quantized activations; $G3_CUDA_QGEMV=n
+ * takes them up to n rows only (0: never, i.e. the choice below).
  * $G3_CUDA_TC: 0 = the previous choice (GEMV up to 8 rows for bf16 and 16 for quantized, cuBLAS beyond),
  * all = tensor cores for bf16 weights too; $G3_CUDA_FUSE=1 fuses GeGLU into the tensor-core product (measured
  * slightly slower). Read at every call, so tests and benchmarks can switch. */
@@ -19,8 +21,16 @@ static int tc_mode(void) { /* 0 off, 1 quantized weights (default), 2 all */
     return e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "all") ? 2 : 1;
 }
 
+static int qgemv_rows(void) { /* $G3_CUDA_QGEMV: most rows on the dp4a path (qgemv.cu), 0 = off; default 8 */
+    const char *e = getenv("G3_CUDA_QGEMV");
+    if (!e || !*e) return 8;
+    int v = atoi(e);
+    return v < 0 ? 0 : v > 8 ? 8 : v;
+}
+
 int g3c_mm_path(const g3c_mm_ctx *c, const g3_dmat *w, int m) {
     const int quant = w->qt != G3Q_BF16;
+    if (m <= qgemv_rows() && g3c_qgemv_supported(w, m)) return G3C_PATH_QGEMV;
     const int tc = tc_mode();
     if (!tc) {
         int lim = quant ? 16 : 8;
@@ -37,6 +47,13 @@ cudaError_t g3c_mm(const g3c_mm_ctx *c, const g3_dmat *w, const float *x, const 
     *ny = 1;
     *fused = 0;
     const int path = g3c_mm_path(c, w, m);
+    if (path == G3C_PATH_QGEMV) {
+        if (geglu) {
+            *fused = 1;
+            return g3c_qgemv(w, x, w->k, m, a, w->n / 2, 1, c->q8, c->q8_bytes, c->st);
+        }
+        return g3c_qgemv(w, x, w->k, m, y, w->n, 0, c->q8, c->q8_bytes, c->st);
+    }
     if (path == G3C_PATH_GEMV) {
         if (geglu) {
             *fused = 1;
