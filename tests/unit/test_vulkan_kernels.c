@@ -58,6 +58,8 @@ static void *make_weights(uint32_t type, int n, int k, float **deq) {
     return w;
 }
 
+static double tol = 2e-5; /* bound on the error relative to sum |x w| (f32 kernels) */
+
 static void check_matmul(uint32_t type, int n, int k, int m, int path, int geglu) {
     float *deq, *deq2 = NULL;
     void *w = make_weights(type, n, k, &deq);
@@ -85,7 +87,7 @@ static void check_matmul(uint32_t type, int n, int k, int m, int path, int geglu
         }
     printf("  %-5s n %d k %d m %d %s%s: max error %.2e (relative to sum |x w|)\n", g3_dtype_name((g3_dtype)type), n, k,
            m, path == 1 ? "matvec" : "matmul", geglu ? " geglu" : "", worst);
-    if (!(worst < 2e-5)) fail_msg("%s: result differs from the reference by %.3g", g3_dtype_name((g3_dtype)type), worst);
+    if (!(worst < tol)) fail_msg("%s: result differs from the reference by %.3g", g3_dtype_name((g3_dtype)type), worst);
     free(w), free(w2), free(deq), free(deq2), free(x), free(y);
 }
 
@@ -138,6 +140,33 @@ static void test_one_instance(void **state) {
     assert_int_equal(g3_vulkan_instances_created(), 1);
 }
 
+/* $G3_VULKAN_COOPMAT=1 on a device with VK_NV_cooperative_matrix: the tiled matmul on tensor cores, f16 tiles (each
+ * product rounded to 2 x 11 bits: bound 2e-3 of sum |x w|). Skipped where the device lacks the extension. */
+static void test_coopmat(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    setenv("G3_VULKAN_COOPMAT", "1", 1);
+    g3_error err = {0};
+    int has = g3_vulkan_test_coopmat(&err);
+    if (has < 0) fail_msg("device with cooperative matrices: %s", err.msg);
+    if (!has) {
+        unsetenv("G3_VULKAN_COOPMAT");
+        printf("  device 0 has no VK_NV_cooperative_matrix (f16 16x16x16, subgroups of 32): skipped\n");
+        skip();
+    }
+    tol = 2e-3;
+    static const uint32_t types[] = {G3_DTYPE_F32, G3_DTYPE_F16, G3_DTYPE_BF16, G3_DTYPE_Q8_0,
+                                     G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        int k = types[t] == G3_DTYPE_Q4_K || types[t] == G3_DTYPE_Q6_K ? 512 : 160;
+        check_matmul(types[t], 70, k, 70, 2, 0);
+        check_matmul(types[t], 45, k, 9, 2, 1);
+        check_matmul(types[t], 130, k, 200, 2, 0);
+    }
+    tol = 2e-5;
+    unsetenv("G3_VULKAN_COOPMAT");
+}
+
 static void test_sincos_large_angles(void **state) {
     (void)state;
     if (!have_device()) skip();
@@ -167,6 +196,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_all_types),
         cmocka_unit_test(test_matmul_without_subgroups),
         cmocka_unit_test(test_matvec_without_matvec1),
+        cmocka_unit_test(test_coopmat),
         cmocka_unit_test(test_sincos_large_angles),
         cmocka_unit_test(test_one_instance),
     };

@@ -270,6 +270,40 @@ int g3_vulkan_print_devices(FILE *f) {
 
 /* ---- the device ---------------------------------------------------------------------------------------------- */
 
+/* VK_NV_cooperative_matrix with f16 x f16 -> f32 16x16x16 subgroup products and shaderFloat16: what matmul_cm.comp
+ * needs (with subgroups of 32). */
+static int coopmat_nv_usable(g3vk *vk) {
+    if (!vk->vkEnumerateDeviceExtensionProperties || !vk->vkGetPhysicalDeviceCooperativeMatrixPropertiesNV ||
+        !vk->subgroups || vk->subgroup_size != 32)
+        return 0;
+    uint32_t n = 0;
+    vk->vkEnumerateDeviceExtensionProperties(vk->pdev, NULL, &n, NULL);
+    VkExtensionProperties *ep = calloc(n ? n : 1, sizeof *ep);
+    int has = 0;
+    if (ep && vk->vkEnumerateDeviceExtensionProperties(vk->pdev, NULL, &n, ep) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n; i++) has |= !strcmp(ep[i].extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    free(ep);
+    if (!has) return 0;
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &cf};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+    vk->vkGetPhysicalDeviceFeatures2(vk->pdev, &f2);
+    if (!cf.cooperativeMatrix || !f12.shaderFloat16) return 0;
+    n = 0;
+    vk->vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(vk->pdev, &n, NULL);
+    VkCooperativeMatrixPropertiesNV *cp = calloc(n ? n : 1, sizeof *cp);
+    int ok = 0;
+    for (uint32_t i = 0; cp && i < n; i++) cp[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+    if (cp && vk->vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(vk->pdev, &n, cp) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n; i++)
+            ok |= cp[i].MSize == 16 && cp[i].NSize == 16 && cp[i].KSize == 16 &&
+                  cp[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV && cp[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                  cp[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV && cp[i].DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                  cp[i].scope == VK_SCOPE_SUBGROUP_NV;
+    free(cp);
+    return ok;
+}
+
 g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
     memset(vk, 0, sizeof *vk);
     G3_TRY(open_instance(vk, err));
@@ -317,6 +351,17 @@ g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
     f2.features.shaderInt64 = VK_TRUE;
     VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f2, .queueCreateInfoCount = 1,
                               .pQueueCreateInfos = &qci};
+    /* cooperative matrices for prefill: opt-in ($G3_VULKAN_COOPMAT=1) where the device has them */
+    const char *cm = getenv("G3_VULKAN_COOPMAT");
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
+                                                       .cooperativeMatrix = VK_TRUE};
+    const char *cm_ext = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+    if (cm && *cm == '1' && coopmat_nv_usable(vk)) {
+        vk->coopmat = 1;
+        f12.shaderFloat16 = VK_TRUE;
+        f12.pNext = &cmf;
+        dci.enabledExtensionCount = 1, dci.ppEnabledExtensionNames = &cm_ext;
+    }
     VkResult r = vk->vkCreateDevice(vk->pdev, &dci, NULL, &vk->dev);
     if (r != VK_SUCCESS)
         return g3_fail(err, G3_ERR_DEVICE, "vulkan: cannot create a device on %s (VkResult %d)", info.name, (int)r);
@@ -380,12 +425,13 @@ const char *g3vk_type_suffix(uint32_t type) {
 }
 
 static const char *kernel_names[G3VK_K_COUNT] = {"matvec",     "matvec_geglu", "matmul",       "matmul_geglu",
-                                                 "embed",      "matvec1",      "matvec1_geglu", "qk_rope",
+                                                 "embed",      "matvec1",      "matvec1_geglu", "matmul_cm",    "matmul_cm_geglu", "qk_rope",
                                                  "attn",       "attn_combine", "add_norm",     "gather",
                                                  "geglu",      "argmax",       "test_sincos",  "qk_rope_kv16",
                                                  "attn_kv16"};
 
 int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu) {
+    if (rows > 8 && vk->coopmat) return geglu ? G3VK_K_MATMUL_CM_GEGLU : G3VK_K_MATMUL_CM;
     if (rows > 8) return geglu ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL;
     int mv1 = vk->matvec1 && rows == 1 && k % 32 == 0 &&
               (type == G3_DTYPE_F16 || type == G3_DTYPE_BF16 || type == G3_DTYPE_Q8_0 || type == G3_DTYPE_Q4_0);

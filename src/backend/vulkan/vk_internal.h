@@ -21,7 +21,8 @@
 #define G3VK_INSTANCE_FNS(X)                                                                                           \
     X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties)                               \
     X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceFeatures2) X(vkGetPhysicalDeviceMemoryProperties)          \
-    X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr)
+    X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr)                              \
+    X(vkEnumerateDeviceExtensionProperties) X(vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)
 
 #define G3VK_DEVICE_FNS(X)                                                                                             \
     X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkCreateBuffer) X(vkDestroyBuffer) X(vkGetBufferMemoryRequirements)      \
@@ -38,7 +39,7 @@
 
 /* Pipelines: kernels templated on the weight type, then the type-independent ones. */
 enum { G3VK_K_MATVEC, G3VK_K_MATVEC_GEGLU, G3VK_K_MATMUL, G3VK_K_MATMUL_GEGLU, G3VK_K_EMBED, G3VK_K_MATVEC1,
-       G3VK_K_MATVEC1_GEGLU, G3VK_K_TYPED };
+       G3VK_K_MATVEC1_GEGLU, G3VK_K_MATMUL_CM, G3VK_K_MATMUL_CM_GEGLU, G3VK_K_TYPED };
 enum { G3VK_K_QK_ROPE = G3VK_K_TYPED, G3VK_K_ATTN, G3VK_K_ATTN_COMBINE, G3VK_K_ADD_NORM, G3VK_K_GATHER, G3VK_K_GEGLU,
        G3VK_K_ARGMAX, G3VK_K_TEST_SINCOS, G3VK_K_QK_ROPE_KV16, G3VK_K_ATTN_KV16, G3VK_K_COUNT };
 #define G3VK_NTYPES 7 /* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K */
@@ -78,6 +79,7 @@ typedef struct g3vk {
     uint32_t subgroup_size;
     int force_staging;      /* $G3_VULKAN_STAGING=1: upload through a staging buffer even into mappable memory */
     int matvec1;            /* one-row buckets use matvec1.comp where it serves the type ($G3_VULKAN_MATVEC1=0: no) */
+    int coopmat;            /* VK_NV_cooperative_matrix enabled: prefill through matmul_cm.comp ($G3_VULKAN_COOPMAT=1) */
     VkCommandPool pool;
     VkCommandBuffer once;   /* one-shot work: uploads, block copies */
     VkFence fence;
@@ -116,7 +118,8 @@ int g3vk_type_index(uint32_t type);         /* 0..G3VK_NTYPES-1, -1 if unsupport
 /* The pipeline of kernel `kind` (typed kernels: for weight type `type`), created on first use. */
 g3_status g3vk_pipeline(g3vk *vk, int kind, uint32_t type, VkPipeline *out, g3_error *err);
 /* The kernel for y = x W^T over a bucket of `rows` rows (W: type, k values per row; geglu: with W2): matvec1 for one
- * row of F16/BF16/Q8_0/Q4_0 with k % 32 == 0, matvec up to G3VK_MV_ROWS rows (8), the tiled matmul beyond. All
+ * row of F16/BF16/Q8_0/Q4_0 with k % 32 == 0, matvec up to G3VK_MV_ROWS rows (8), the tiled matmul beyond (on
+ * cooperative matrices where enabled; same grid). All
  * matvec kernels compute 2 channels per workgroup (GeGLU: 1 channel of gate and up). */
 int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu);
 g3_status g3vk_buf_create(g3vk *vk, VkDeviceSize size, g3vk_mem where, const char *what, g3vk_buf *b, g3_error *err);

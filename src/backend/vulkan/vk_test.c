@@ -120,3 +120,10 @@ g3_status g3_vulkan_test_sincos(const float *angle, int n, float *s, float *c, g
     ctx_free(t);
     return rc;
 }
+
+int g3_vulkan_test_coopmat(g3_error *err) {
+    g3vk vk;
+    int has = g3vk_init(&vk, 0, err) == G3_OK ? vk.coopmat : -1;
+    g3vk_deinit(&vk);
+    return has;
+}

@@ -53,6 +53,10 @@ g3_status g3_vulkan_test_matmul(uint32_t type, const void *w, const void *w2, in
  * shared and kept until exit; see vk_device.c), 0 before the first. */
 int g3_vulkan_instances_created(void);
 
+/* Whether device 0 runs prefill on cooperative matrices (VK_NV_cooperative_matrix, enabled by $G3_VULKAN_COOPMAT=1):
+ * 1 yes, 0 no, -1 the device could not be created (err says why). */
+int g3_vulkan_test_coopmat(g3_error *err);
+
 /* sin/cos of float32 angles as the rope shader computes them (for precision tests). */
 g3_status g3_vulkan_test_sincos(const float *angle, int n, float *s, float *c, g3_error *err);
 

@@ -1,0 +1,104 @@
+#version 450
+// Y[m][n] = X[m][k] * W[n][k]^T on tensor cores through GL_NV_cooperative_matrix (VK_NV_cooperative_matrix: NVIDIA
+// drivers), chosen at run time where the device has the extension and $G3_VULKAN_COOPMAT=1: same tiles and grid as
+// matmul.comp (64x64 outputs, K in steps of 32; GEGLU: tile columns alternate gate / up rows of 32 channels), but the
+// weight tile is dequantized to f16 and the activation tile rounded to f16 in shared memory, and each of the 4
+// subgroups (32 invocations) multiplies 2x2 fragments of 16x16x16 with f32 accumulation. Inputs beyond the f16 range
+// (65504) overflow. Built only with subgroups; Debian 12's glslc has no GL_KHR_cooperative_matrix (AMD RDNA3).
+#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#define WG 128
+#define TM 64
+#define TN 64
+#define TK 32
+#define SK (TK + 8) // f16 row stride of the tiles: 80 bytes (16-byte aligned rows, fewer bank conflicts)
+layout(local_size_x = WG) in;
+#include "common.glsl"
+#include "dequant.glsl"
+
+layout(push_constant) uniform PC {
+    uint64_t w, waux, w2, w2aux, x, y, params;
+    uint N, K, ldx, ldy, nrows_idx, mode;
+    float cap;
+} pc;
+
+#define MATA fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define MATC fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+
+shared float16_t Xs[TM * SK]; // [row][k]
+shared float16_t Ws[TN * SK]; // [tile column][k]
+shared float Os[TM * TN];     // [row][tile column]
+
+void main() {
+    uint tid = gl_LocalInvocationID.x;
+    uint nr = uint(prm(pc.params, pc.nrows_idx));
+    uint m0 = gl_WorkGroupID.y * TM;
+    if (m0 >= nr) return;
+#ifdef GEGLU
+    uint n0 = gl_WorkGroupID.x * (TN / 2);
+#else
+    uint n0 = gl_WorkGroupID.x * TN;
+#endif
+    uint sg = tid / 32u; // NVIDIA: subgroups of 32
+    uint mb = (sg >> 1) * 32u, nb = (sg & 1u) * 32u;
+    MATC acc[2][2];
+    [[unroll]] for (uint i = 0; i < 2; i++)
+        [[unroll]] for (uint j = 0; j < 2; j++) acc[i][j] = MATC(0.0);
+    uint c = tid >> 1, h = tid & 1u; // loads: tile column / row c, half h (16 values)
+    for (uint k0 = 0; k0 < pc.K; k0 += TK) {
+        float v[16];
+#ifdef GEGLU
+        uint ch = n0 + (c >> 1);
+        if (ch < pc.N) {
+            if ((c & 1u) == 0u) dq16(pc.w, pc.waux, ch, pc.K, k0 / 16u + h, v);
+            else dq16(pc.w2, pc.w2aux, ch, pc.K, k0 / 16u + h, v);
+        } else {
+            [[unroll]] for (uint i = 0; i < 16; i++) v[i] = 0.0;
+        }
+#else
+        uint ch = n0 + c;
+        if (ch < pc.N) dq16(pc.w, pc.waux, ch, pc.K, k0 / 16u + h, v);
+        else [[unroll]] for (uint i = 0; i < 16; i++) v[i] = 0.0;
+#endif
+        [[unroll]] for (uint i = 0; i < 16; i++) Ws[c * SK + 16u * h + i] = float16_t(v[i]);
+        if (m0 + c < nr) {
+            F4Buf xp = F4Buf(pc.x + (uint64_t(m0 + c) * pc.ldx + k0 + 16u * h) * 4u);
+            [[unroll]] for (uint i = 0; i < 4; i++) {
+                vec4 a = xp.v[i];
+                Xs[c * SK + 16u * h + 4u * i] = float16_t(a.x), Xs[c * SK + 16u * h + 4u * i + 1u] = float16_t(a.y);
+                Xs[c * SK + 16u * h + 4u * i + 2u] = float16_t(a.z), Xs[c * SK + 16u * h + 4u * i + 3u] = float16_t(a.w);
+            }
+        } else {
+            [[unroll]] for (uint i = 0; i < 16; i++) Xs[c * SK + 16u * h + i] = float16_t(0.0);
+        }
+        barrier();
+        [[unroll]] for (uint kk = 0; kk < TK; kk += 16u) {
+            MATA a[2], b[2];
+            [[unroll]] for (uint i = 0; i < 2; i++) coopMatLoadNV(a[i], Xs, (mb + 16u * i) * SK + kk, SK, false);
+            [[unroll]] for (uint j = 0; j < 2; j++) coopMatLoadNV(b[j], Ws, (nb + 16u * j) * SK + kk, SK, true);
+            [[unroll]] for (uint i = 0; i < 2; i++)
+                [[unroll]] for (uint j = 0; j < 2; j++) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
+        }
+        barrier();
+    }
+    [[unroll]] for (uint i = 0; i < 2; i++)
+        [[unroll]] for (uint j = 0; j < 2; j++)
+            coopMatStoreNV(acc[i][j], Os, (mb + 16u * i) * TN + nb + 16u * j, TN, false);
+    barrier();
+    uint r = m0 + c; // thread: row c, tile columns 32h .. 32h+31
+    if (r < nr) {
+#ifdef GEGLU
+        [[unroll]] for (uint j = 0; j < 32; j += 2) {
+            uint col = 32u * h + j, chn = n0 + (col >> 1);
+            if (chn < pc.N) stf(pc.y, uint64_t(r) * pc.ldy + chn, gelu_tanh(Os[c * TN + col]) * Os[c * TN + col + 1u]);
+        }
+#else
+        [[unroll]] for (uint j = 0; j < 32; j++) {
+            uint col = 32u * h + j, chn = n0 + col;
+            float o = Os[c * TN + col];
+            if (chn < pc.N) stf(pc.y, uint64_t(r) * pc.ldy + chn, pc.mode == 1u ? softcap(o, pc.cap) : o);
+        }
+#endif
+    }
+}
