@@ -12,9 +12,14 @@
  * |xh - x| <= amax/254 per value; the product is then computed exactly up to float32 rounding: sum over blocks of
  * d * (s * sum q_w q_x) (+ z * d * sum q_x for int4: the offset uses the block sum of the same xh, so the result is
  * exactly W_deq . xh). Quantized weights carry far larger errors (int4 ~1/30, int8 ~1/500 of a group's range), so
- * the KL the model tests judge is dominated by the weights.
+ * the KL the model tests judge is dominated by the weights. Still, q8 noise is ~4x the bf16 rounding of the exact
+ * paths (KL ~ noise^2), so up to $G3_CUDA_Q8LO rows (default 2, i.e. batch-1 decode) a residual plane is added:
+ * q_lo = rint((x*127/amax - q) * 254), xh = d * (q + q_lo/254), |xh - x| <= amax/64516 (~2^-16 of the block max,
+ * like the bf16 hi + lo of the tensor-core paths), for 2x the dp4a (cheap at one row: ~40 lane-ops per 16 bytes).
+ * Beyond 2 rows dp4a work grows with the rows and the single plane is kept.
  *
- * q8 layout (buffer [m][k] int8, then [m][k/32] float2 (d, d * sum q) at an offset of m*k bytes):
+ * q8 layout (buffer: q [m][k] int8, q_lo [m][k] int8 (same layout), then [m][k/32] float2 (d, d * sum of q +
+ * q_lo/254)):
  *   int8 weights: natural order, 16-byte chunk c of a row = values 16c..16c+15 (half of block c/2).
  *   int4 weights: a weight word (4 bytes = 8 values, byte b: lo nibble value 2b, hi 2b+1) gives its lo nibbles
  *     (values 0,2,4,6) and hi nibbles (1,3,5,7) by one mask each; the activations of 8 values are stored in that
@@ -27,8 +32,11 @@
  * buffer). The first step's weights are loaded before the programmatic-dependent-launch wait, so they stream while
  * the quantization kernel before runs. Outputs are written (not accumulated); GeGLU fuses as in gemv.cu.
  *
- * Measured trade-off for where the quantization runs: one extra launch per product (~2 us, mostly hidden behind the
- * product's first weight loads) against re-reading m*k floats from L2 in every block of the product. */
+ * Where the quantization runs (reasoned, not measured): its own kernel, one extra launch per product (~2 us with
+ * programmatic dependent launch, partly hidden behind the product's first weight loads; 62 layers x 4 products
+ * ~0.5 ms per 27B token at worst), against quantizing inside the product, where every block would re-read m*k
+ * floats from L2 (down projection, k = 21504: 86 KB per block, thousands of blocks). The next step would be the
+ * producers (add-norm, attention, GeGLU) writing the q8 copy next to their float32 and bf16 ones. */
 #include <stdlib.h>
 #include <string.h>
 
