@@ -27,7 +27,8 @@
  *     at byte 16c of the row, words 2-3 at k/2 + 16c, so that each 16-byte load of a warp is contiguous.
  *
  * Work split (as gemv.cu): blocks of 4 warps; KS warps (1, 2, 4 by row length) own R rows and take interleaved
- * chunks (warp j of the group, lane l: chunk l + 32j + 32*KS*i); U chunks per row are loaded per step, and the next
+ * chunks (warp j of the group, lane l: chunk l + 32j + 32*KS*i); U chunks per row are loaded per step (U = 3 at one
+ * row: ~5.25 chunks per lane in every 27B matrix, so two steps, 3 KB per warp in flight), and the next
  * step's loads (weights and their group scales) are issued before the current step's math (register double
  * buffer). The first step's weights are loaded before the programmatic-dependent-launch wait, so they stream while
  * the quantization kernel before runs. Outputs are written (not accumulated); GeGLU fuses as in gemv.cu.
@@ -133,8 +134,8 @@ static __device__ __forceinline__ int dot8(const uint32_t (&lo)[4], const uint32
 
 /* PC: int8 with one scale per row (applied at the end); else one scale (int4: and offset) per chunk's group, the
  * group of chunk c being c >> gsh. */
-/* blocks per SM asked of the register allocator where it costs no spills (ptxas -v): 24/20 warps for one row */
-#define QGEMV_MINB(QT, M) ((QT) == G3Q_INT8 ? ((M) == 1 ? 6 : (M) == 2 ? 5 : 1) : ((M) == 1 ? 5 : (M) == 2 ? 4 : 1))
+/* blocks per SM asked of the register allocator where it costs no spills (ptxas -v): 20 (int8) / 16 (int4) warps */
+#define QGEMV_MINB(QT, M) ((QT) == G3Q_INT8 ? ((M) <= 2 ? 5 : 1) : ((M) <= 2 ? 4 : 1))
 template <int QT, int M, int R, int U, bool PC, bool HL>
 __global__ void __launch_bounds__(128, QGEMV_MINB(QT, M)) k_qgemv(g3_dmat w, const int8_t *__restrict__ xq, const int8_t *__restrict__ xl,
                                                const float2 *__restrict__ xd, int m, float *__restrict__ y, int ldy,
@@ -296,7 +297,7 @@ size_t g3c_qgemv_q8_bytes(int m, int k) { return (size_t)2 * m * k + (size_t)m *
 template <int QT, int M, bool PC, bool HL>
 static cudaError_t launch(const g3_dmat *w, const int8_t *xq, const int8_t *xl, const float2 *xd, int m, float *y,
                           int ldy, int geglu, cudaStream_t st) {
-    constexpr int R = M <= 2 ? 2 : 4, U = M <= 2 ? 2 : 1;
+    constexpr int R = M <= 2 ? 2 : 4, U = M == 1 ? 3 : M == 2 ? 2 : 1;
     const int V = QT == G3Q_INT4 ? 32 : 16, nch = w->k / V;
     const int KS = nch >= 512 ? 4 : nch >= 192 ? 2 : 1, rows_blk = (4 / KS) * R;
     const int gsh = PC ? 0 : log2_exact(w->g / V);
