@@ -274,8 +274,8 @@ static void test_attention(void **state) {
     run_attention(4, 2, 128, 0, 1024, 2, 50.f);
     run_attention(8, 1, 64, 0, 1024, 1, 0);
 }
-/* 9..64 rows on quantized weights: the staged tensor-core kernel (tc_stage.cu) and, with $G3_CUDA_TCM=0, the warp
- * kernel it replaces. n = 264: two 256-row block tiles, the second partial; n = 37: odd (scalar atomics), with a
+/* 9..64 rows on quantized weights: the staged tensor-core kernel (tc_stage.cu; $G3_CUDA_TCM=2: its cp.async weight
+ * variant) and, with $G3_CUDA_TCM=0, the warp kernel it replaces. n = 264: two 256-row block tiles, the second partial; n = 37: odd (scalar atomics), with a
  * down projection's row length. Tolerance 1e-2 of max|y| as for every bf16-activation path (tol_for): activations
  * rounded to bf16 (2^-9 relative) and, for int4 and grouped int8, weights dequantized to bf16 in registers (2^-9);
  * with random signs the sum over k keeps the relative error near 2^-8 (~4e-3 seen in the host emulation). */
@@ -308,8 +308,10 @@ static void test_matmul_staged(void **state) {
     const int ms[] = {9, 17, 32, 64};
     const char *qs[] = {"int8", "int4", "fp8"};
     const double tw[] = {5.0e-4, 7.0e-3, 7.0e-3};
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass) setenv("G3_CUDA_TCM", "0", 1);
+    static const char *modes[] = {NULL, "2", "0"}; /* staged (weights in registers), staged (cp.async), warp kernel */
+    for (int pass = 0; pass < 3; pass++) {
+        if (modes[pass]) setenv("G3_CUDA_TCM", modes[pass], 1);
+        printf("  G3_CUDA_TCM=%s\n", modes[pass] ? modes[pass] : "(default)");
         for (size_t qi = 0; qi < 3; qi++)
             for (size_t i = 0; i < 4; i++) {
                 assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 5376, qs[qi], 1, ms[i]), 1);
@@ -323,6 +325,10 @@ static void test_matmul_staged(void **state) {
     setenv("G3_CUDA_FUSE", "1", 1); /* fused GeGLU keeps the warp kernel (tile finisher) */
     run_mm("int4", 160, 512, 32, 1, 1, 7.0e-3, 1e-2);
     unsetenv("G3_CUDA_FUSE");
+    setenv("G3_CUDA_TCMPF", "1", 1); /* with the L2 prefetch of the stage after next */
+    run_mm("int4", 264, 5376, 32, 1, 0, 7.0e-3, 1e-2);
+    run_mm("int8", 37, 21504, 64, 1, 0, 5.0e-4, 1e-2);
+    unsetenv("G3_CUDA_TCMPF");
     /* GGUF-derived formats: Q8_0 -> int8/32, Q6_K -> int8/16, Q4_0 and Q4_K -> int4/32 */
     const uint32_t types[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q6_K, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K};
     for (size_t ti = 0; ti < 4; ti++)

@@ -4,8 +4,15 @@
  * so the same launches serve decode rows, prefill chunks and graph replays. GQA: kv head h serves query heads
  * h*G .. h*G+G-1.
  *
+ * Decode rows (every row of its own sequence, $G3_CUDA_DFUSE != 0): one launch does QK-norm + RoPE + cache write +
+ * attention: each block normalizes and rotates its q heads straight from the product output, the block of the last
+ * split writes the new key and value into the cache before walking its keys, and the block that finishes the
+ * (row, kv head) zeroes the product output it read.
+ *
  * Cache block layout (float32): [n_layers_of_kind][2 (K, V)][NKV][kv_block][D]; a key at position p of sequence u
  * lives in physical block bt[u][kind][p / kv_block], slot p % kv_block. Sliding layers see keys p-W+1..p. */
+#include <stdlib.h>
+
 #include "backend/cuda/cuda_common.cuh"
 
 __device__ __forceinline__ float *kv_row(const g3c_attn_args &a, int u, int p, int kv, int h) {
@@ -13,6 +20,47 @@ __device__ __forceinline__ float *kv_row(const g3c_attn_args &a, int u, int p, i
     if (blk < 0) return NULL;
     size_t off = (((size_t)blk * a.n_layers_kind + a.layer_in_kind) * 2 + kv) * a.NKV;
     return a.pool + ((off + h) * a.kv_block + p % a.kv_block) * a.D;
+}
+
+/* One head of the product output (ny slices at y + j*sl + base, D values) RMS-normalized with weights nw and
+ * rotated for position p, into out[e] = value d = lane + 32e of the head (a warp per head; each lane also reads the
+ * RoPE partner d +- D/2 of each of its values, so any even D works). */
+template <int EPL>
+__device__ __forceinline__ void norm_rope(const float *y, int ny, size_t sl, size_t base, const float *nw, int D, int p,
+                                          const float *inv_freq, float eps, int lane, float out[EPL]) {
+    const int half = D / 2;
+    float v[EPL], w[EPL], ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < EPL; e++) {
+        const int d = lane + 32 * e, pd = d < half ? d + half : d - half;
+        v[e] = w[e] = 0.f;
+        if (d < D)
+            for (int j = 0; j < ny; j++) v[e] += y[j * sl + base + d], w[e] += y[j * sl + base + pd];
+        ss += v[e] * v[e];
+    }
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = 1.f / sqrtf(ss / (float)D + eps);
+#pragma unroll
+    for (int e = 0; e < EPL; e++) {
+        const int d = lane + 32 * e, pd = d < half ? d + half : d - half, i = d < half ? d : pd;
+        out[e] = 0.f;
+        if (d < D) {
+            const float x = v[e] * inv * nw[d], xp = w[e] * inv * nw[pd];
+            const float ang = (float)p * inv_freq[i], c = cosf(ang), s = sinf(ang);
+            out[e] = d < half ? x * c - xp * s : x * c + xp * s;
+        }
+    }
+}
+
+/* Fused decode: zeroes the product output read by the (row r, kv head kh) pair: its G q heads, its k and v head. */
+__device__ __forceinline__ void zero_qkv(float *y, int ny, size_t sl, size_t rowb, int kh, int G, int NH, int NKV,
+                                         int D) {
+    const int per = (G + 2) * D;
+    for (int t = threadIdx.x; t < ny * per; t += blockDim.x) {
+        const int j = t / per, rem = t % per, sec = rem / D, d = rem % D;
+        const int head = sec < G ? kh * G + sec : sec == G ? NH + kh : NH + NKV + kh;
+        y[j * sl + rowb + (size_t)head * D + d] = 0.f;
+    }
 }
 
 /* grid (m, ceil(heads/4)), block (32, 4): one warp per head of q, k or v. Reads (and zeroes) the ny slices of y. */
@@ -73,12 +121,13 @@ __global__ void k_qkv_post(g3c_attn_args a, float *y, int ny, const float *qn, c
  * softmax per query head; the 4 warps merge in shared memory. With one split the block normalizes and writes o;
  * otherwise it writes {max, sum, o[G][D] unnormalized} per head to part, and the last block of the (row, kv head)
  * to finish (a counter, reset by that block) merges all splits and writes o. */
-template <int G, int EPL>
+template <int G, int EPL, bool FU>
 __global__ void __launch_bounds__(128) k_attn(g3c_attn_args a, const float *__restrict__ q, float *__restrict__ part,
                                               unsigned *__restrict__ cnt, float *__restrict__ o,
-                                              __nv_bfloat16 *__restrict__ oh, int split) {
+                                              __nv_bfloat16 *__restrict__ oh, int split, float *y, int ny,
+                                              const float *qn, const float *kn) {
     constexpr int NK = 4; /* keys per warp per step */
-    g3c_pdl_wait();
+    if (!FU) g3c_pdl_wait(); /* fused: the row parameters (written before the step, by no kernel) are read first */
     const int kh = blockIdx.x, r = blockIdx.y, s = blockIdx.z, S = gridDim.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, D = a.D;
     const int u = a.rows.useq[r], p = a.rows.pos[r];
@@ -92,18 +141,90 @@ __global__ void __launch_bounds__(128) k_attn(g3c_attn_args a, const float *__re
         k0 = lo + s * chunk, k1 = min(p + 1, k0 + chunk);
     }
     if (s >= Se) return;
+    if (FU) g3c_pdl_wait();
     float qv[G][EPL], acc[G][EPL], mx[G], l[G];
+    const int NHT = a.NH + 2 * a.NKV;
+    const size_t rowb = (size_t)r * NHT * D, sl = (size_t)a.m * NHT * D; /* fused: this row of y, slice stride */
 #pragma unroll
     for (int g = 0; g < G; g++) {
         mx[g] = -INFINITY, l[g] = 0.f;
+        if (FU) norm_rope<EPL>(y, ny, sl, rowb + (size_t)(kh * G + g) * D, qn, D, p, a.inv_freq, a.eps, lane, qv[g]);
 #pragma unroll
         for (int e = 0; e < EPL; e++) {
             int d = lane + 32 * e;
-            qv[g][e] = d < D ? q[(size_t)r * a.NH * D + (size_t)(kh * G + g) * D + d] : 0.f;
+            if (!FU) qv[g][e] = d < D ? q[(size_t)r * a.NH * D + (size_t)(kh * G + g) * D + d] : 0.f;
             acc[g][e] = 0.f;
         }
     }
-    for (int k = k0 + warp; k < k1; k += 4 * NK) {
+    if (FU && u >= 0 && s == Se - 1) { /* the split holding position p writes its key and value first */
+        if (warp == 0) {
+            float kv[EPL];
+            norm_rope<EPL>(y, ny, sl, rowb + (size_t)(a.NH + kh) * D, kn, D, p, a.inv_freq, a.eps, lane, kv);
+            float *dst = kv_row(a, u, p, 0, kh);
+#pragma unroll
+            for (int e = 0; e < EPL; e++)
+                if (dst && lane + 32 * e < D) dst[lane + 32 * e] = kv[e];
+        } else if (warp == 1) {
+            float *dst = kv_row(a, u, p, 1, kh);
+            const size_t vb = rowb + (size_t)(a.NH + a.NKV + kh) * D;
+            for (int d = lane; d < D; d += 32) {
+                float v = 0.f;
+                for (int j = 0; j < ny; j++) v += y[j * sl + vb + d];
+                if (dst) dst[d] = v;
+            }
+        }
+        __syncthreads(); /* the block's own cache writes are visible to its warps from here */
+    }
+    if (FU) { /* the same walk with the G x NK dot products reduced together (independent shuffle chains) */
+        for (int k = k0 + warp; k < k1; k += 4 * NK) {
+            const float *kp[NK], *vp[NK];
+#pragma unroll
+            for (int j = 0; j < NK; j++) {
+                const int kk = k + 4 * j;
+                kp[j] = kk < k1 ? kv_row(a, u, kk, 0, kh) : NULL;
+                vp[j] = kk < k1 ? kv_row(a, u, kk, 1, kh) : NULL;
+            }
+            float kr[NK][EPL], vr[NK][EPL], t[NK][G];
+#pragma unroll
+            for (int j = 0; j < NK; j++)
+#pragma unroll
+                for (int e = 0; e < EPL; e++) {
+                    int d = lane + 32 * e;
+                    kr[j][e] = kp[j] && d < D ? kp[j][d] : 0.f;
+                    vr[j][e] = vp[j] && d < D ? vp[j][d] : 0.f;
+                }
+#pragma unroll
+            for (int j = 0; j < NK; j++)
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    float tt = 0.f;
+#pragma unroll
+                    for (int e = 0; e < EPL; e++) tt = fmaf(qv[g][e], kr[j][e], tt);
+                    t[j][g] = tt;
+                }
+#pragma unroll
+            for (int of = 16; of; of >>= 1)
+#pragma unroll
+                for (int j = 0; j < NK; j++)
+#pragma unroll
+                    for (int g = 0; g < G; g++) t[j][g] += __shfl_xor_sync(0xffffffffu, t[j][g], of);
+#pragma unroll
+            for (int j = 0; j < NK; j++) {
+                if (!kp[j]) continue; /* warp-uniform */
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    float tt = t[j][g] * a.scale;
+                    if (a.softcap > 0.f) tt = a.softcap * tanhf(tt / a.softcap);
+                    float mn = fmaxf(mx[g], tt), corr = expf(mx[g] - mn), pw = expf(tt - mn);
+                    l[g] = l[g] * corr + pw;
+#pragma unroll
+                    for (int e = 0; e < EPL; e++) acc[g][e] = acc[g][e] * corr + pw * vr[j][e];
+                    mx[g] = mn;
+                }
+            }
+        }
+    }
+    for (int k = k0 + warp; !FU && k < k1; k += 4 * NK) {
         const float *kp[NK], *vp[NK];
 #pragma unroll
         for (int j = 0; j < NK; j++) {
@@ -179,7 +300,10 @@ __global__ void __launch_bounds__(128) k_attn(g3c_attn_args a, const float *__re
             part[(((size_t)r * S + s) * a.NH + kh * G + g) * W + c] = out;
         }
     }
-    if (Se == 1) return;
+    if (Se == 1) {
+        if (FU) zero_qkv(y, ny, sl, rowb, kh, G, a.NH, a.NKV, D); /* every read of y is behind the barrier above */
+        return;
+    }
     /* last block of this (row, kv head) merges the splits */
     __threadfence();
     __syncthreads();
@@ -228,6 +352,7 @@ __global__ void __launch_bounds__(128) k_attn(g3c_attn_args a, const float *__re
         if (split) oh[(size_t)a.m * a.NH * D + idx] = __float2bfloat16_rn(accv - __bfloat162float(hv));
     }
     if (threadIdx.x == 0) cnt[(size_t)r * a.NKV + kh] = 0u;
+    if (FU) zero_qkv(y, ny, sl, rowb, kh, G, a.NH, a.NKV, D); /* the other splits read y before counting in */
 }
 
 cudaError_t g3c_qkv_post(const g3c_attn_args *a, float *y, int ny, const float *qn, const float *kn, float *qout,
@@ -239,27 +364,136 @@ cudaError_t g3c_qkv_post(const g3c_attn_args *a, float *y, int ny, const float *
 
 size_t g3c_attn_part_floats(int rows_x_splits, int NH, int D) { return (size_t)rows_x_splits * NH * (D + 2); }
 
-template <int G>
+template <int G, bool FU>
 static cudaError_t launch_g(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt, float *o,
-                            __nv_bfloat16 *oh, int split, cudaStream_t st) {
+                            __nv_bfloat16 *oh, int split, float *y, int ny, const float *qn, const float *kn,
+                            cudaStream_t st) {
     dim3 grid(a->NKV, a->m, a->n_splits);
-    if (a->n_splits > 64) return cudaErrorInvalidValue;
+    if (a->n_splits > 64 || a->n_splits < 1) return cudaErrorInvalidValue;
     size_t sm = (size_t)(4 * G * (a->D + 2) + G * a->n_splits) * sizeof(float);
     int epl = (a->D + 31) / 32;
-    if (epl <= 1) return g3c_launch(k_attn<G, 1>, grid, dim3(128), sm, st, *a, q, part, cnt, o, oh, split);
-    if (epl <= 2) return g3c_launch(k_attn<G, 2>, grid, dim3(128), sm, st, *a, q, part, cnt, o, oh, split);
-    if (epl <= 4) return g3c_launch(k_attn<G, 4>, grid, dim3(128), sm, st, *a, q, part, cnt, o, oh, split);
-    if (epl <= 8) return g3c_launch(k_attn<G, 8>, grid, dim3(128), sm, st, *a, q, part, cnt, o, oh, split);
+#define G3_ATTN_LAUNCH(E)                                                                                              \
+    return g3c_launch(k_attn<G, E, FU>, grid, dim3(128), sm, st, *a, q, part, cnt, o, oh, split, y, ny, qn, kn)
+    if (epl <= 1) G3_ATTN_LAUNCH(1);
+    if (epl <= 2) G3_ATTN_LAUNCH(2);
+    if (epl <= 4) G3_ATTN_LAUNCH(4);
+    if (epl <= 8) G3_ATTN_LAUNCH(8);
+#undef G3_ATTN_LAUNCH
+    return cudaErrorInvalidValue;
+}
+
+template <bool FU>
+static cudaError_t attention_any(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt, float *o,
+                                 __nv_bfloat16 *oh, int split, float *y, int ny, const float *qn, const float *kn,
+                                 cudaStream_t st) {
+    if (a->NKV < 1 || a->NH % a->NKV) return cudaErrorInvalidValue;
+    switch (a->NH / a->NKV) {
+    case 1: return launch_g<1, FU>(a, q, part, cnt, o, oh, split, y, ny, qn, kn, st);
+    case 2: return launch_g<2, FU>(a, q, part, cnt, o, oh, split, y, ny, qn, kn, st);
+    case 4: return launch_g<4, FU>(a, q, part, cnt, o, oh, split, y, ny, qn, kn, st);
+    case 8: return launch_g<8, FU>(a, q, part, cnt, o, oh, split, y, ny, qn, kn, st);
+    }
     return cudaErrorInvalidValue;
 }
 
 cudaError_t g3c_attention(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt, float *o,
                           __nv_bfloat16 *oh, int split, cudaStream_t st) {
-    switch (a->NH / a->NKV) {
-    case 1: return launch_g<1>(a, q, part, cnt, o, oh, split, st);
-    case 2: return launch_g<2>(a, q, part, cnt, o, oh, split, st);
-    case 4: return launch_g<4>(a, q, part, cnt, o, oh, split, st);
-    case 8: return launch_g<8>(a, q, part, cnt, o, oh, split, st);
+    return attention_any<false>(a, q, part, cnt, o, oh, split, NULL, 0, NULL, NULL, st);
+}
+
+cudaError_t g3c_attention_fused(const g3c_attn_args *a, float *y, int ny, const float *qn, const float *kn,
+                                float *part, unsigned *cnt, float *o, __nv_bfloat16 *oh, int split, cudaStream_t st) {
+    if (a->D > 256 || a->D % 2 || a->m > 64 || ny < 1) return cudaErrorInvalidValue;
+    return attention_any<true>(a, NULL, part, cnt, o, oh, split, y, ny, qn, kn, st);
+}
+
+int g3c_dfuse_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("G3_CUDA_DFUSE");
+        on = !(e && !strcmp(e, "0"));
     }
-    return cudaErrorInvalidValue;
+    return on;
+}
+
+/* ---- test hook: decode rows over a cache filled by history rows ------------------------------------------------- */
+extern "C" {
+#include "backend/cuda/cuda_api.h"
+}
+#define AT_CK(call, what)                                                                                              \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            rc = g3c_fail(err, G3_ERR_DEVICE, "cuda: decode attention test: %s: %s", what, cudaGetErrorString(e_));    \
+            goto out;                                                                                                  \
+        }                                                                                                              \
+    } while (0)
+
+extern "C" g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, int fused, const float *hist_qkv,
+                                                   const int32_t *hist_pos, const int32_t *hist_useq, int m_hist,
+                                                   const float *qkv, const int32_t *pos, const int32_t *useq, int m,
+                                                   const int32_t *bt, int n_u, float *o, float *y_after,
+                                                   g3_error *err) {
+    g3_status rc = G3_OK;
+    const int D = t->D, NQKV = (t->NH + 2 * t->NKV) * D;
+    const size_t pool_floats = (size_t)t->n_blocks * t->n_layers_kind * 2 * t->NKV * t->kv_block * D;
+    const int mh = m_hist > 0 ? m_hist : 1, mx = mh > m ? mh : m;
+    float *dy = NULL, *dq = NULL, *dpart = NULL, *dout = NULL, *pool = NULL, *dnorm = NULL;
+    __nv_bfloat16 *douth = NULL;
+    unsigned *dcnt = NULL;
+    int32_t *dpar = NULL; /* hist pos [mh], hist useq [mh], pos [m], useq [m], bt [n_u][2][mbps] */
+    g3c_attn_args a;
+    cudaStream_t st = NULL;
+    AT_CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+    AT_CK(cudaMalloc((void **)&dy, (size_t)mx * NQKV * 4), "alloc");
+    AT_CK(cudaMalloc((void **)&dq, (size_t)mx * t->NH * D * 4), "alloc");
+    AT_CK(cudaMalloc((void **)&dout, (size_t)m * t->NH * D * 4), "alloc");
+    AT_CK(cudaMalloc((void **)&dpart, g3c_attn_part_floats(m * t->n_splits, t->NH, D) * 4), "alloc");
+    AT_CK(cudaMalloc((void **)&douth, (size_t)2 * m * t->NH * D * 2), "alloc");
+    AT_CK(cudaMalloc((void **)&dcnt, (size_t)m * t->NKV * 4), "alloc");
+    AT_CK(cudaMemset(dcnt, 0, (size_t)m * t->NKV * 4), "clear");
+    AT_CK(cudaMalloc((void **)&pool, pool_floats * 4), "alloc");
+    AT_CK(cudaMemset(pool, 0xff, pool_floats * 4), "poison"); /* NaNs: reading an unwritten slot shows */
+    AT_CK(cudaMalloc((void **)&dnorm, (size_t)(3 * D) * 4), "alloc");
+    AT_CK(cudaMalloc((void **)&dpar, ((size_t)2 * mh + 2 * m + (size_t)n_u * 2 * t->mbps) * 4), "alloc");
+    AT_CK(cudaMemcpy(dnorm, t->q_norm, D * 4, cudaMemcpyHostToDevice), "upload");
+    AT_CK(cudaMemcpy(dnorm + D, t->k_norm, D * 4, cudaMemcpyHostToDevice), "upload");
+    AT_CK(cudaMemcpy(dnorm + 2 * D, t->inv_freq, D / 2 * 4, cudaMemcpyHostToDevice), "upload");
+    if (m_hist > 0) {
+        AT_CK(cudaMemcpy(dpar, hist_pos, m_hist * 4, cudaMemcpyHostToDevice), "upload");
+        AT_CK(cudaMemcpy(dpar + mh, hist_useq, m_hist * 4, cudaMemcpyHostToDevice), "upload");
+    }
+    AT_CK(cudaMemcpy(dpar + 2 * mh, pos, m * 4, cudaMemcpyHostToDevice), "upload");
+    AT_CK(cudaMemcpy(dpar + 2 * mh + m, useq, m * 4, cudaMemcpyHostToDevice), "upload");
+    AT_CK(cudaMemcpy(dpar + 2 * mh + 2 * m, bt, (size_t)n_u * 2 * t->mbps * 4, cudaMemcpyHostToDevice), "upload");
+    a.rows.bt = dpar + 2 * mh + 2 * m, a.rows.mbps = t->mbps;
+    a.NH = t->NH, a.NKV = t->NKV, a.D = D, a.kind = t->kind, a.layer_in_kind = t->layer_in_kind;
+    a.n_layers_kind = t->n_layers_kind, a.kv_block = t->kv_block, a.window = t->window, a.scale = t->scale;
+    a.softcap = t->softcap, a.eps = t->eps, a.inv_freq = dnorm + 2 * D, a.pool = pool, a.n_splits = t->n_splits;
+    a.min_keys = 1;
+    if (m_hist > 0) { /* history: cache writes only */
+        a.rows.token = dpar, a.rows.pos = dpar, a.rows.useq = dpar + mh, a.m = m_hist;
+        AT_CK(cudaMemcpy(dy, hist_qkv, (size_t)m_hist * NQKV * 4, cudaMemcpyHostToDevice), "upload");
+        AT_CK(g3c_qkv_post(&a, dy, 1, dnorm, dnorm + D, dq, st), "qkv_post (history)");
+    }
+    a.rows.token = dpar + 2 * mh, a.rows.pos = dpar + 2 * mh, a.rows.useq = dpar + 2 * mh + m, a.m = m;
+    for (int rep = 0; rep < 2; rep++) { /* twice, the second time over poisoned output: counters were reset */
+        AT_CK(cudaMemcpyAsync(dy, qkv, (size_t)m * NQKV * 4, cudaMemcpyHostToDevice, st), "upload");
+        AT_CK(cudaMemsetAsync(dout, 0xff, (size_t)m * t->NH * D * 4, st), "poison");
+        if (fused) {
+            AT_CK(g3c_attention_fused(&a, dy, 1, dnorm, dnorm + D, dpart, dcnt, dout, douth, 1, st),
+                  "fused attention");
+        } else {
+            AT_CK(g3c_qkv_post(&a, dy, 1, dnorm, dnorm + D, dq, st), "qkv_post");
+            AT_CK(g3c_attention(&a, dq, dpart, dcnt, dout, douth, 1, st), "attention");
+        }
+    }
+    AT_CK(cudaStreamSynchronize(st), "run");
+    AT_CK(cudaMemcpy(o, dout, (size_t)m * t->NH * D * 4, cudaMemcpyDeviceToHost), "download");
+    if (y_after) AT_CK(cudaMemcpy(y_after, dy, (size_t)m * NQKV * 4, cudaMemcpyDeviceToHost), "download");
+out:
+    cudaFree(dy), cudaFree(dq), cudaFree(dpart), cudaFree(dout), cudaFree(pool), cudaFree(dnorm), cudaFree(dpar);
+    cudaFree(douth), cudaFree(dcnt);
+    if (st) cudaStreamDestroy(st);
+    return rc;
 }

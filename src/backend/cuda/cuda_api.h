@@ -15,7 +15,7 @@
  * tensor-core product), G3_CUDA_NORM=loop|reg (add-norm kernel; default by batch size), G3_CUDA_ATTN_MIN=n (fewest
  * keys per attention split, 32).
  * Batches of 9..64 rows on quantized weights: G3_CUDA_TCM=0 (warp tensor-core kernel, not the staged one)
- * dp4a decode products (int8/int4): G3_CUDA_QGEMV=n (up to n rows, default 8; 0 off), G3_CUDA_Q8LO=n (lo plane, 2) */
+ * Decode: G3_CUDA_DFUSE=0 (QK-norm/RoPE/cache write + attention unfused), G3_CUDA_DNORM=0 (old add-norm, argmax) */
 #ifndef G3_BACKEND_CUDA_API_H
 #define G3_BACKEND_CUDA_API_H
 
@@ -77,6 +77,23 @@ typedef struct g3_cuda_attn_test {
  * unique-sequence indices useq and block tables bt ([n_u][2][mbps]); o: [m][NH*D]. */
 g3_status g3_cuda_test_attention(const g3_cuda_attn_test *t, const float *qkv, const int32_t *pos,
                                  const int32_t *useq, const int32_t *bt, int n_u, int m, float *o, g3_error *err);
+
+/* Decode attention: m_hist history rows (any sequences; QK-norm + RoPE + cache write only) fill the cache, then the
+ * m decode rows (each of its own sequence) run through the separate kernels (fused 0) or the fused one (fused 1),
+ * twice, the second time over poisoned output. o: [m][NH*D]; y_after (optional): the qkv input buffer after the
+ * run, [m][(NH+2NKV)*D], all zeros when the kernels kept the zeroing contract. */
+g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, int fused, const float *hist_qkv,
+                                        const int32_t *hist_pos, const int32_t *hist_useq, int m_hist,
+                                        const float *qkv, const int32_t *pos, const int32_t *useq, int m,
+                                        const int32_t *bt, int n_u, float *o, float *y_after, g3_error *err);
+/* Add-norm (variant 0: g3c_add_norm, 1: the decode kernel) of m rows of H: y [ny][m][H], x [m][H] updated in place,
+ * xn [m][H], xh [2][m][H] bf16 bits (hi, then lo when split), y_after [ny][m][H] (zeros when kept). */
+g3_status g3_cuda_test_add_norm(int variant, int m, int H, int ny, const float *y, float *x, const float *w1,
+                                const float *w2, float eps, int split, float *xn, uint16_t *xh, float *y_after,
+                                g3_error *err);
+
+/* Argmax of m rows of V logits (variant 0: g3c_argmax, 1: the decode kernel) into ids. */
+g3_status g3_cuda_test_argmax(int variant, const float *logits, int m, int V, int32_t *ids, g3_error *err);
 
 #ifdef __cplusplus
 }

@@ -44,12 +44,11 @@ struct g3_backend {
     int R;                                      /* rows per forward */
     float *x, *xn, *y, *q, *o, *a, *part, *hx, *logy, *logits;
     __nv_bfloat16 *xh, *oh, *ah, *hxh, *wscratch;
-    void *q8;                                   /* q8 activations of the dp4a products (qgemv.cu) */
-    size_t q8_bytes;
     int HC;                                     /* head chunk rows */
     int32_t *d_par, *h_par, *d_ids, *seq_map;
     unsigned *acnt, *tcnt;                      /* attention split counters [R][NKV]; GeGLU tile counters */
     int attn_min_keys;                          /* $G3_CUDA_ATTN_MIN, default 32 */
+    int distinct;                               /* this step's rows are all of different sequences (decode) */
     int tcnt_n;
     size_t par_ints;
     cudaGraphExec_t graph[NBUCKET];
@@ -224,7 +223,7 @@ static void cuda_destroy(g3_backend *b) {
     free(b->L);
     void *dev[] = {b->norms, b->inv_freq, b->pool[0], b->pool[1], b->x, b->xn, b->y, b->q, b->o, b->a, b->part,
                    b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->cub_ws,
-                   b->acnt, b->tcnt, b->q8};
+                   b->acnt, b->tcnt};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     cudaFreeHost(b->h_par);
     free(b->seq_map);
@@ -373,12 +372,6 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         b->acnt = (unsigned *)dalloc((size_t)R * c->n_kv_heads * 4, &ok);
         b->tcnt_n = (2 * F + 15) / 16;
         b->tcnt = (unsigned *)dalloc((size_t)b->tcnt_n * 4, &ok);
-        {
-            int kq = H > F ? H : F;
-            if (NQ > kq) kq = NQ;
-            b->q8_bytes = g3c_qgemv_q8_bytes(R < 8 ? R : 8, kq);
-            b->q8 = dalloc(b->q8_bytes, &ok);
-        }
         b->par_ints = off_bt(b) + (size_t)R * 2 * cfg->max_blocks_per_seq;
         b->d_par = (int32_t *)dalloc(b->par_ints * 4, &ok);
         b->d_ids = (int32_t *)dalloc((size_t)R * 4, &ok);
@@ -415,9 +408,14 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
     g3c_rows rows = {P, P + b->R, P + 2 * b->R, P + off_bt(b), b->bc.max_blocks_per_seq};
     const int32_t *out_rows = P + 3 * b->R;
     const int split = b->split;
-    g3c_mm_ctx mc = {b->cub, b->st, b->wscratch, split, b->n_sm, b->tcnt, b->tcnt_n, b->q8, b->q8_bytes};
+    g3c_mm_ctx mc = {b->cub, b->st, b->wscratch, split, b->n_sm, b->tcnt, b->tcnt_n};
     int ny, fused;
     cudaError_t e;
+    /* decode-sized steps: fused QK-norm + attention (rows of distinct sequences only) and the decode add-norm */
+    const int dfuse = m <= 64 && b->distinct && g3c_dfuse_enabled();
+    cudaError_t (*add_norm)(float *, float *, int, const float *, const float *, float, int, int, float *,
+                            __nv_bfloat16 *, int, cudaStream_t) =
+        m <= 64 && g3c_dnorm_enabled() ? g3c_add_norm_dec : g3c_add_norm;
 #define RUN(call)                                                                                                      \
     if ((e = (call)) != cudaSuccess) return e
 #define PROF(lbl) prof_mark(b, lbl)
@@ -435,32 +433,35 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
         a.window = c->sliding_window, a.scale = 1.f / sqrtf(c->query_pre_attn_scalar), a.softcap = c->attn_softcap;
         a.eps = c->rms_eps, a.inv_freq = b->inv_freq + L->kind * (D / 2), a.pool = b->pool[L->kind];
         a.n_splits = n_splits_for(b, m), a.min_keys = b->attn_min_keys;
-        RUN(g3c_qkv_post(&a, b->y, ny, L->q_norm, L->k_norm, b->q, b->st));
-        PROF("qk-norm, rope, cache write");
-        RUN(g3c_attention(&a, b->q, b->part, b->acnt, b->o, b->oh, split, b->st));
-        PROF("attention");
+        if (dfuse) { /* decode: one launch (attention.cu) */
+            RUN(g3c_attention_fused(&a, b->y, ny, L->q_norm, L->k_norm, b->part, b->acnt, b->o, b->oh, split, b->st));
+            PROF("qk-norm + attention (fused)");
+        } else {
+            RUN(g3c_qkv_post(&a, b->y, ny, L->q_norm, L->k_norm, b->q, b->st));
+            PROF("qk-norm, rope, cache write");
+            RUN(g3c_attention(&a, b->q, b->part, b->acnt, b->o, b->oh, split, b->st));
+            PROF("attention");
+        }
         RUN(g3c_mm(&mc, &L->o, b->o, b->oh, m, b->y, &ny, NULL, NULL, 0, &fused));
         PROF("o product");
-        RUN(g3c_add_norm(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
+        RUN(add_norm(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
         PROF("add + norms");
         RUN(g3c_mm(&mc, &L->gu, b->xn, b->xh, m, b->y, &ny, b->a, b->ah, 1, &fused));
         PROF("gate/up product");
         if (!fused) RUN(g3c_geglu(b->y, ny, m, F, b->a, b->ah, split, b->st));
-        else if (fused == 1 && g3c_mm_path(&mc, &L->down, m) != G3C_PATH_GEMV &&
-                 g3c_mm_path(&mc, &L->down, m) != G3C_PATH_QGEMV)
+        else if (fused == 1 && g3c_mm_path(&mc, &L->down, m) != G3C_PATH_GEMV)
             RUN(g3c_to_bf16(b->a, m, F, b->ah, split, b->st));
         PROF("geglu");
         RUN(g3c_mm(&mc, &L->down, b->a, b->ah, m, b->y, &ny, NULL, NULL, 0, &fused));
         PROF("down product");
         const float *next = l + 1 < c->n_layers ? b->L[l + 1].attn_norm : b->final_norm;
-        RUN(g3c_add_norm(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
+        RUN(add_norm(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
         PROF("add + norms");
     }
     for (int c0 = 0; c0 < n_out; c0 += b->HC) {
         int hc = n_out - c0 < b->HC ? n_out - c0 : b->HC;
         RUN(g3c_gather_rows(b->xn, out_rows + c0, hc, H, b->hx, b->st));
-        const int hp = g3c_mm_path(&mc, &b->embed, hc);
-        if (hp != G3C_PATH_GEMV && hp != G3C_PATH_QGEMV) RUN(g3c_to_bf16(b->hx, hc, H, b->hxh, split, b->st));
+        if (g3c_mm_path(&mc, &b->embed, hc) != G3C_PATH_GEMV) RUN(g3c_to_bf16(b->hx, hc, H, b->hxh, split, b->st));
         RUN(g3c_mm(&mc, &b->embed, b->hx, b->hxh, hc, b->logy, &ny, NULL, NULL, 0, &fused));
         RUN(g3c_finish_logits(b->logy, ny, hc, V, c->final_softcap, b->logits + (size_t)c0 * V, b->st));
     }
@@ -507,7 +508,8 @@ static g3_status run_step(g3_backend *b, const g3_batch *bt, g3_error *err) {
             return g3c_fail(err, G3_ERR_ARG, "cuda: out_rows[%d] = %d invalid", i, o);
         h[3 * R + i] = o;
     }
-    int bk = bt->n_out == M && b->graphs_on ? bucket_of(M) : -1;
+    b->distinct = n_u == M;
+    int bk = bt->n_out == M && b->graphs_on && (b->distinct || M > 64 || !g3c_dfuse_enabled()) ? bucket_of(M) : -1;
     if (bk >= 0 && ((1 << bk) > R || b->graph_failed[bk])) bk = -1;
     int mrun = bk >= 0 ? 1 << bk : M;
     for (int r = M; r < mrun; r++) h[r] = 0, h[R + r] = 0, h[2 * R + r] = -1, h[3 * R + r] = r;
@@ -545,7 +547,8 @@ static g3_status cuda_forward(g3_backend *b, const g3_batch *batch, float *logit
 extern "C" g3_status g3_cuda_forward_argmax(g3_backend *b, const g3_batch *batch, int32_t *ids, g3_error *err) {
     G3_TRY(run_step(b, batch, err));
     if (batch->n_out > 0) {
-        G3C_CK(g3c_argmax(b->logits, batch->n_out, b->c.vocab, b->d_ids, b->st), "argmax");
+        G3C_CK((g3c_dnorm_enabled() ? g3c_argmax_dec : g3c_argmax)(b->logits, batch->n_out, b->c.vocab, b->d_ids,
+                                                                   b->st), "argmax");
         G3C_CK(cudaMemcpyAsync(ids, b->d_ids, (size_t)batch->n_out * 4, cudaMemcpyDeviceToHost, b->st), "ids download");
     }
     G3C_CK(cudaStreamSynchronize(b->st), "forward");

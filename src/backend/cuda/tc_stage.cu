@@ -13,7 +13,9 @@
  *
  * Scales: per-channel int8/fp8 at the end; grouped int8 (GGUF 16/32) and int4 (any group, a multiple of 32) are
  * dequantized to bf16 per 16-byte chunk (MODE 2 of tc_decode).
- * $G3_CUDA_TCM=0 keeps k_tc for these batches (for comparison). */
+ * $G3_CUDA_TCM=0 keeps k_tc for these batches (for comparison); $G3_CUDA_TCM=2 takes the variant that streams the
+ * weights through cp.async too (three stages in flight per warp instead of one, the register file no longer the
+ * limit); $G3_CUDA_TCMPF=1 adds an L2 prefetch of the weights of the stage after next (register variant). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,13 +48,17 @@ struct tcm_w {
     float sa[TCM_KR][TCM_T], sb[TCM_KR][TCM_T], za[TCM_KR][TCM_T], zb[TCM_KR][TCM_T];
 };
 
-template <int QT, int MODE>
+/* Weights of unit u for this lane: into registers r.a / r.b (ring == NULL), or with cp.async into the warp's ring
+ * slot (ring: [KR][T][2 rows][32 lanes] 16-byte words, each lane reads back only its own words, so its own
+ * cp.async.wait_group makes them visible). Chunks beyond the row are zeros. */
+template <int QT>
 static __device__ __forceinline__ void tcm_load_w(const g3_dmat &w, long long u, int S, int wi, int g, int t,
-                                                  tcm_w &r) {
+                                                  tcm_w &r, uint4 *ring) {
     constexpr int V = tcm_v<QT>::V;
-    const int n = w.n, nch = w.k / V, ngr = w.k / w.g;
+    const int n = w.n, nch = w.k / V, lane = 4 * g + t;
     const int tile = (int)(u / S), stage = (int)(u % S);
     const uint4 *W = (const uint4 *)w.q;
+    const uint4 z4 = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int rl = 0; rl < TCM_KR; rl++)
 #pragma unroll
@@ -61,17 +67,57 @@ static __device__ __forceinline__ void tcm_load_w(const g3_dmat &w, long long u,
             const int ra = min(base + g, n - 1), rb = min(base + g + 8, n - 1);
             const int kc = (stage * TCM_KR + rl) * 4 + t;
             const bool ok = kc < nch;
-            const uint4 z4 = make_uint4(0, 0, 0, 0);
-            r.a[rl][tt] = ok ? tcm_ld_stream(W + (size_t)ra * nch + kc) : z4;
-            r.b[rl][tt] = ok ? tcm_ld_stream(W + (size_t)rb * nch + kc) : z4;
+            if (ring) {
+                uint4 *da = ring + ((rl * TCM_T + tt) * 2) * 32 + lane, *db = da + 32;
+                if (ok) tcm_cp16(da, W + (size_t)ra * nch + kc), tcm_cp16(db, W + (size_t)rb * nch + kc);
+                else *da = z4, *db = z4;
+            } else {
+                r.a[rl][tt] = ok ? tcm_ld_stream(W + (size_t)ra * nch + kc) : z4;
+                r.b[rl][tt] = ok ? tcm_ld_stream(W + (size_t)rb * nch + kc) : z4;
+            }
+        }
+}
+
+/* scales (and int4 offsets) of unit u's chunks for this lane (MODE 2; zeros otherwise) */
+template <int QT, int MODE>
+static __device__ __forceinline__ void tcm_load_s(const g3_dmat &w, long long u, int S, int wi, int g, int t,
+                                                  tcm_w &r) {
+    constexpr int V = tcm_v<QT>::V;
+    const int n = w.n, nch = w.k / V, ngr = w.k / w.g;
+    const int tile = (int)(u / S), stage = (int)(u % S);
+#pragma unroll
+    for (int rl = 0; rl < TCM_KR; rl++)
+#pragma unroll
+        for (int tt = 0; tt < TCM_T; tt++) {
             r.sa[rl][tt] = r.sb[rl][tt] = r.za[rl][tt] = r.zb[rl][tt] = 0.f;
             if constexpr (MODE == 2) {
-                const int grp = ok ? (kc * V) / w.g : 0;
+                const int base = ((tile * TCM_WARPS + wi) * TCM_T + tt) * 16;
+                const int ra = min(base + g, n - 1), rb = min(base + g + 8, n - 1);
+                const int kc = (stage * TCM_KR + rl) * 4 + t;
+                const int grp = kc < nch ? (kc * V) / w.g : 0;
                 r.sa[rl][tt] = __ldg(w.s + (size_t)ra * ngr + grp), r.sb[rl][tt] = __ldg(w.s + (size_t)rb * ngr + grp);
                 if constexpr (QT == G3Q_INT4)
                     r.za[rl][tt] = __ldg(w.z + (size_t)ra * ngr + grp), r.zb[rl][tt] = __ldg(w.z + (size_t)rb * ngr + grp);
             }
         }
+}
+
+/* L2 prefetch of unit u's weights: each row's stage is 8 chunks (128 bytes, two lines when not aligned); lanes
+ * t = 0, 1 take tile t of the warp, rows g and g + 8 */
+template <int QT>
+static __device__ __forceinline__ void tcm_prefetch(const g3_dmat &w, long long u, int S, int wi, int g, int t) {
+    constexpr int V = tcm_v<QT>::V;
+    const int n = w.n, nch = w.k / V, tile = (int)(u / S), stage = (int)(u % S);
+    if (t >= TCM_T) return;
+    const int base = ((tile * TCM_WARPS + wi) * TCM_T + t) * 16, kc0 = stage * TCM_KR * 4;
+    const int kc1 = min(kc0 + TCM_KR * 4, nch) - 1;
+    const uint4 *W = (const uint4 *)w.q;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const size_t r = (size_t)min(base + g + 8 * h, n - 1) * nch;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(W + r + kc0));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(W + r + kc1));
+    }
 }
 
 /* activations of stage `stage` ([8NT rows][V units], rows >= m and values >= k as zeros) into xs */
@@ -85,30 +131,45 @@ static __device__ __forceinline__ void tcm_stage_x(uint4 *xs, const __nv_bfloat1
         if (i < m && kk < K) tcm_cp16(d, xh + (size_t)i * K + kk);
         else *d = make_uint4(0, 0, 0, 0);
     }
-    tcm_cp_commit();
 }
 
-template <int QT, int MODE, int NT>
+/* AS = 0: weights of the next stage in registers, activations double-buffered (one cp.async group per stage).
+ * AS = 1: weights and activations through cp.async, three stages deep (rings of 3 activation buffers and 3 weight
+ * slots per warp): at the top of stage u everything but the newest group (unit u + 1's) must have landed. */
+template <int QT, int MODE, int NT, int AS>
 __global__ void __launch_bounds__(TCM_WARPS * 32, 1)
-    k_tcm(g3_dmat w, const __nv_bfloat16 *__restrict__ xh, int m, float *__restrict__ y, int S, long long L) {
-    constexpr int V = tcm_v<QT>::V, Q = V / 8, MP = 8 * NT, T = TCM_T;
-    extern __shared__ uint4 tcm_xs[]; /* [2][MP][V] */
+    k_tcm(g3_dmat w, const __nv_bfloat16 *__restrict__ xh, int m, float *__restrict__ y, int S, long long L, int pf) {
+    constexpr int V = tcm_v<QT>::V, Q = V / 8, MP = 8 * NT, T = TCM_T, NB = AS ? 3 : 2;
+    constexpr int WSLOT = TCM_KR * T * 2 * 32; /* 16-byte words of one warp's ring slot */
+    extern __shared__ uint4 tcm_xs[];          /* [NB][MP][V] activations, then (AS) [3][warps][WSLOT] weights */
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wi = threadIdx.x >> 5;
     const int n = w.n, K = w.k;
     const long long u0 = L * blockIdx.x / gridDim.x, u1 = L * (blockIdx.x + 1) / gridDim.x;
+    uint4 *ring = tcm_xs + NB * MP * V + wi * WSLOT; /* + slot * warps * WSLOT (AS only) */
     tcm_w cur, nxt;
-    /* the weights do not depend on the previous kernel: start their loads before waiting for it */
-    if (u0 < u1) tcm_load_w<QT, MODE>(w, u0, S, wi, g, t, cur);
-    g3c_pdl_wait();
-    if (u0 >= u1) return;
 #pragma unroll
     for (int rl = 0; rl < TCM_KR; rl++)
 #pragma unroll
-        for (int tt = 0; tt < T; tt++) {
-            nxt.a[rl][tt] = nxt.b[rl][tt] = make_uint4(0, 0, 0, 0);
-            nxt.sa[rl][tt] = nxt.sb[rl][tt] = nxt.za[rl][tt] = nxt.zb[rl][tt] = 0.f;
-        }
+        for (int tt = 0; tt < T; tt++) cur.a[rl][tt] = cur.b[rl][tt] = nxt.a[rl][tt] = nxt.b[rl][tt] = make_uint4(0, 0, 0, 0);
+    /* the weights do not depend on the previous kernel: start their loads before waiting for it */
+    if (u0 < u1) {
+        tcm_load_w<QT>(w, u0, S, wi, g, t, cur, AS ? ring : NULL);
+        if (AS && u0 + 1 < u1) tcm_load_w<QT>(w, u0 + 1, S, wi, g, t, cur, ring + TCM_WARPS * WSLOT);
+        tcm_load_s<QT, MODE>(w, u0, S, wi, g, t, cur);
+    }
+    if (AS) tcm_cp_commit();
+    g3c_pdl_wait();
+    if (u0 >= u1) {
+        tcm_cp_wait0();
+        return;
+    }
+    tcm_load_s<QT, MODE>(w, u0, S, wi, g, t, nxt); /* defined values for the copy at the end of the last stage */
     tcm_stage_x<QT, NT>(tcm_xs, xh, m, K, (int)(u0 % S));
+    tcm_cp_commit();
+    if (AS) {
+        if (u0 + 1 < u1) tcm_stage_x<QT, NT>(tcm_xs + MP * V, xh, m, K, (int)((u0 + 1) % S));
+        tcm_cp_commit();
+    }
     float acc[T][NT][4];
 #pragma unroll
     for (int tt = 0; tt < T; tt++)
@@ -116,17 +177,36 @@ __global__ void __launch_bounds__(TCM_WARPS * 32, 1)
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[tt][nt][e] = 0.f;
-    int it = 0;
-    for (long long u = u0; u < u1; u++, it ^= 1) {
-        tcm_cp_wait0();
-        __syncthreads(); /* stage u is in buffer it; every warp is done with buffer it ^ 1 */
-        if (u + 1 < u1) {
+    int it = 0; /* buffer (and ring slot) of unit u: (u - u0) % NB */
+    for (long long u = u0; u < u1; u++, it = it + 1 == NB ? 0 : it + 1) {
+        if (AS) asm volatile("cp.async.wait_group 1;" ::: "memory");
+        else tcm_cp_wait0();
+        __syncthreads(); /* stage u has landed; every warp is done with unit u - 1's buffer and slot */
+        if (AS) {
+            const int nb = it + 2 >= NB ? it + 2 - NB : it + 2; /* = unit u - 1's, free now */
+            if (u + 2 < u1) {
+                tcm_stage_x<QT, NT>(tcm_xs + nb * MP * V, xh, m, K, (int)((u + 2) % S));
+                tcm_load_w<QT>(w, u + 2, S, wi, g, t, nxt, ring + nb * TCM_WARPS * WSLOT);
+            }
+            tcm_cp_commit();
+            if (u + 1 < u1) tcm_load_s<QT, MODE>(w, u + 1, S, wi, g, t, nxt);
+        } else if (u + 1 < u1) {
             tcm_stage_x<QT, NT>(tcm_xs + (it ^ 1) * MP * V, xh, m, K, (int)((u + 1) % S));
-            tcm_load_w<QT, MODE>(w, u + 1, S, wi, g, t, nxt);
+            tcm_cp_commit();
+            tcm_load_w<QT>(w, u + 1, S, wi, g, t, nxt, NULL);
+            tcm_load_s<QT, MODE>(w, u + 1, S, wi, g, t, nxt);
+            if (pf && u + 2 < u1) tcm_prefetch<QT>(w, u + 2, S, wi, g, t);
         }
         const uint4 *xs = tcm_xs + it * MP * V;
+        const uint4 *ws = ring + it * TCM_WARPS * WSLOT + lane;
 #pragma unroll
-        for (int rl = 0; rl < TCM_KR; rl++)
+        for (int rl = 0; rl < TCM_KR; rl++) {
+            uint4 wa[T], wb[T];
+#pragma unroll
+            for (int tt = 0; tt < T; tt++) {
+                if (AS) wa[tt] = ws[((rl * T + tt) * 2) * 32], wb[tt] = ws[((rl * T + tt) * 2 + 1) * 32];
+                else wa[tt] = cur.a[rl][tt], wb[tt] = cur.b[rl][tt];
+            }
 #pragma unroll
             for (int q = 0; q < Q; q++) {
                 const int p = (4 * rl + t) * Q + q;
@@ -142,13 +222,14 @@ __global__ void __launch_bounds__(TCM_WARPS * 32, 1)
 #pragma unroll
                     for (int tt = 0; tt < T; tt++) {
                         uint32_t a0, a1, a2, a3;
-                        tc_decode<QT, MODE>(cur.a[rl][tt], j, cur.sa[rl][tt], cur.za[rl][tt], a0, a2);
-                        tc_decode<QT, MODE>(cur.b[rl][tt], j, cur.sb[rl][tt], cur.zb[rl][tt], a1, a3);
+                        tc_decode<QT, MODE>(wa[tt], j, cur.sa[rl][tt], cur.za[rl][tt], a0, a2);
+                        tc_decode<QT, MODE>(wb[tt], j, cur.sb[rl][tt], cur.zb[rl][tt], a1, a3);
 #pragma unroll
                         for (int nt = 0; nt < NT; nt++) tc_mma(acc[tt][nt], a0, a1, a2, a3, b0[nt], b1[nt]);
                     }
                 }
             }
+        }
         const int tile = (int)(u / S);
         if (u + 1 == u1 || (u + 1) / S != tile) { /* tile done (or this block's share of it): add into y */
             const bool vec = (n & 1) == 0; /* float2 atomics need even n (8-byte aligned pairs) */
@@ -194,23 +275,25 @@ __global__ void __launch_bounds__(TCM_WARPS * 32, 1)
 }
 
 /* ---- dispatch -------------------------------------------------------------------------------------------------- */
-typedef void (*tcm_kernel)(g3_dmat, const __nv_bfloat16 *, int, float *, int, long long);
+typedef void (*tcm_kernel)(g3_dmat, const __nv_bfloat16 *, int, float *, int, long long, int);
 typedef struct tcm_inst {
     tcm_kernel k;
     int smem; /* dynamic shared memory bytes */
     int bps;  /* resident blocks per SM (0: not yet set up) */
 } tcm_inst;
 
-/* tcm_table[variant][NT 2, 4, 8]: variant 0 int8 per channel, 1 int8 grouped, 2 fp8 per channel, 3 int4 */
-static tcm_inst tcm_table[4][3];
+/* tcm_table[variant][NT 2, 4, 8][AS]: variant 0 int8 per channel, 1 int8 grouped, 2 fp8 per channel, 3 int4 */
+static tcm_inst tcm_table[4][3][2];
 static int tcm_ready;
 
-template <int QT, int MODE, int NT> static tcm_inst tcm_mk() {
-    tcm_inst r = {k_tcm<QT, MODE, NT>, 2 * 8 * NT * tcm_v<QT>::V * 16, 0};
+template <int QT, int MODE, int NT, int AS> static tcm_inst tcm_mk() {
+    const int act = (AS ? 3 : 2) * 8 * NT * tcm_v<QT>::V * 16, wring = AS ? 3 * TCM_WARPS * TCM_KR * TCM_T * 2 * 32 * 16 : 0;
+    tcm_inst r = {k_tcm<QT, MODE, NT, AS>, act + wring, 0};
     return r;
 }
-template <int QT, int MODE> static void tcm_row(tcm_inst *row) {
-    row[0] = tcm_mk<QT, MODE, 2>(), row[1] = tcm_mk<QT, MODE, 4>(), row[2] = tcm_mk<QT, MODE, 8>();
+template <int QT, int MODE> static void tcm_row(tcm_inst (*row)[2]) {
+    row[0][0] = tcm_mk<QT, MODE, 2, 0>(), row[1][0] = tcm_mk<QT, MODE, 4, 0>(), row[2][0] = tcm_mk<QT, MODE, 8, 0>();
+    row[0][1] = tcm_mk<QT, MODE, 2, 1>(), row[1][1] = tcm_mk<QT, MODE, 4, 1>(), row[2][1] = tcm_mk<QT, MODE, 8, 1>();
 }
 static void tcm_build(void) {
     if (tcm_ready) return;
@@ -230,9 +313,12 @@ static int tcm_variant(const g3_dmat *w) {
     return -1;
 }
 
-static int tcm_enabled(void) {
+static int tcm_mode(void) { /* $G3_CUDA_TCM: 0 off, 2 weights through cp.async (AS = 1), else registers */
     const char *e = getenv("G3_CUDA_TCM");
-    return !(e && !strcmp(e, "0"));
+    return e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "2") ? 2 : 1;
+}
+static int tcm_enabled(void) {
+    return tcm_mode() != 0;
 }
 
 int g3c_tcm_supported(const g3_dmat *w, int m) {
@@ -256,8 +342,8 @@ static cudaError_t tcm_setup(tcm_inst *ti) {
 cudaError_t g3c_tcm_init(void) {
     tcm_build();
     for (int v = 0; v < 4; v++)
-        for (int c = 0; c < 3; c++) {
-            cudaError_t e = tcm_setup(&tcm_table[v][c]);
+        for (int c = 0; c < 6; c++) {
+            cudaError_t e = tcm_setup(&tcm_table[v][c / 2][c % 2]);
             if (e != cudaSuccess) return e;
         }
     return cudaSuccess;
@@ -266,7 +352,7 @@ cudaError_t g3c_tcm_init(void) {
 cudaError_t g3c_tcm_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, cudaStream_t st) {
     if (!g3c_tcm_supported(w, m)) return cudaErrorInvalidValue;
     tcm_build();
-    tcm_inst *ti = &tcm_table[tcm_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2];
+    tcm_inst *ti = &tcm_table[tcm_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2][tcm_mode() == 2];
     cudaError_t e = tcm_setup(ti); /* no-op after g3c_tcm_init */
     if (e != cudaSuccess) return e;
     const int V = w->qt == G3Q_INT4 ? 32 : 16, nch = w->k / V, S = (nch + 4 * TCM_KR - 1) / (4 * TCM_KR);
@@ -275,5 +361,8 @@ cudaError_t g3c_tcm_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *
     long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * ti->bps;
     if (blocks > L) blocks = L;
     if (blocks < 1) blocks = 1;
-    return g3c_launch(ti->k, dim3((unsigned)blocks), dim3(TCM_WARPS * 32), (size_t)ti->smem, st, *w, xh, m, y, S, L);
+    const char *pe = getenv("G3_CUDA_TCMPF"); /* 1: L2 prefetch of the stage after next (comparison switch) */
+    const int pf = pe && !strcmp(pe, "1");
+    return g3c_launch(ti->k, dim3((unsigned)blocks), dim3(TCM_WARPS * 32), (size_t)ti->smem, st, *w, xh, m, y, S, L,
+                      pf);
 }
