@@ -17,7 +17,9 @@
  *
  * Scales: per-channel int8/fp8 at the end; int4 (split, groups a multiple of 128) exactly, as
  * sum (128+q) x from the weights and sum x from an all-ones A, combined per round with s and z - 128 s;
- * otherwise (plain) weights are dequantized to bf16 per chunk. */
+ * otherwise (plain) weights are dequantized to bf16 per chunk.
+ * Plain products of 9..64 rows on quantized weights go to tc_stage.cu instead (activations staged in shared memory
+ * once per 256-row block tile rather than re-read from L2 per 32 rows), unless $G3_CUDA_TCM=0 or GeGLU is fused. */
 #include <stdlib.h>
 #include <string.h>
 
