@@ -34,8 +34,14 @@ static void push_dispatch(rec *r, const void *pc, size_t size, uint32_t gx, uint
     vk->vkCmdDispatch(r->cb, gx, gy, gz);
 }
 
+/* Between dispatches of one command buffer: shader writes before shader reads and writes, compute stage only (the
+ * transfers, uploads and block copies, happen in other submissions, ordered by the full barrier of begin()). */
 static void barrier(rec *r) {
-    if (!r->rc) g3vk_barrier(&r->b->vk, r->cb);
+    if (r->rc) return;
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
+    r->b->vk.vkCmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0,
+                                  1, &mb, 0, NULL, 0, NULL);
 }
 
 static uint32_t cdiv(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
@@ -140,7 +146,7 @@ static g3_status begin(rec *r, VkCommandBuffer cb) {
     r->cb = cb;
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     G3_TRY(g3vk_check(r->b->vk.vkBeginCommandBuffer(cb, &bi), "vkBeginCommandBuffer", r->err));
-    barrier(r); /* earlier submissions' writes (uploads, block copies, the previous step) before this one */
+    g3vk_barrier(&r->b->vk, cb); /* earlier submissions' writes (uploads, block copies, the previous step) first */
     return G3_OK;
 }
 
