@@ -451,6 +451,24 @@ static void test_qgemv(void **state) {
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "fp8", 1, 1), 1); /* fp8 stays on tensor cores */
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, 1), 0);
 }
+
+/* bf16 weights on the pipelined CUDA-core GEMV ($G3_CUDA_GEMVPF=1): exact float32 arithmetic as the default GEMV
+ * (same order within a chunk), so the same 2e-5 of max|y| as the exact paths (tol_for). */
+static void test_gemv_pipelined(void **state) {
+    (void)state;
+    need_gpu();
+    setenv("G3_CUDA_GEMVPF", "1", 1);
+    const int ms[] = {1, 2, 3, 8};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, ms[i]), 0);
+        run_mm("bf16", 45, 5376, ms[i], 1, 0, 3.0e-4, 2e-5);
+        run_mm("bf16", 37, 21504, ms[i], 1, 0, 3.0e-4, 2e-5);
+        run_mm("bf16", 45, 4096, ms[i], 1, 0, 3.0e-4, 2e-5);
+    }
+    run_mm("bf16", 2, 8, 1, 1, 0, 3.0e-4, 2e-5);      /* fewer chunks than lanes */
+    run_mm("bf16", 130, 512, 1, 1, 1, 3.0e-4, 2e-5);  /* GeGLU fused */
+    unsetenv("G3_CUDA_GEMVPF");
+}
 #else
 static void no_cuda(void **state) {
     (void)state;
@@ -467,6 +485,7 @@ int main(void) {
         cmocka_unit_test(test_gguf_types),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_qgemv),
+        cmocka_unit_test(test_gemv_pipelined),
         cmocka_unit_test(test_matmul_staged),
 #else
         cmocka_unit_test(no_cuda),

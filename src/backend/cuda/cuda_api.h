@@ -15,7 +15,8 @@
  * tensor-core product), G3_CUDA_NORM=loop|reg (add-norm kernel; default by batch size), G3_CUDA_ATTN_MIN=n (fewest
  * keys per attention split, 32).
  * Batches of 9..64 rows on quantized weights: G3_CUDA_TCM=0 (warp tensor-core kernel, not the staged one)
- * Decode: G3_CUDA_DFUSE=0 (QK-norm/RoPE/cache write + attention unfused), G3_CUDA_DNORM=0 (old add-norm, argmax) */
+ * Decode: G3_CUDA_DFUSE=0 (QK-norm/RoPE/cache write + attention unfused), G3_CUDA_DNORM=0 (old add-norm, argmax)
+ * dp4a decode (int8/int4): G3_CUDA_QGEMV=n (rows, 8; 0 off), G3_CUDA_Q8LO=n (lo plane, 2); G3_CUDA_GEMVPF=1 (bf16) */
 #ifndef G3_BACKEND_CUDA_API_H
 #define G3_BACKEND_CUDA_API_H
 

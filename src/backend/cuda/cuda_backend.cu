@@ -44,6 +44,8 @@ struct g3_backend {
     int R;                                      /* rows per forward */
     float *x, *xn, *y, *q, *o, *a, *part, *hx, *logy, *logits;
     __nv_bfloat16 *xh, *oh, *ah, *hxh, *wscratch;
+    void *q8;                                   /* q8 activations of the dp4a products (qgemv.cu) */
+    size_t q8_bytes;
     int HC;                                     /* head chunk rows */
     int32_t *d_par, *h_par, *d_ids, *seq_map;
     unsigned *acnt, *tcnt;                      /* attention split counters [R][NKV]; GeGLU tile counters */
@@ -223,7 +225,7 @@ static void cuda_destroy(g3_backend *b) {
     free(b->L);
     void *dev[] = {b->norms, b->inv_freq, b->pool[0], b->pool[1], b->x, b->xn, b->y, b->q, b->o, b->a, b->part,
                    b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->cub_ws,
-                   b->acnt, b->tcnt};
+                   b->acnt, b->tcnt, b->q8};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     cudaFreeHost(b->h_par);
     free(b->seq_map);
@@ -372,6 +374,12 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         b->acnt = (unsigned *)dalloc((size_t)R * c->n_kv_heads * 4, &ok);
         b->tcnt_n = (2 * F + 15) / 16;
         b->tcnt = (unsigned *)dalloc((size_t)b->tcnt_n * 4, &ok);
+        {
+            int kq = H > F ? H : F;
+            if (NQ > kq) kq = NQ;
+            b->q8_bytes = g3c_qgemv_q8_bytes(R < 8 ? R : 8, kq);
+            b->q8 = dalloc(b->q8_bytes, &ok);
+        }
         b->par_ints = off_bt(b) + (size_t)R * 2 * cfg->max_blocks_per_seq;
         b->d_par = (int32_t *)dalloc(b->par_ints * 4, &ok);
         b->d_ids = (int32_t *)dalloc((size_t)R * 4, &ok);
@@ -408,7 +416,7 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
     g3c_rows rows = {P, P + b->R, P + 2 * b->R, P + off_bt(b), b->bc.max_blocks_per_seq};
     const int32_t *out_rows = P + 3 * b->R;
     const int split = b->split;
-    g3c_mm_ctx mc = {b->cub, b->st, b->wscratch, split, b->n_sm, b->tcnt, b->tcnt_n};
+    g3c_mm_ctx mc = {b->cub, b->st, b->wscratch, split, b->n_sm, b->tcnt, b->tcnt_n, b->q8, b->q8_bytes};
     int ny, fused;
     cudaError_t e;
     /* decode-sized steps: fused QK-norm + attention (rows of distinct sequences only) and the decode add-norm */
@@ -449,7 +457,8 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
         RUN(g3c_mm(&mc, &L->gu, b->xn, b->xh, m, b->y, &ny, b->a, b->ah, 1, &fused));
         PROF("gate/up product");
         if (!fused) RUN(g3c_geglu(b->y, ny, m, F, b->a, b->ah, split, b->st));
-        else if (fused == 1 && g3c_mm_path(&mc, &L->down, m) != G3C_PATH_GEMV)
+        else if (fused == 1 && g3c_mm_path(&mc, &L->down, m) != G3C_PATH_GEMV &&
+                 g3c_mm_path(&mc, &L->down, m) != G3C_PATH_QGEMV)
             RUN(g3c_to_bf16(b->a, m, F, b->ah, split, b->st));
         PROF("geglu");
         RUN(g3c_mm(&mc, &L->down, b->a, b->ah, m, b->y, &ny, NULL, NULL, 0, &fused));
@@ -461,7 +470,8 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
     for (int c0 = 0; c0 < n_out; c0 += b->HC) {
         int hc = n_out - c0 < b->HC ? n_out - c0 : b->HC;
         RUN(g3c_gather_rows(b->xn, out_rows + c0, hc, H, b->hx, b->st));
-        if (g3c_mm_path(&mc, &b->embed, hc) != G3C_PATH_GEMV) RUN(g3c_to_bf16(b->hx, hc, H, b->hxh, split, b->st));
+        const int hp = g3c_mm_path(&mc, &b->embed, hc);
+        if (hp != G3C_PATH_GEMV && hp != G3C_PATH_QGEMV) RUN(g3c_to_bf16(b->hx, hc, H, b->hxh, split, b->st));
         RUN(g3c_mm(&mc, &b->embed, b->hx, b->hxh, hc, b->logy, &ny, NULL, NULL, 0, &fused));
         RUN(g3c_finish_logits(b->logy, ny, hc, V, c->final_softcap, b->logits + (size_t)c0 * V, b->st));
     }

@@ -121,6 +121,16 @@ size_t g3c_dmat_bytes(int qt, int n, int k, int g);
  * Exact for every format (GGUF groups of 16/32 included); the tensor-core kernels take over where they can. */
 cudaError_t g3c_gemv(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu, cudaStream_t st);
 
+/* ---- decode products on quantized weights with q8 activations and dp4a (qgemv.cu) ------------------------------ */
+/* Same contract as g3c_gemv (y written, geglu fused) for int8 (per channel, groups of 16 * 2^j) and int4 (groups of
+ * 32 * 2^j) weights, k a multiple of 32, m <= 8: x is quantized to int8 in blocks of 32 values (one float scale each)
+ * into q8 (g3c_qgemv_q8_bytes(m, k) bytes; NULL or smaller: a stream-ordered scratch), then multiplied with dp4a.
+ * Error: W_deq . xh exactly up to float rounding, |xh - x| <= max|x| of the block / 254 per value. */
+int g3c_qgemv_supported(const g3_dmat *w, int m);
+size_t g3c_qgemv_q8_bytes(int m, int k);
+cudaError_t g3c_qgemv(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu, void *q8,
+                      size_t q8_bytes, cudaStream_t st);
+
 /* ---- matrix products on tensor cores (tc_gemv.cu) ----------------------------------------------------------- */
 /* y[i][j] += sum_k x[i][k] W[j][k] for i < m (atomically; y must hold zeros or a partial sum), with xh the bf16
  * activations ([m][k] hi, then [m][k] lo when split). Weights are streamed once with 16-byte loads, decoded in
@@ -159,10 +169,14 @@ struct g3c_mm_ctx {
     int n_sm;
     unsigned *tile_cnt;      /* zeroed counters for a fused GeGLU, >= g3c_tc_tiles of any GeGLU matrix; NULL: none */
     int tile_cnt_n;
+    void *q8;                /* q8 activations of the dp4a path (qgemv.cu), q8_bytes; NULL: allocated per call */
+    size_t q8_bytes;
 };
-enum { G3C_PATH_GEMV = 0, G3C_PATH_TC = 1, G3C_PATH_CUBLAS = 2 };
-/* Path g3c_mm takes for m rows of w: tensor cores for m <= 8 (exact formats) and for quantized m <= 64, the
- * CUDA-core GEMV for the other m <= 8 (and everything up to its old limit with $G3_CUDA_TC=0), else cuBLAS. */
+enum { G3C_PATH_GEMV = 0, G3C_PATH_TC = 1, G3C_PATH_CUBLAS = 2, G3C_PATH_QGEMV = 3 };
+/* Path g3c_mm takes for m rows of w: the dp4a path for int8/int4 up to $G3_CUDA_QGEMV rows (default 8, 0 = off),
+ * tensor cores for m <= 8 (exact formats) and for quantized m <= 64, the CUDA-core GEMV for the other m <= 8 (and
+ * everything up to its old limit with $G3_CUDA_TC=0), else cuBLAS. GEMV and QGEMV read the float32 activations x,
+ * the others the bf16 copies xh. */
 int g3c_mm_path(const g3c_mm_ctx *c, const g3_dmat *w, int m);
 /* y = x W^T for m rows. x: float32 [m][k] (GEMV path); xh: bf16 copies (tc and cuBLAS paths). y holds zeros on
  * entry; on return it holds *ny slices [*ny][m][n] whose sum is the product (2 for split cuBLAS, else 1).

@@ -6,7 +6,12 @@
  *
  * Work split: a block of 4 warps; KS of them (1, 2 or 4, by row length) form a row group that owns R consecutive
  * output rows and takes interleaved 16-byte chunks of each row (lane l of warp j of the group reads chunk
- * l + 32*j + 32*KS*i); the group's partial sums are combined in shared memory. */
+ * l + 32*j + 32*KS*i); the group's partial sums are combined in shared memory.
+ * $G3_CUDA_GEMVPF=1 (bf16 weights, for comparison): k_gemv_pf keeps the next step's weight loads in flight during
+ * the current step's math and issues the first step before the programmatic-dependent-launch wait. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/cuda/cuda_common.cuh"
 
 template <int QT> struct qtraits;
@@ -52,6 +57,39 @@ template <int QT> __device__ __forceinline__ void decode8(const uint4 &v, int j,
 
 __device__ __forceinline__ float gelu_tanh(float x) {
     return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+/* Sums each row group's partials (lanes, then the KS warps through shared memory) and writes y (or GeGLU). */
+template <int R, int M>
+__device__ __forceinline__ void finish(const float (&acc)[R][M], int lane, int warp, int ks, int KS, int n0, int n, int m,
+                                       float *__restrict__ y, int ldy, int geglu) {
+    __shared__ float red[4][R][M];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int i = 0; i < M; i++) {
+            float v = acc[r][i];
+#pragma unroll
+            for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) red[warp][r][i] = v;
+        }
+    __syncthreads();
+    if (ks != 0) return; /* the first warp of each row group sums its group's partials */
+    if (!geglu) {
+        for (int t = lane; t < R * M; t += 32) {
+            int r = t / M, i = t % M;
+            float v = 0.f;
+            for (int j = 0; j < KS; j++) v += red[warp + j][r][i];
+            if (n0 + r < n && i < m) y[(size_t)i * ldy + n0 + r] = v;
+        }
+    } else {
+        for (int t = lane; t < (R / 2) * M; t += 32) {
+            int p = t / M, i = t % M, r = 2 * p;
+            float g = 0.f, u = 0.f;
+            for (int j = 0; j < KS; j++) g += red[warp + j][r][i], u += red[warp + j][r + 1][i];
+            if (n0 + r + 1 < n && i < m) y[(size_t)i * ldy + (n0 + r) / 2] = gelu_tanh(g) * u;
+        }
+    }
 }
 
 template <int QT, int M, int R>
@@ -128,33 +166,80 @@ __global__ void __launch_bounds__(128) k_gemv(g3_dmat w, const float *__restrict
             }
         }
     }
-    __shared__ float red[4][R][M];
+    finish<R, M>(acc, lane, warp, ks, KS, n0, w.n, m, y, ldy, geglu);
+}
+
+/* bf16 weights, pipelined ($G3_CUDA_GEMVPF=1): U chunks per row per step, the next step's weights loaded (no L1
+ * allocation) before this step's math, the first step's before the programmatic-dependent-launch wait. Same work
+ * split, arithmetic order within a chunk and epilogue as k_gemv. */
+static __device__ __forceinline__ uint4 ld_w(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+template <int M, int R, int U>
+__global__ void __launch_bounds__(128) k_gemv_pf(g3_dmat w, const float *__restrict__ x, int ldx, int m,
+                                                 float *__restrict__ y, int ldy, int geglu, int KS) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = warp / KS, ks = warp % KS;
+    const int n0 = (blockIdx.x * (4 / KS) + grp) * R, K = w.k, nch = K / 8, step = 32 * KS;
+    const uint4 *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) wr[r] = (const uint4 *)((const __nv_bfloat16 *)w.q + (size_t)min(n0 + r, w.n - 1) * K);
+    const uint4 zero4 = make_uint4(0, 0, 0, 0);
+    int c = lane + 32 * ks;
+    uint4 wa[U][R];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int r = 0; r < R; r++) wa[u][r] = c + u * step < nch ? ld_w(wr[r] + c + u * step) : zero4;
+    g3c_pdl_wait();
+    const float *xr[M];
+#pragma unroll
+    for (int i = 0; i < M; i++) xr[i] = x + (size_t)min(i, m - 1) * ldx;
+    float acc[R][M];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int i = 0; i < M; i++) {
-            float v = acc[r][i];
+        for (int i = 0; i < M; i++) acc[r][i] = 0.f;
+    for (; c < nch; c += U * step) {
+        uint4 wb[U][R];
 #pragma unroll
-            for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0) red[warp][r][i] = v;
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int cc = c + (U + u) * step;
+                wb[u][r] = cc < nch ? ld_w(wr[r] + cc) : zero4;
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int cc = c + u * step;
+            if (cc >= nch) break;
+            float wf[R][8];
+#pragma unroll
+            for (int r = 0; r < R; r++) decode8<G3Q_BF16>(wa[u][r], 0, wf[r]);
+#pragma unroll
+            for (int i = 0; i < M; i++) {
+                const float4 *xp = (const float4 *)(xr[i] + (size_t)cc * 8);
+                float4 a = xp[0], b = xp[1];
+                float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float s = 0.f;
+#pragma unroll
+                    for (int e = 0; e < 8; e++) s = fmaf(wf[r][e], xv[e], s);
+                    acc[r][i] += s;
+                }
+            }
         }
-    __syncthreads();
-    if (ks != 0) return; /* the first warp of each row group sums its group's partials */
-    if (!geglu) {
-        for (int t = lane; t < R * M; t += 32) {
-            int r = t / M, i = t % M;
-            float v = 0.f;
-            for (int j = 0; j < KS; j++) v += red[warp + j][r][i];
-            if (n0 + r < w.n && i < m) y[(size_t)i * ldy + n0 + r] = v;
-        }
-    } else {
-        for (int t = lane; t < (R / 2) * M; t += 32) {
-            int p = t / M, i = t % M, r = 2 * p;
-            float g = 0.f, u = 0.f;
-            for (int j = 0; j < KS; j++) g += red[warp + j][r][i], u += red[warp + j][r + 1][i];
-            if (n0 + r + 1 < w.n && i < m) y[(size_t)i * ldy + (n0 + r) / 2] = gelu_tanh(g) * u;
-        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) wa[u][r] = wb[u][r];
     }
+    finish<R, M>(acc, lane, warp, ks, KS, n0, w.n, m, y, ldy, geglu);
 }
 
 template <int QT, int M> static cudaError_t launch(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy,
@@ -162,6 +247,12 @@ template <int QT, int M> static cudaError_t launch(const g3_dmat *w, const float
     constexpr int R = M <= 2 ? 2 : 4;
     /* warps per row group: enough chunks per lane for long rows, whole warps per row group for short ones */
     const int nch = w->k / qtraits<QT>::C, KS = nch >= 512 ? 4 : nch >= 192 ? 2 : 1, rows_blk = (4 / KS) * R;
+    if constexpr (QT == G3Q_BF16) {
+        const char *pf = getenv("G3_CUDA_GEMVPF");
+        if (pf && !strcmp(pf, "1"))
+            return g3c_launch(k_gemv_pf<M, R, M <= 2 ? 3 : 1>, dim3((w->n + rows_blk - 1) / rows_blk), dim3(128), 0, st,
+                              *w, x, ldx, m, y, ldy, geglu, KS);
+    }
     return g3c_launch(k_gemv<QT, M, R>, dim3((w->n + rows_blk - 1) / rows_blk), dim3(128), 0, st, *w, x, ldx, m, y, ldy,
                       geglu, KS);
 }
