@@ -275,8 +275,8 @@ static void test_attention(void **state) {
     run_attention(8, 1, 64, 0, 1024, 1, 0);
 }
 /* 9..64 rows on quantized weights: the staged tensor-core kernel (tc_stage.cu; $G3_CUDA_TCM=2: its cp.async weight
- * variant) and, with $G3_CUDA_TCM=0, the warp kernel it replaces. n = 264: two 256-row block tiles, the second partial; n = 37: odd (scalar atomics), with a
- * down projection's row length. Tolerance 1e-2 of max|y| as for every bf16-activation path (tol_for): activations
+ * variant) and, with $G3_CUDA_TCM=0, the warp kernel it replaces. n = 264: two 256-row block tiles, the second
+ * partial; n = 37: odd (scalar atomics), with a down projection's row length. Tolerance 1e-2 of max|y| as for every bf16-activation path (tol_for): activations
  * rounded to bf16 (2^-9 relative) and, for int4 and grouped int8, weights dequantized to bf16 in registers (2^-9);
  * with random signs the sum over k keeps the relative error near 2^-8 (~4e-3 seen in the host emulation). */
 static void run_gguf_mm(uint32_t t, int n, int k, int m) {
