@@ -22,33 +22,51 @@ __device__ __forceinline__ float *kv_row(const g3c_attn_args &a, int u, int p, i
     return a.pool + ((off + h) * a.kv_block + p % a.kv_block) * a.D;
 }
 
-/* One head of the product output (ny slices at y + j*sl + base, D values) RMS-normalized with weights nw and
- * rotated for position p, into out[e] = value d = lane + 32e of the head (a warp per head; each lane also reads the
- * RoPE partner d +- D/2 of each of its values, so any even D works). */
+/* What the fused decode kernel needs of RoPE and the norm weights for lane `lane`'s values d = lane + 32e (and
+ * their RoPE partners pd = d +- D/2): computed before the PDL wait, since it depends only on the position. */
+template <int EPL> struct rope_lane {
+    float c[EPL], s[EPL];  /* cos, sin of p * inv_freq[d mod D/2] */
+    float wq[EPL], wqp[EPL]; /* q norm weight at d and pd */
+    float wk[EPL], wkp[EPL]; /* k norm weight at d and pd */
+};
 template <int EPL>
-__device__ __forceinline__ void norm_rope(const float *y, int ny, size_t sl, size_t base, const float *nw, int D, int p,
-                                          const float *inv_freq, float eps, int lane, float out[EPL]) {
+__device__ __forceinline__ void rope_prep(rope_lane<EPL> &R, int D, int p, const float *inv_freq, const float *qn,
+                                          const float *kn, int lane) {
     const int half = D / 2;
-    float v[EPL], w[EPL], ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < EPL; e++) {
+        const int d = lane + 32 * e, pd = d < half ? d + half : d - half, i = d < half ? d : pd;
+        R.c[e] = 1.f, R.s[e] = 0.f, R.wq[e] = R.wqp[e] = R.wk[e] = R.wkp[e] = 0.f;
+        if (d < D) {
+            const float ang = (float)p * inv_freq[i];
+            R.c[e] = cosf(ang), R.s[e] = sinf(ang);
+            R.wq[e] = qn[d], R.wqp[e] = qn[pd], R.wk[e] = kn[d], R.wkp[e] = kn[pd];
+        }
+    }
+}
+/* One head of the product output (ny slices at y + j*sl + base, D values) RMS-normalized with weights (w at d, wp
+ * at the partner) and rotated, into out[e] = value d = lane + 32e of the head (a warp per head; each lane also reads
+ * the RoPE partner d +- D/2 of each of its values, so any even D works). */
+template <int EPL>
+__device__ __forceinline__ void norm_rope(const float *y, int ny, size_t sl, size_t base, int D, float eps, int lane,
+                                          const rope_lane<EPL> &R, const float *w, const float *wp, float out[EPL]) {
+    const int half = D / 2;
+    float v[EPL], u[EPL], ss = 0.f;
 #pragma unroll
     for (int e = 0; e < EPL; e++) {
         const int d = lane + 32 * e, pd = d < half ? d + half : d - half;
-        v[e] = w[e] = 0.f;
+        v[e] = u[e] = 0.f;
         if (d < D)
-            for (int j = 0; j < ny; j++) v[e] += y[j * sl + base + d], w[e] += y[j * sl + base + pd];
+            for (int j = 0; j < ny; j++) v[e] += y[j * sl + base + d], u[e] += y[j * sl + base + pd];
         ss += v[e] * v[e];
     }
     for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float inv = 1.f / sqrtf(ss / (float)D + eps);
 #pragma unroll
     for (int e = 0; e < EPL; e++) {
-        const int d = lane + 32 * e, pd = d < half ? d + half : d - half, i = d < half ? d : pd;
-        out[e] = 0.f;
-        if (d < D) {
-            const float x = v[e] * inv * nw[d], xp = w[e] * inv * nw[pd];
-            const float ang = (float)p * inv_freq[i], c = cosf(ang), s = sinf(ang);
-            out[e] = d < half ? x * c - xp * s : x * c + xp * s;
-        }
+        const int d = lane + 32 * e;
+        const float x = v[e] * inv * w[e], xp = u[e] * inv * wp[e];
+        out[e] = d >= D ? 0.f : d < half ? x * R.c[e] - xp * R.s[e] : x * R.c[e] + xp * R.s[e];
     }
 }
 
@@ -141,14 +159,18 @@ __global__ void __launch_bounds__(128) k_attn(g3c_attn_args a, const float *__re
         k0 = lo + s * chunk, k1 = min(p + 1, k0 + chunk);
     }
     if (s >= Se) return;
-    if (FU) g3c_pdl_wait();
+    rope_lane<EPL> R;
+    if (FU) {
+        rope_prep<EPL>(R, D, p, a.inv_freq, qn, kn, lane); /* constants and the position only */
+        g3c_pdl_wait();
+    }
     float qv[G][EPL], acc[G][EPL], mx[G], l[G];
     const int NHT = a.NH + 2 * a.NKV;
     const size_t rowb = (size_t)r * NHT * D, sl = (size_t)a.m * NHT * D; /* fused: this row of y, slice stride */
 #pragma unroll
     for (int g = 0; g < G; g++) {
         mx[g] = -INFINITY, l[g] = 0.f;
-        if (FU) norm_rope<EPL>(y, ny, sl, rowb + (size_t)(kh * G + g) * D, qn, D, p, a.inv_freq, a.eps, lane, qv[g]);
+        if (FU) norm_rope<EPL>(y, ny, sl, rowb + (size_t)(kh * G + g) * D, D, a.eps, lane, R, R.wq, R.wqp, qv[g]);
 #pragma unroll
         for (int e = 0; e < EPL; e++) {
             int d = lane + 32 * e;
@@ -159,7 +181,7 @@ __global__ void __launch_bounds__(128) k_attn(g3c_attn_args a, const float *__re
     if (FU && u >= 0 && s == Se - 1) { /* the split holding position p writes its key and value first */
         if (warp == 0) {
             float kv[EPL];
-            norm_rope<EPL>(y, ny, sl, rowb + (size_t)(a.NH + kh) * D, kn, D, p, a.inv_freq, a.eps, lane, kv);
+            norm_rope<EPL>(y, ny, sl, rowb + (size_t)(a.NH + kh) * D, D, a.eps, lane, R, R.wk, R.wkp, kv);
             float *dst = kv_row(a, u, p, 0, kh);
 #pragma unroll
             for (int e = 0; e < EPL; e++)
