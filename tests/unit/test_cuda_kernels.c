@@ -469,6 +469,239 @@ static void test_gemv_pipelined(void **state) {
     run_mm("bf16", 130, 512, 1, 1, 1, 3.0e-4, 2e-5);  /* GeGLU fused */
     unsetenv("G3_CUDA_GEMVPF");
 }
+
+/* ---- decode attention (fused QK-norm + RoPE + cache write + attention) and the decode add-norm ---------------- */
+/* Rows r < m of distinct sequences (useq[r] = r, or -1 for a padding row) decode at position lens[r] after a history
+ * of lens[r] rows (positions 0..lens[r]-1, cache writes only). Both the separate kernels and the fused one are
+ * checked against a double reference; the fused one must also leave the qkv buffer zeroed. Tolerance 1e-4 absolute
+ * as in run_attention: outputs are O(1) convex combinations of values in [-2, 2], float32 softmax over <= ~700 keys
+ * keeps errors near 1e-6. */
+static void run_attention_decode(int NH, int NKV, int D, int kind, int window, int n_splits, float softcap, int B,
+                                 int m, const int *lens, int pad_row) {
+    const int NQKV = (NH + 2 * NKV) * D;
+    int mbps = 1, m_hist = 0, nb = 0;
+    for (int r = 0; r < m; r++) {
+        int need = lens[r] / B + 1;
+        if (need > mbps) mbps = need;
+        m_hist += lens[r], nb += need;
+    }
+    const int n_u = m, n_blocks = (nb + 3) % 7 ? nb + 3 : nb + 4; /* prime to 7: the scramble below is a permutation */
+    int32_t *bt = malloc(sizeof(int32_t) * n_u * 2 * mbps), *pos = malloc(sizeof(int32_t) * m);
+    int32_t *useq = malloc(sizeof(int32_t) * m), *hpos = malloc(sizeof(int32_t) * (m_hist + 1));
+    int32_t *huseq = malloc(sizeof(int32_t) * (m_hist + 1));
+    for (int i = 0; i < n_u * 2 * mbps; i++) bt[i] = -1;
+    /* physical blocks handed out in a scrambled order: block i of the pool sequence goes to (7 i + 3) mod n_blocks */
+    int next = 0;
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j <= lens[r] / B; j++) bt[(r * 2 + kind) * mbps + j] = (7 * next++ + 3) % n_blocks;
+    float *hq = malloc(sizeof(float) * ((size_t)m_hist + 1) * NQKV), *qkv = malloc(sizeof(float) * (size_t)m * NQKV);
+    int h = 0;
+    for (int r = 0; r < m; r++) /* history rows interleaved across sequences does not matter: cache writes only */
+        for (int p = 0; p < lens[r]; p++) hpos[h] = p, huseq[h] = r, h++;
+    for (size_t i = 0; i < (size_t)m_hist * NQKV; i++) hq[i] = frand() * 2;
+    for (size_t i = 0; i < (size_t)m * NQKV; i++) qkv[i] = frand() * 2;
+    for (int r = 0; r < m; r++) pos[r] = lens[r], useq[r] = r == pad_row ? -1 : r;
+    if (pad_row >= 0) pos[pad_row] = 0;
+    float qn[256], kn[256], inv_freq[128];
+    for (int i = 0; i < D; i++) qn[i] = 1 + 0.3f * frand(), kn[i] = 1 + 0.3f * frand();
+    for (int i = 0; i < D / 2; i++) inv_freq[i] = 1.f / powf(10000.f, (float)(2 * i) / D) / (kind == 0 ? 8.f : 1.f);
+    g3_cuda_attn_test t = {.NH = NH, .NKV = NKV, .D = D, .kind = kind, .window = window, .kv_block = B, .mbps = mbps,
+                           .n_blocks = n_blocks, .n_layers_kind = 3, .layer_in_kind = 2, .n_splits = n_splits,
+                           .scale = 1.f / sqrtf(24.f), .softcap = softcap, .eps = 1e-6f, .inv_freq = inv_freq,
+                           .q_norm = qn, .k_norm = kn};
+    /* reference: keys of row r are the history rows of its sequence plus its own */
+    double *ref = calloc((size_t)m * NH * D, sizeof(double));
+    float *qv = malloc(sizeof(float) * D), *kk = malloc(sizeof(float) * ((size_t)m_hist + m) * NKV * D);
+    float *vv = malloc(sizeof(float) * ((size_t)m_hist + m) * NKV * D);
+    double *sc = malloc(sizeof(double) * (m_hist + m));
+    int *kpos = malloc(sizeof(int) * (m_hist + m)), *kseq = malloc(sizeof(int) * (m_hist + m));
+    for (int i = 0; i < m_hist + m; i++) {
+        const float *src = i < m_hist ? hq + (size_t)i * NQKV : qkv + (size_t)(i - m_hist) * NQKV;
+        kpos[i] = i < m_hist ? hpos[i] : pos[i - m_hist];
+        kseq[i] = i < m_hist ? huseq[i] : useq[i - m_hist];
+        for (int hh = 0; hh < NKV; hh++) {
+            memcpy(kk + ((size_t)i * NKV + hh) * D, src + (NH + hh) * D, sizeof(float) * D);
+            rms_rope(kk + ((size_t)i * NKV + hh) * D, D, kn, 1e-6f, kpos[i], inv_freq);
+            memcpy(vv + ((size_t)i * NKV + hh) * D, src + (NH + NKV + hh) * D, sizeof(float) * D);
+        }
+    }
+    for (int r = 0; r < m; r++) {
+        if (useq[r] < 0) continue; /* padding: output 0 */
+        for (int hh = 0; hh < NH; hh++) {
+            const int kh = hh / (NH / NKV);
+            memcpy(qv, qkv + (size_t)r * NQKV + hh * D, sizeof(float) * D);
+            rms_rope(qv, D, qn, 1e-6f, pos[r], inv_freq);
+            double mx = -1e300, l = 0;
+            for (int j = 0; j < m_hist + m; j++) {
+                sc[j] = -INFINITY;
+                if (kseq[j] != useq[r] || kpos[j] > pos[r]) continue;
+                if (kind == 1 && pos[r] - kpos[j] >= window) continue;
+                double s = 0;
+                for (int d = 0; d < D; d++) s += (double)qv[d] * kk[((size_t)j * NKV + kh) * D + d];
+                s *= t.scale;
+                if (softcap > 0) s = softcap * tanh(s / softcap);
+                sc[j] = s, mx = fmax(mx, s);
+            }
+            for (int j = 0; j < m_hist + m; j++) l += sc[j] == -INFINITY ? 0 : exp(sc[j] - mx);
+            for (int j = 0; j < m_hist + m; j++)
+                if (sc[j] != -INFINITY)
+                    for (int d = 0; d < D; d++)
+                        ref[((size_t)r * NH + hh) * D + d] += exp(sc[j] - mx) / l * vv[((size_t)j * NKV + kh) * D + d];
+        }
+    }
+    float *o = malloc(sizeof(float) * (size_t)m * NH * D), *ya = malloc(sizeof(float) * (size_t)m * NQKV);
+    for (int fused = 0; fused <= 1; fused++) {
+        for (size_t i = 0; i < (size_t)m * NH * D; i++) o[i] = NAN;
+        for (size_t i = 0; i < (size_t)m * NQKV; i++) ya[i] = NAN;
+        g3_error err = {0};
+        if (g3_cuda_test_attention_decode(&t, fused, hq, hpos, huseq, m_hist, qkv, pos, useq, m, bt, n_u, o, ya,
+                                          &err) != G3_OK)
+            fail_msg("%s", err.msg);
+        double worst = 0;
+        for (size_t i = 0; i < (size_t)m * NH * D; i++) {
+            double e = fabs(ref[i] - o[i]);
+            if (isnan(e)) e = INFINITY;
+            worst = fmax(worst, e);
+        }
+        size_t nonzero = 0;
+        for (size_t i = 0; i < (size_t)m * NQKV; i++) nonzero += ya[i] != 0.f;
+        printf("  decode attention %s NH=%d NKV=%d D=%d kind=%d window=%d splits=%d softcap=%g block=%d rows=%d: "
+               "max err %.2e, qkv left non-zero %zu\n", fused ? "fused" : "separate", NH, NKV, D, kind, window,
+               n_splits, softcap, B, m, worst, nonzero);
+        assert_true(worst < 1e-4);
+        assert_int_equal(nonzero, 0);
+    }
+    free(bt), free(pos), free(useq), free(hpos), free(huseq), free(hq), free(qkv), free(ref), free(qv), free(kk);
+    free(vv), free(sc), free(kpos), free(kseq), free(o), free(ya);
+}
+
+static void test_attention_decode(void **state) {
+    (void)state;
+    need_gpu();
+    const int one[1] = {600};                               /* 27B shape, one row, ~600 keys over 38 blocks */
+    run_attention_decode(32, 16, 128, 0, 1024, 33, 0, 16, 1, one, -1);
+    const int eight[8] = {0, 1, 15, 16, 17, 63, 200, 301}; /* block edges, empty history */
+    run_attention_decode(8, 4, 128, 1, 37, 5, 50.f, 16, 8, eight, 3);
+    run_attention_decode(8, 4, 128, 0, 1024, 64, 0, 8, 8, eight, -1);
+    const int three[3] = {5, 130, 257};
+    run_attention_decode(4, 1, 256, 0, 1024, 7, 0, 16, 3, three, -1); /* 1B head shape */
+    run_attention_decode(4, 2, 16, 1, 5, 3, 0, 4, 3, three, -1);      /* D = 16: RoPE partners in other lanes */
+    int many[40];
+    for (int i = 0; i < 40; i++) many[i] = (i * 37) % 90;
+    run_attention_decode(8, 1, 64, 1, 20, 2, 0, 8, 40, many, 39); /* G = 8, 40 rows */
+}
+
+/* Decode add-norm against a double reference: x' = x + rms(sum_j y_j) * w1, xn = rms(x') * w2; the bf16 copies must
+ * be the round-to-nearest of the kernel's own xn (hi) and of the remainder (lo), and y must come back zeroed.
+ * Tolerance 1e-5 relative to the row's largest value: float32 sums over H <= 10240 values. */
+static uint16_t bf16_bits(float f) { /* round to nearest even (finite inputs) */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static float bf16_float(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void run_add_norm(int variant, int m, int H, int ny, int split) {
+    const size_t n = (size_t)m * H;
+    float *y = malloc(sizeof(float) * n * ny), *x = malloc(sizeof(float) * n), *x0 = malloc(sizeof(float) * n);
+    float *w1 = malloc(sizeof(float) * H), *w2 = malloc(sizeof(float) * H), *xn = malloc(sizeof(float) * n);
+    float *ya = malloc(sizeof(float) * n * ny);
+    uint16_t *xh = malloc(sizeof(uint16_t) * 2 * n);
+    for (size_t i = 0; i < n * ny; i++) y[i] = frand() * 3;
+    for (size_t i = 0; i < n; i++) x0[i] = x[i] = frand() * 10;
+    for (int i = 0; i < H; i++) w1[i] = 1 + 0.5f * frand(), w2[i] = 1 + 0.5f * frand();
+    g3_error err = {0};
+    if (g3_cuda_test_add_norm(variant, m, H, ny, y, x, w1, w2, 1e-6f, split, xn, xh, ya, &err) != G3_OK)
+        fail_msg("%s", err.msg);
+    double ex = 0, exn = 0;
+    size_t bad_h = 0, nonzero = 0;
+    for (int r = 0; r < m; r++) {
+        double ss = 0, s2 = 0, mx = 1e-30, mxn = 1e-30;
+        double *v = malloc(sizeof(double) * H), *xr = malloc(sizeof(double) * H);
+        for (int i = 0; i < H; i++) {
+            v[i] = 0;
+            for (int j = 0; j < ny; j++) v[i] += y[(size_t)j * n + (size_t)r * H + i];
+            ss += v[i] * v[i];
+        }
+        double inv = 1 / sqrt(ss / H + 1e-6);
+        for (int i = 0; i < H; i++) xr[i] = x0[(size_t)r * H + i] + v[i] * inv * w1[i], s2 += xr[i] * xr[i];
+        double inv2 = 1 / sqrt(s2 / H + 1e-6);
+        for (int i = 0; i < H; i++) mx = fmax(mx, fabs(xr[i])), mxn = fmax(mxn, fabs(xr[i] * inv2 * w2[i]));
+        for (int i = 0; i < H; i++) {
+            size_t k = (size_t)r * H + i;
+            double e1 = fabs(x[k] - xr[i]) / mx, e2 = fabs(xn[k] - xr[i] * inv2 * w2[i]) / mxn;
+            ex = fmax(ex, isnan(e1) ? INFINITY : e1), exn = fmax(exn, isnan(e2) ? INFINITY : e2);
+            uint16_t hi = bf16_bits(xn[k]);
+            bad_h += xh[k] != hi;
+            if (split) bad_h += xh[n + k] != bf16_bits(xn[k] - bf16_float(hi));
+        }
+        free(v), free(xr);
+    }
+    for (size_t i = 0; i < n * ny; i++) nonzero += ya[i] != 0.f;
+    printf("  add-norm variant %d m=%-2d H=%-5d ny=%d split=%d: x err %.2e, xn err %.2e, bf16 mismatches %zu, y left "
+           "non-zero %zu\n", variant, m, H, ny, split, ex, exn, bad_h, nonzero);
+    assert_true(ex < 1e-5 && exn < 1e-5);
+    assert_int_equal(bad_h, 0);
+    assert_int_equal(nonzero, 0);
+    free(y), free(x), free(x0), free(w1), free(w2), free(xn), free(ya), free(xh);
+}
+
+static void test_add_norm_decode(void **state) {
+    (void)state;
+    need_gpu();
+    run_add_norm(1, 1, 5376, 1, 1); /* 27B */
+    run_add_norm(1, 8, 5376, 2, 1);
+    run_add_norm(1, 64, 5376, 1, 0);
+    run_add_norm(1, 3, 1152, 1, 1); /* 1B */
+    run_add_norm(1, 2, 64, 2, 1);   /* tiny fixtures: most threads idle */
+    run_add_norm(1, 5, 8192, 1, 1); /* largest register variant */
+    run_add_norm(1, 2, 10240, 1, 1); /* beyond it: falls back to the three-pass kernel */
+    run_add_norm(0, 8, 5376, 2, 1); /* the old kernel, same checks */
+}
+
+/* Greedy pick: first index of the maximum, against a host scan; planted ties (the maximum repeated later in the row,
+ * and in the same float4) and NaNs must not change the pick. */
+static void run_argmax(int variant, int m, int V) {
+    float *l = malloc(sizeof(float) * (size_t)m * V);
+    int32_t *ids = malloc(sizeof(int32_t) * m);
+    for (size_t i = 0; i < (size_t)m * V; i++) l[i] = frand() * 30;
+    for (int r = 0; r < m; r++) {
+        float *lr = l + (size_t)r * V;
+        int at = (int)((unsigned)(r * 7919 + 13) % (unsigned)V);
+        lr[at] = 40.f + r;                       /* the maximum */
+        if (at + 1 < V) lr[at + 1] = 40.f + r;   /* a tie right after it */
+        lr[V - 1 - (r % 3)] = r % 2 ? 40.f + r : NAN; /* a late tie or a NaN */
+        if (r % 2 == 0 && at == V - 1 - (r % 3)) lr[at] = 40.f + r; /* keep the planted maximum */
+    }
+    g3_error err = {0};
+    if (g3_cuda_test_argmax(variant, l, m, V, ids, &err) != G3_OK) fail_msg("%s", err.msg);
+    int bad = 0;
+    for (int r = 0; r < m; r++) {
+        const float *lr = l + (size_t)r * V;
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (lr[i] > lr[best] || (isnan(lr[best]) && !isnan(lr[i]))) best = i;
+        bad += ids[r] != best;
+    }
+    printf("  argmax variant %d m=%d V=%d: %d wrong\n", variant, m, V, bad);
+    assert_int_equal(bad, 0);
+    free(l), free(ids);
+}
+
+static void test_argmax_decode(void **state) {
+    (void)state;
+    need_gpu();
+    run_argmax(1, 1, 262144); /* Gemma 3 vocabulary */
+    run_argmax(1, 9, 262144);
+    run_argmax(1, 3, 1000);   /* shorter than one pass of the block */
+    run_argmax(1, 2, 1001);   /* not a multiple of 4: the old kernel */
+    run_argmax(0, 3, 262144);
+}
 #else
 static void no_cuda(void **state) {
     (void)state;
@@ -484,6 +717,9 @@ int main(void) {
         cmocka_unit_test(test_matmul_long_rows),
         cmocka_unit_test(test_gguf_types),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_decode),
+        cmocka_unit_test(test_add_norm_decode),
+        cmocka_unit_test(test_argmax_decode),
         cmocka_unit_test(test_qgemv),
         cmocka_unit_test(test_gemv_pipelined),
         cmocka_unit_test(test_matmul_staged),
