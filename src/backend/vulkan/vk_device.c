@@ -284,8 +284,10 @@ static int coopmat_nv_usable(g3vk *vk) {
         for (uint32_t i = 0; i < n; i++) has |= !strcmp(ep[i].extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
     free(ep);
     if (!has) return 0;
-    VkPhysicalDeviceCooperativeMatrixFeaturesNV cf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
-    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &cf};
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                            .pNext = &cf};
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
     vk->vkGetPhysicalDeviceFeatures2(vk->pdev, &f2);
     if (!cf.cooperativeMatrix || !f12.shaderFloat16) return 0;
@@ -353,8 +355,8 @@ g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
                               .pQueueCreateInfos = &qci};
     /* cooperative matrices for prefill: opt-in ($G3_VULKAN_COOPMAT=1) where the device has them */
     const char *cm = getenv("G3_VULKAN_COOPMAT");
-    VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
-                                                       .cooperativeMatrix = VK_TRUE};
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, .cooperativeMatrix = VK_TRUE};
     const char *cm_ext = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
     if (cm && *cm == '1' && coopmat_nv_usable(vk)) {
         vk->coopmat = 1;
@@ -424,11 +426,10 @@ const char *g3vk_type_suffix(uint32_t type) {
     return i < 0 ? NULL : types[i].suffix;
 }
 
-static const char *kernel_names[G3VK_K_COUNT] = {"matvec",     "matvec_geglu", "matmul",       "matmul_geglu",
-                                                 "embed",      "matvec1",      "matvec1_geglu", "matmul_cm",    "matmul_cm_geglu", "qk_rope",
-                                                 "attn",       "attn_combine", "add_norm",     "gather",
-                                                 "geglu",      "argmax",       "test_sincos",  "qk_rope_kv16",
-                                                 "attn_kv16"};
+static const char *kernel_names[G3VK_K_COUNT] = {
+    "matvec",  "matvec_geglu", "matmul",   "matmul_geglu", "embed",  "matvec1", "matvec1_geglu", "matmul_cm",
+    "matmul_cm_geglu", "qk_rope", "attn", "attn_combine", "add_norm", "gather", "geglu", "argmax", "test_sincos",
+    "qk_rope_kv16", "attn_kv16"};
 
 int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu) {
     if (rows > 8 && vk->coopmat) return geglu ? G3VK_K_MATMUL_CM_GEGLU : G3VK_K_MATMUL_CM;

@@ -66,8 +66,8 @@ void main() {
             F4Buf xp = F4Buf(pc.x + (uint64_t(m0 + c) * pc.ldx + k0 + 16u * h) * 4u);
             [[unroll]] for (uint i = 0; i < 4; i++) {
                 vec4 a = xp.v[i];
-                Xs[c * SK + 16u * h + 4u * i] = float16_t(a.x), Xs[c * SK + 16u * h + 4u * i + 1u] = float16_t(a.y);
-                Xs[c * SK + 16u * h + 4u * i + 2u] = float16_t(a.z), Xs[c * SK + 16u * h + 4u * i + 3u] = float16_t(a.w);
+                uint o = c * SK + 16u * h + 4u * i;
+                Xs[o] = float16_t(a.x), Xs[o + 1u] = float16_t(a.y), Xs[o + 2u] = float16_t(a.z), Xs[o + 3u] = float16_t(a.w);
             }
         } else {
             [[unroll]] for (uint i = 0; i < 16; i++) Xs[c * SK + 16u * h + i] = float16_t(0.0);
@@ -91,7 +91,8 @@ void main() {
 #ifdef GEGLU
         [[unroll]] for (uint j = 0; j < 32; j += 2) {
             uint col = 32u * h + j, chn = n0 + (col >> 1);
-            if (chn < pc.N) stf(pc.y, uint64_t(r) * pc.ldy + chn, gelu_tanh(Os[c * TN + col]) * Os[c * TN + col + 1u]);
+            float g = Os[c * TN + col], u = Os[c * TN + col + 1u];
+            if (chn < pc.N) stf(pc.y, uint64_t(r) * pc.ldy + chn, gelu_tanh(g) * u);
         }
 #else
         [[unroll]] for (uint j = 0; j < 32; j++) {
