@@ -255,7 +255,9 @@ static int run_stage_case(int n, int k, int g, int m, int blocks, const char *na
                                     const int kc = (stage * KR + rl) * 4 + t;
                                     const bool ok = kc < nch;
                                     uint4 wa = {0, 0, 0, 0}, wb = {0, 0, 0, 0};
-                                    if (ok) memcpy(&wa, T.q + ra * T.rowb + (size_t)kc * 16, 16), memcpy(&wb, T.q + rb * T.rowb + (size_t)kc * 16, 16);
+                                    if (ok)
+                                        memcpy(&wa, T.q + ra * T.rowb + (size_t)kc * 16, 16),
+                                            memcpy(&wb, T.q + rb * T.rowb + (size_t)kc * 16, 16);
                                     float sa = 0, sb = 0, za = 0, zb = 0;
                                     if (MODE == 2) {
                                         const int grp = ok ? (kc * V) / g : 0;
@@ -288,7 +290,8 @@ static int run_stage_case(int n, int k, int g, int m, int blocks, const char *na
                                         const int row = base + 8 * hf + (gg & ~1);
                                         if (row >= n || col >= m) continue;
                                         float sc0 = 1.f, sc1 = 1.f;
-                                        if (MODE == 0 && QT != TC_BF16) sc0 = T.s[row * ngr], sc1 = T.s[(row + 1) * ngr];
+                                        if (MODE == 0 && QT != TC_BF16)
+                                            sc0 = T.s[row * ngr], sc1 = T.s[(row + 1) * ngr];
                                         y[(size_t)col * n + row] += v[hf][0] * sc0;
                                         y[(size_t)col * n + row + 1] += v[hf][1] * sc1;
                                     }

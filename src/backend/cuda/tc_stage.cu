@@ -97,7 +97,8 @@ static __device__ __forceinline__ void tcm_load_s(const g3_dmat &w, long long u,
                 const int grp = kc < nch ? (kc * V) / w.g : 0;
                 r.sa[rl][tt] = __ldg(w.s + (size_t)ra * ngr + grp), r.sb[rl][tt] = __ldg(w.s + (size_t)rb * ngr + grp);
                 if constexpr (QT == G3Q_INT4)
-                    r.za[rl][tt] = __ldg(w.z + (size_t)ra * ngr + grp), r.zb[rl][tt] = __ldg(w.z + (size_t)rb * ngr + grp);
+                    r.za[rl][tt] = __ldg(w.z + (size_t)ra * ngr + grp),
+                    r.zb[rl][tt] = __ldg(w.z + (size_t)rb * ngr + grp);
             }
         }
 }
@@ -150,7 +151,8 @@ __global__ void __launch_bounds__(TCM_WARPS * 32, 1)
 #pragma unroll
     for (int rl = 0; rl < TCM_KR; rl++)
 #pragma unroll
-        for (int tt = 0; tt < T; tt++) cur.a[rl][tt] = cur.b[rl][tt] = nxt.a[rl][tt] = nxt.b[rl][tt] = make_uint4(0, 0, 0, 0);
+        for (int tt = 0; tt < T; tt++)
+            cur.a[rl][tt] = cur.b[rl][tt] = nxt.a[rl][tt] = nxt.b[rl][tt] = make_uint4(0, 0, 0, 0);
     /* the weights do not depend on the previous kernel: start their loads before waiting for it */
     if (u0 < u1) {
         tcm_load_w<QT>(w, u0, S, wi, g, t, cur, AS ? ring : NULL);
@@ -287,7 +289,8 @@ static tcm_inst tcm_table[4][3][2];
 static int tcm_ready;
 
 template <int QT, int MODE, int NT, int AS> static tcm_inst tcm_mk() {
-    const int act = (AS ? 3 : 2) * 8 * NT * tcm_v<QT>::V * 16, wring = AS ? 3 * TCM_WARPS * TCM_KR * TCM_T * 2 * 32 * 16 : 0;
+    const int act = (AS ? 3 : 2) * 8 * NT * tcm_v<QT>::V * 16;
+    const int wring = AS ? 3 * TCM_WARPS * TCM_KR * TCM_T * 2 * 32 * 16 : 0;
     tcm_inst r = {k_tcm<QT, MODE, NT, AS>, act + wring, 0};
     return r;
 }
