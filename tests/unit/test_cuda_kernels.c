@@ -13,6 +13,7 @@
 
 #ifdef G3_HAVE_CUDA
 #include "backend/cuda/cuda_api.h"
+#include "backend/cuda/prefill_api.h"
 #include "model/dtype.h"
 
 static void need_gpu(void) {
@@ -702,6 +703,226 @@ static void test_argmax_decode(void **state) {
     run_argmax(1, 2, 1001);   /* not a multiple of 4: the old kernel */
     run_argmax(0, 3, 262144);
 }
+
+/* ---- prefill attention and the many-row kernels (attention_prefill.cu, kernels.cu) ---------------------------- */
+/* Sequences: A (a prefill chunk of L rows at positions P0.., after P0 positions of history in the cache), B and C
+ * (one decode row each, after nB / nC positions of history). Step 1 writes the histories; step 2 is the batch
+ * [B row, A chunk, C row]: the plan must give exactly the A rows to the flash kernel. Both the prefill path and the
+ * decode kernel are checked against a double reference over the same rows; tolerance 1e-4 absolute as in
+ * run_attention (O(1) convex combinations of values in [-2, 2]; float32 softmax over <= ~500 keys keeps errors near
+ * 1e-6, while a wrong mask, key or position moves outputs by O(0.1)). */
+static void run_prefill_attention(int NH, int NKV, int D, int kind, int window, float softcap, int P0, int L) {
+    const int B = 16, nB = 37, nC = 5, NQKV = (NH + 2 * NKV) * D;
+    const int lenA = P0 + L, n_u = 3;
+    const int m0 = P0 + nB + nC, m = m0 + L + 2; /* step 1 rows, then step 2 rows */
+    const int mbps = (lenA + B - 1) / B + 1, need = (lenA + nB + nC + 3 * B) / B + 3;
+    const int n_blocks = need % 7 ? need : need + 1; /* prime to 7: the scramble below is a permutation */
+    int32_t *pos = malloc(sizeof(int32_t) * m), *useq = malloc(sizeof(int32_t) * m);
+    int32_t *bt = malloc(sizeof(int32_t) * n_u * 2 * mbps);
+    int r = 0;
+    for (int p = 0; p < P0; p++) pos[r] = p, useq[r++] = 0;
+    for (int p = 0; p < nB; p++) pos[r] = p, useq[r++] = 1;
+    for (int p = 0; p < nC; p++) pos[r] = p, useq[r++] = 2;
+    pos[r] = nB, useq[r++] = 1;
+    for (int p = P0; p < lenA; p++) pos[r] = p, useq[r++] = 0;
+    pos[r] = nC, useq[r++] = 2;
+    assert_int_equal(r, m);
+    for (int i = 0; i < n_u * 2 * mbps; i++) bt[i] = -1;
+    const int lens[3] = {lenA, nB + 1, nC + 1};
+    int next = 0;
+    for (int u = 0; u < n_u; u++)
+        for (int j = 0; j < (lens[u] + B - 1) / B; j++) bt[(u * 2 + kind) * mbps + j] = (7 * next++ + 3) % n_blocks;
+    assert_true(next <= n_blocks);
+    float *qkv = malloc(sizeof(float) * (size_t)m * NQKV), *o = malloc(sizeof(float) * (size_t)(m - m0) * NH * D);
+    float qn[256], kn[256], inv_freq[128];
+    for (size_t i = 0; i < (size_t)m * NQKV; i++) qkv[i] = frand() * 2;
+    for (int i = 0; i < D; i++) qn[i] = 1 + 0.3f * frand(), kn[i] = 1 + 0.3f * frand();
+    for (int i = 0; i < D / 2; i++) inv_freq[i] = 1.f / powf(10000.f, (float)(2 * i) / D) / (kind == 0 ? 8.f : 1.f);
+    g3_cuda_attn_test t = {.NH = NH, .NKV = NKV, .D = D, .kind = kind, .window = window, .kv_block = B, .mbps = mbps,
+                           .n_blocks = n_blocks, .n_layers_kind = 2, .layer_in_kind = 1, .n_splits = 3,
+                           .scale = 1.f / sqrtf(24.f), .softcap = softcap, .eps = 1e-6f, .inv_freq = inv_freq,
+                           .q_norm = qn, .k_norm = kn};
+    /* reference q, k, v of every row */
+    float *q = malloc(sizeof(float) * (size_t)m * NH * D), *k = malloc(sizeof(float) * (size_t)m * NKV * D);
+    float *v = malloc(sizeof(float) * (size_t)m * NKV * D);
+    for (int i = 0; i < m; i++) {
+        for (int h = 0; h < NH; h++) {
+            memcpy(q + ((size_t)i * NH + h) * D, qkv + (size_t)i * NQKV + h * D, sizeof(float) * D);
+            rms_rope(q + ((size_t)i * NH + h) * D, D, qn, 1e-6f, pos[i], inv_freq);
+        }
+        for (int h = 0; h < NKV; h++) {
+            memcpy(k + ((size_t)i * NKV + h) * D, qkv + (size_t)i * NQKV + (NH + h) * D, sizeof(float) * D);
+            rms_rope(k + ((size_t)i * NKV + h) * D, D, kn, 1e-6f, pos[i], inv_freq);
+            memcpy(v + ((size_t)i * NKV + h) * D, qkv + (size_t)i * NQKV + (NH + NKV + h) * D, sizeof(float) * D);
+        }
+    }
+    double *sc = malloc(sizeof(double) * m);
+    for (int flash = 0; flash < 2; flash++) {
+        for (int i = 0; i < (m - m0) * NH * D; i++) o[i] = NAN;
+        g3_error err = {0};
+        int n_flash = -1;
+        if (g3_cuda_test_prefill_attention(&t, qkv, pos, useq, bt, n_u, m0, m, flash, o, &n_flash, &err) != G3_OK)
+            fail_msg("%s", err.msg);
+        if (flash) assert_int_equal(n_flash, L); /* the chunk, not the decode rows */
+        double worst = 0;
+        for (int i = m0; i < m; i++)
+            for (int h = 0; h < NH; h++) {
+                const int kh = h / (NH / NKV);
+                double mx = -1e300, l = 0;
+                for (int j = 0; j < m; j++) {
+                    sc[j] = -INFINITY;
+                    if (useq[j] != useq[i] || pos[j] > pos[i]) continue;
+                    if (kind == 1 && pos[i] - pos[j] >= window) continue;
+                    double s = 0;
+                    for (int d = 0; d < D; d++)
+                        s += (double)q[((size_t)i * NH + h) * D + d] * k[((size_t)j * NKV + kh) * D + d];
+                    s *= t.scale;
+                    if (softcap > 0) s = softcap * tanh(s / softcap);
+                    sc[j] = s, mx = fmax(mx, s);
+                }
+                for (int j = 0; j < m; j++) l += sc[j] == -INFINITY ? 0 : exp(sc[j] - mx);
+                for (int j = 0; j < m; j++) sc[j] = sc[j] == -INFINITY ? 0 : exp(sc[j] - mx) / l;
+                for (int d = 0; d < D; d++) {
+                    double acc = 0;
+                    for (int j = 0; j < m; j++)
+                        if (sc[j] != 0) acc += sc[j] * v[((size_t)j * NKV + kh) * D + d];
+                    double e = fabs(acc - o[((size_t)(i - m0) * NH + h) * D + d]);
+                    if (isnan(e)) e = INFINITY;
+                    worst = fmax(worst, e);
+                }
+            }
+        printf("  prefill attention %s NH=%d NKV=%d D=%d kind=%d window=%d softcap=%g chunk %d at %d (+2 decode "
+               "rows): max err %.2e\n",
+               flash ? "flash " : "decode", NH, NKV, D, kind, window, softcap, L, P0, worst);
+        assert_true(worst < 1e-4);
+    }
+    free(pos), free(useq), free(bt), free(qkv), free(o), free(q), free(k), free(v), free(sc);
+}
+
+static void test_prefill_attention(void **state) {
+    (void)state;
+    need_gpu();
+    setenv("G3_CUDA_FA", "1", 1);
+    run_prefill_attention(4, 2, 128, 0, 1024, 0, 100, 300);  /* 27B-like heads, global, history from the cache */
+    run_prefill_attention(4, 2, 128, 1, 64, 50.f, 70, 200);  /* sliding window smaller than the chunk, softcap */
+    run_prefill_attention(8, 1, 64, 1, 100, 0, 0, 90);       /* GQA 8: tiles of 8 rows, chunk from position 0 */
+    run_prefill_attention(4, 4, 32, 0, 1024, 30.f, 20, 150); /* no GQA: tiles of 64 rows */
+    run_prefill_attention(8, 2, 256, 1, 40, 0, 33, 77);      /* D 256, GQA 4 */
+    run_prefill_attention(4, 2, 18, 0, 1024, 0, 5, 40);      /* D not a multiple of 4: padded, scalar loads */
+    setenv("G3_CUDA_ROWK", "0", 1); /* the old QK-norm kernel feeding both paths */
+    run_prefill_attention(4, 2, 128, 1, 64, 0, 3, 60);
+    unsetenv("G3_CUDA_ROWK");
+    unsetenv("G3_CUDA_FA");
+}
+
+/* Row kernels at 1 and 512 rows (old and many-row variants by row count), with and without $G3_CUDA_ROWK=0, against
+ * double references: outputs within 1e-5 relative to the row scale (float32 sums over <= 5376 values err ~1e-6), the
+ * bf16 copies exact (hi = bf16(v), lo = bf16(v - hi)), and the product slices zeroed. */
+static uint16_t bf16_rn(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf16_f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static void check_bf16(const float *ref, const float *xh, size_t n, int split, const char *what) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float hi = bf16_f(bf16_rn(ref[i])), lo = bf16_f(bf16_rn(ref[i] - hi));
+        if (xh[i] != hi || (split && xh[n + i] != lo)) bad++;
+    }
+    if (bad) fail_msg("%s: %zu bf16 copies differ from bf16(v) / bf16(v - hi)", what, bad);
+}
+
+static void run_rows(int op, int m, int n) {
+    const int ny = 2, split = 1, on = op == 1 ? n / 2 : n;
+    const size_t ysz = (size_t)ny * m * n;
+    float *x = malloc(sizeof(float) * (size_t)m * n), *x0 = malloc(sizeof(float) * (size_t)m * n);
+    float *y = malloc(sizeof(float) * ysz), *y0 = malloc(sizeof(float) * ysz);
+    float *w1 = malloc(sizeof(float) * n), *w2 = malloc(sizeof(float) * n);
+    float *xn = malloc(sizeof(float) * (size_t)m * on);
+    float *xh = malloc(sizeof(float) * 2 * (size_t)m * on), *ref = malloc(sizeof(float) * (size_t)m * on);
+    for (size_t i = 0; i < (size_t)m * n; i++) x[i] = x0[i] = frand() * 3;
+    for (size_t i = 0; i < ysz; i++) y[i] = y0[i] = frand() * 2;
+    for (int i = 0; i < n; i++) w1[i] = 1 + 0.5f * frand(), w2[i] = 1 + 0.5f * frand();
+    float cap = 7.f;
+    g3_error err = {0};
+    if (g3_cuda_test_rows(op, m, n, ny, split, x, y, op == G3C_TEST_FINISH ? &cap : w1, w2, xn, xh, &err) != G3_OK)
+        fail_msg("%s", err.msg);
+    double worst = 0;
+    const size_t sl = (size_t)m * n;
+    for (int r = 0; r < m; r++) {
+        if (op == G3C_TEST_ADD_NORM) {
+            double ss = 0, s2 = 0;
+            for (int i = 0; i < n; i++) {
+                double v = (double)y0[(size_t)r * n + i] + y0[sl + (size_t)r * n + i];
+                ss += v * v;
+            }
+            double inv = 1 / sqrt(ss / n + 1e-6);
+            double *hrow = malloc(sizeof(double) * n);
+            for (int i = 0; i < n; i++) {
+                double v = (double)y0[(size_t)r * n + i] + y0[sl + (size_t)r * n + i];
+                hrow[i] = x0[(size_t)r * n + i] + v * inv * w1[i];
+                s2 += hrow[i] * hrow[i];
+                worst = fmax(worst, fabs(hrow[i] - x[(size_t)r * n + i]) / fmax(1, fabs(hrow[i])));
+            }
+            double inv2 = 1 / sqrt(s2 / n + 1e-6);
+            for (int i = 0; i < n; i++) {
+                const double o = hrow[i] * inv2 * w2[i];
+                ref[(size_t)r * n + i] = xn[(size_t)r * n + i]; /* bf16 copies of what the kernel wrote */
+                worst = fmax(worst, fabs(o - xn[(size_t)r * n + i]) / fmax(1, fabs(o)));
+            }
+            free(hrow);
+        } else if (op == G3C_TEST_GEGLU) {
+            for (int i = 0; i < on; i++) {
+                double g = (double)y0[(size_t)r * n + 2 * i] + y0[sl + (size_t)r * n + 2 * i];
+                double u = (double)y0[(size_t)r * n + 2 * i + 1] + y0[sl + (size_t)r * n + 2 * i + 1];
+                double a = 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+                ref[(size_t)r * on + i] = xn[(size_t)r * on + i];
+                worst = fmax(worst, fabs(a - xn[(size_t)r * on + i]) / fmax(1, fabs(a)));
+            }
+        } else if (op == G3C_TEST_TO_BF16) {
+            for (int i = 0; i < n; i++) ref[(size_t)r * n + i] = x0[(size_t)r * n + i];
+        } else {
+            for (int i = 0; i < n; i++) {
+                double v = (double)y0[(size_t)r * n + i] + y0[sl + (size_t)r * n + i];
+                worst = fmax(worst, fabs(cap * tanh(v / cap) - xn[(size_t)r * n + i]) / cap);
+            }
+        }
+    }
+    size_t nz = 0;
+    for (size_t i = 0; i < ysz; i++) nz += op != G3C_TEST_TO_BF16 && y[i] != 0.f;
+    static const char *names[] = {"add_norm", "geglu", "to_bf16", "finish_logits"};
+    const char *rk = getenv("G3_CUDA_ROWK");
+    printf("  %-13s m=%-3d n=%-5d ROWK=%s: max rel err %.2e, %zu product values left nonzero\n", names[op], m, n,
+           rk ? rk : "default", worst, nz);
+    assert_true(worst < 1e-5);
+    assert_int_equal(nz, 0);
+    if (op != G3C_TEST_FINISH) check_bf16(ref, xh, (size_t)m * on, split, names[op]);
+    free(x), free(x0), free(y), free(y0), free(w1), free(w2), free(xn), free(xh), free(ref);
+}
+
+static void test_row_kernels(void **state) {
+    (void)state;
+    need_gpu();
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) setenv("G3_CUDA_ROWK", "0", 1);
+        const int ms[] = {1, 512};
+        for (int i = 0; i < 2; i++) {
+            run_rows(G3C_TEST_ADD_NORM, ms[i], 5376);
+            run_rows(G3C_TEST_ADD_NORM, ms[i], 1152);
+            run_rows(G3C_TEST_GEGLU, ms[i], 2 * 4096);
+            run_rows(G3C_TEST_TO_BF16, ms[i], 5376);
+            run_rows(G3C_TEST_FINISH, ms[i], 4096);
+        }
+    }
+    unsetenv("G3_CUDA_ROWK");
+}
 #else
 static void no_cuda(void **state) {
     (void)state;
@@ -723,6 +944,8 @@ int main(void) {
         cmocka_unit_test(test_qgemv),
         cmocka_unit_test(test_gemv_pipelined),
         cmocka_unit_test(test_matmul_staged),
+        cmocka_unit_test(test_prefill_attention),
+        cmocka_unit_test(test_row_kernels),
 #else
         cmocka_unit_test(no_cuda),
 #endif

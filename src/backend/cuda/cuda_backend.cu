@@ -51,6 +51,8 @@ struct g3_backend {
     unsigned *acnt, *tcnt;                      /* attention split counters [R][NKV]; GeGLU tile counters */
     int attn_min_keys;                          /* $G3_CUDA_ATTN_MIN, default 32 */
     int distinct;                               /* this step's rows are all of different sequences (decode) */
+    int32_t *fa_useq;                           /* [R] row plan of the prefill attention (attention_prefill.cu) */
+    int fa_step;                                /* this step takes the prefill attention (run eagerly) */
     int tcnt_n;
     size_t par_ints;
     cudaGraphExec_t graph[NBUCKET];
@@ -225,7 +227,7 @@ static void cuda_destroy(g3_backend *b) {
     free(b->L);
     void *dev[] = {b->norms, b->inv_freq, b->pool[0], b->pool[1], b->x, b->xn, b->y, b->q, b->o, b->a, b->part,
                    b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->cub_ws,
-                   b->acnt, b->tcnt, b->q8};
+                   b->acnt, b->tcnt, b->q8, b->fa_useq};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     cudaFreeHost(b->h_par);
     free(b->seq_map);
@@ -372,6 +374,7 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         }
         if (anyq && R > 16) b->wscratch = (__nv_bfloat16 *)dalloc(big * 2, &ok);
         b->acnt = (unsigned *)dalloc((size_t)R * c->n_kv_heads * 4, &ok);
+        b->fa_useq = (int32_t *)dalloc((size_t)R * 4, &ok);
         b->tcnt_n = (2 * F + 15) / 16;
         b->tcnt = (unsigned *)dalloc((size_t)b->tcnt_n * 4, &ok);
         {
@@ -430,6 +433,9 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
     PROF("start");
     RUN(g3c_embed_norm(&b->embed, rows.token, c->embed_scale, b->L[0].attn_norm, c->rms_eps, m, H, b->x, b->xn, b->xh,
                        split, b->st));
+    if (b->fa_step) {
+        RUN(g3c_fa_plan(&rows, m, c->n_heads, c->n_kv_heads, b->fa_useq, b->st));
+    }
     PROF("embed + norm");
     for (int l = 0; l < c->n_layers; l++) {
         const layer_dev *L = &b->L[l];
@@ -445,9 +451,14 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
             RUN(g3c_attention_fused(&a, b->y, ny, L->q_norm, L->k_norm, b->part, b->acnt, b->o, b->oh, split, b->st));
             PROF("qk-norm + attention (fused)");
         } else {
-            RUN(g3c_qkv_post(&a, b->y, ny, L->q_norm, L->k_norm, b->q, b->st));
+            RUN(g3c_qkv_post_rows(&a, b->y, ny, L->q_norm, L->k_norm, b->q, b->st)); /* g3c_qkv_post below 16 rows */
             PROF("qk-norm, rope, cache write");
-            RUN(g3c_attention(&a, b->q, b->part, b->acnt, b->o, b->oh, split, b->st));
+            if (b->fa_step) {
+                RUN(g3c_attention_prefill(&a, b->q, b->part, b->acnt, b->fa_useq, b->fa_step == 2, b->o, b->oh, split,
+                                          b->st));
+            } else {
+                RUN(g3c_attention(&a, b->q, b->part, b->acnt, b->o, b->oh, split, b->st));
+            }
             PROF("attention");
         }
         RUN(g3c_mm(&mc, &L->o, b->o, b->oh, m, b->y, &ny, NULL, NULL, 0, &fused));
@@ -520,6 +531,9 @@ static g3_status run_step(g3_backend *b, const g3_batch *bt, g3_error *err) {
     }
     b->distinct = n_u == M;
     int bk = bt->n_out == M && b->graphs_on && (b->distinct || M > 64 || !g3c_dfuse_enabled()) ? bucket_of(M) : -1;
+    /* a prefill chunk in the batch: eager, with the flash kernel (attention_prefill.cu) */
+    b->fa_step = g3c_fa_wanted(bt->seq, M, b->c.n_heads, b->c.n_kv_heads, b->c.head_dim, b->n_sm);
+    if (b->fa_step) bk = -1;
     if (bk >= 0 && ((1 << bk) > R || b->graph_failed[bk])) bk = -1;
     int mrun = bk >= 0 ? 1 << bk : M;
     for (int r = M; r < mrun; r++) h[r] = 0, h[R + r] = 0, h[2 * R + r] = -1, h[3 * R + r] = r;

@@ -240,6 +240,24 @@ cudaError_t g3c_qkv_post(const g3c_attn_args *a, float *y, int ny, const float *
 cudaError_t g3c_attention(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt, float *o,
                           __nv_bfloat16 *oh, int split, cudaStream_t st);
 size_t g3c_attn_part_floats(int rows_x_splits, int NH, int D);
+
+/* ---- many rows and prefill (kernels.cu, attention_prefill.cu) ------------------------------------------------- */
+#define G3C_ROWK_MIN 16 /* rows from which the many-row variants of the row-wise kernels are used */
+int g3c_rowk_enabled(void); /* 1 unless $G3_CUDA_ROWK=0 */
+/* g3c_qkv_post for many rows (m >= G3C_ROWK_MIN, ny <= 2; otherwise it calls g3c_qkv_post). */
+cudaError_t g3c_qkv_post_rows(const g3c_attn_args *a, float *y, int ny, const float *qn, const float *kn,
+                              float *qout, cudaStream_t st);
+/* $G3_CUDA_FA: 0 off, 1 forced, 2 auto (default). */
+int g3c_fa_mode(void);
+/* Host side: whether the batch (sequence slot of each of M rows) takes the prefill attention path: 0 no, 1 yes,
+ * 2 yes and every row is a flash row (no decode rows: the decode kernel is left out). */
+int g3c_fa_wanted(const int32_t *seq, int M, int NH, int NKV, int D, int n_sm);
+/* Once per forward: fa_useq[r] = -1 for the rows the flash kernel takes, else useq[r] ([m] ints). */
+cudaError_t g3c_fa_plan(const g3c_rows *rows, int m, int NH, int NKV, int32_t *fa_useq, cudaStream_t st);
+/* g3c_attention for a batch planned by g3c_fa_plan: the decode kernel for the other rows, then the flash kernel. */
+cudaError_t g3c_attention_prefill(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt,
+                                  const int32_t *fa_useq, int all_flash, float *o, __nv_bfloat16 *oh, int split,
+                                  cudaStream_t st);
 /* Decode (m <= 64, every row of its own sequence): g3c_qkv_post and g3c_attention in one launch, reading q, k, v
  * from the ny slices of y (zeroed by the block that finishes each (row, kv head)). 1 unless $G3_CUDA_DFUSE=0. */
 cudaError_t g3c_attention_fused(const g3c_attn_args *a, float *y, int ny, const float *qn, const float *kn,

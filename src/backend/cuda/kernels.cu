@@ -1,7 +1,9 @@
 /* Row-wise kernels of the forward: embedding + first norm, residual add with post-norm fused with the next
  * pre-norm, GeGLU over interleaved (gate, up) outputs, bf16 (hi/lo) copies of activations for the tensor-core
  * kernels and cuBLAS, logits finishing (softcap) and argmax. One block per row for the norms; float32 arithmetic
- * throughout. Kernels that consume a matrix product's output sum its slices and zero them (cuda_common.cuh). */
+ * throughout. Kernels that consume a matrix product's output sum its slices and zero them (cuda_common.cuh).
+ * Many rows (prefill): variants with 16-byte accesses whose loads are all issued before any store (the zeroing
+ * stores into y otherwise serialize each thread's loads), chosen by row count; $G3_CUDA_ROWK=0 keeps the old ones. */
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -207,6 +209,138 @@ __global__ void __launch_bounds__(NT) k_argmax(const float *logits, int V, int32
     }
 }
 
+/* ---- many rows ------------------------------------------------------------------------------------------- */
+/* 4 consecutive values (index i, a multiple of 4) into bf16 hi rows and, when split, lo rows at +lo_off. */
+__device__ __forceinline__ void put_bf16x4(__nv_bfloat16 *xh, int split, size_t lo_off, size_t i, float4 v) {
+    const __nv_bfloat162 h0 = __floats2bfloat162_rn(v.x, v.y), h1 = __floats2bfloat162_rn(v.z, v.w);
+    __nv_bfloat162 *d = (__nv_bfloat162 *)(xh + i);
+    d[0] = h0, d[1] = h1;
+    if (split) {
+        const float2 f0 = __bfloat1622float2(h0), f1 = __bfloat1622float2(h1);
+        __nv_bfloat162 *e = (__nv_bfloat162 *)(xh + lo_off + i);
+        e[0] = __floats2bfloat162_rn(v.x - f0.x, v.y - f0.y), e[1] = __floats2bfloat162_rn(v.z - f1.x, v.w - f1.y);
+    }
+}
+__device__ __forceinline__ float4 f4add(float4 a, float4 b) {
+    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
+/* One 256-thread block per row, the row in registers (V4 float4 per thread: H <= 1024 V4): y slices, x and the
+ * weights are all loaded first, then y is zeroed, x updated and xn / xh written, each with 16-byte accesses. */
+template <int V4>
+__global__ void __launch_bounds__(NT) k_add_norm_v(float *x, float *y, int ny, const float *w1, const float *w2,
+                                                   float eps, int m, int H, float *xn, __nv_bfloat16 *xh, int split) {
+    __shared__ float red[NT / 32];
+    g3c_pdl_wait();
+    const int r = blockIdx.x, H4 = H / 4;
+    const size_t sl4 = (size_t)m * H4, rb = (size_t)r * H;
+    float4 *yr = (float4 *)(y + rb), *xr = (float4 *)(x + rb);
+    const float4 *w14 = (const float4 *)w1, *w24 = (const float4 *)w2;
+    float4 v[V4], xv[V4];
+    float ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < V4; e++) {
+        const int i = threadIdx.x + NT * e;
+        v[e] = xv[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (i < H4) {
+            v[e] = yr[i];
+            for (int j = 1; j < ny; j++) v[e] = f4add(v[e], yr[j * sl4 + i]);
+            xv[e] = xr[i];
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < V4; e++) {
+        const int i = threadIdx.x + NT * e;
+        if (i < H4)
+            for (int j = 0; j < ny; j++) yr[j * sl4 + i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        ss += v[e].x * v[e].x + v[e].y * v[e].y + v[e].z * v[e].z + v[e].w * v[e].w;
+    }
+    ss = block_sum(ss, red);
+    const float inv = 1.f / sqrtf(ss / (float)H + eps);
+    float s2 = 0.f;
+#pragma unroll
+    for (int e = 0; e < V4; e++) {
+        const int i = threadIdx.x + NT * e;
+        if (i < H4) {
+            const float4 w = w14[i];
+            xv[e].x += v[e].x * inv * w.x, xv[e].y += v[e].y * inv * w.y;
+            xv[e].z += v[e].z * inv * w.z, xv[e].w += v[e].w * inv * w.w;
+            xr[i] = xv[e];
+            s2 += xv[e].x * xv[e].x + xv[e].y * xv[e].y + xv[e].z * xv[e].z + xv[e].w * xv[e].w;
+        }
+    }
+    s2 = block_sum(s2, red);
+    const float inv2 = 1.f / sqrtf(s2 / (float)H + eps);
+#pragma unroll
+    for (int e = 0; e < V4; e++) {
+        const int i = threadIdx.x + NT * e;
+        if (i < H4) {
+            const float4 w = w24[i];
+            const float4 o = make_float4(xv[e].x * inv2 * w.x, xv[e].y * inv2 * w.y, xv[e].z * inv2 * w.z,
+                                         xv[e].w * inv2 * w.w);
+            ((float4 *)(xn + rb))[i] = o;
+            if (xh) put_bf16x4(xh, split, (size_t)m * H, rb + (size_t)4 * i, o);
+        }
+    }
+}
+
+/* GeGLU, 4 outputs per thread: two float4 (gate, up, gate, up) per slice, every slice loaded before zeroing. */
+__global__ void __launch_bounds__(256) k_geglu4(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah,
+                                                int split) {
+    g3c_pdl_wait();
+    const int F4 = F / 4, n4 = m * F4;
+    const size_t sl4 = (size_t)m * F / 2; /* slice stride in float4: 2 m F floats */
+    float4 *y4 = (float4 *)y;
+    for (int e = blockIdx.x * 256 + threadIdx.x; e < n4; e += gridDim.x * 256) {
+        const int r = e / F4, i4 = e - r * F4;
+        const size_t j = (size_t)r * F4 * 2 + (size_t)2 * i4; /* float4 index of (g0, u0, g1, u1) */
+        float4 p0 = y4[j], p1 = y4[j + 1];
+        if (ny > 1) {
+            const float4 q0 = y4[sl4 + j], q1 = y4[sl4 + j + 1];
+            p0 = f4add(p0, q0), p1 = f4add(p1, q1);
+        }
+        y4[j] = y4[j + 1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (ny > 1) y4[sl4 + j] = y4[sl4 + j + 1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 v = make_float4(gelu_tanh(p0.x) * p0.y, gelu_tanh(p0.z) * p0.w, gelu_tanh(p1.x) * p1.y,
+                                     gelu_tanh(p1.z) * p1.w);
+        ((float4 *)a)[e] = v;
+        if (ah) put_bf16x4(ah, split, (size_t)m * F, (size_t)4 * e, v);
+    }
+}
+
+__global__ void __launch_bounds__(256) k_to_bf16_4(const float *x, int n4, size_t lo_off, __nv_bfloat16 *xh,
+                                                   int split) {
+    g3c_pdl_wait();
+    for (int e = blockIdx.x * 256 + threadIdx.x; e < n4; e += gridDim.x * 256)
+        put_bf16x4(xh, split, lo_off, (size_t)4 * e, ((const float4 *)x)[e]);
+}
+
+__global__ void __launch_bounds__(256) k_finish4(float *y, int ny, size_t n4, float cap, float *out) {
+    g3c_pdl_wait();
+    float4 *y4 = (float4 *)y;
+    for (size_t e = blockIdx.x * (size_t)256 + threadIdx.x; e < n4; e += (size_t)gridDim.x * 256) {
+        float4 v = y4[e];
+        if (ny > 1) v = f4add(v, y4[n4 + e]);
+        y4[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (ny > 1) y4[n4 + e] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (cap > 0.f)
+            v = make_float4(cap * tanhf(v.x / cap), cap * tanhf(v.y / cap), cap * tanhf(v.z / cap),
+                            cap * tanhf(v.w / cap));
+        ((float4 *)out)[e] = v;
+    }
+}
+
+/* 1 unless $G3_CUDA_ROWK=0 (read at every call, so tests and benchmarks can switch). */
+int g3c_rowk_enabled(void) {
+    const char *e = getenv("G3_CUDA_ROWK");
+    return !(e && !strcmp(e, "0"));
+}
+
+static int grid4(size_t n4) { /* blocks of 256 threads, one float4 each, at most 65535 (then grid-stride) */
+    size_t g = (n4 + 255) / 256;
+    return g > 65535 ? 65535 : g < 1 ? 1 : (int)g;
+}
+
 static int grid_for(size_t n) {
     size_t g = (n + 255) / 256;
     return g > 8192 ? 8192 : g < 1 ? 1 : (int)g;
@@ -234,18 +368,32 @@ cudaError_t g3c_add_norm(float *x, float *y, int ny, const float *w1, const floa
     const char *ne = getenv("G3_CUDA_NORM");
     const int loop = ne && !strcmp(ne, "loop") ? 1 : ne && !strcmp(ne, "reg") ? 0 : m > 64;
     if (H <= 8192 && !loop) return g3c_launch(k, dim3(m), dim3(1024), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
+    if (!(ne && !strcmp(ne, "loop")) && g3c_rowk_enabled() && H <= 8192 && H % 4 == 0) { /* many rows */
+        void (*kv)(float *, float *, int, const float *, const float *, float, int, int, float *, __nv_bfloat16 *,
+                   int) = H <= 2048 ? k_add_norm_v<2> : H <= 4096 ? k_add_norm_v<4> : H <= 6144 ? k_add_norm_v<6>
+                                                                                              : k_add_norm_v<8>;
+        return g3c_launch(kv, dim3(m), dim3(NT), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
+    }
     return g3c_launch(k_add_norm, dim3(m), dim3(NT), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
 }
 cudaError_t g3c_geglu(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, cudaStream_t st) {
+    if (m >= G3C_ROWK_MIN && ny <= 2 && F % 4 == 0 && g3c_rowk_enabled())
+        return g3c_launch(k_geglu4, dim3(grid4((size_t)m * F / 4)), dim3(256), 0, st, y, ny, m, F, a, ah, split);
     return g3c_launch(k_geglu, dim3(grid_for((size_t)m * F)), dim3(256), 0, st, y, ny, m, F, a, ah, split);
 }
 cudaError_t g3c_to_bf16(const float *x, int m, int n, __nv_bfloat16 *xh, int split, cudaStream_t st) {
+    if (m >= G3C_ROWK_MIN && n % 4 == 0 && g3c_rowk_enabled())
+        return g3c_launch(k_to_bf16_4, dim3(grid4((size_t)m * n / 4)), dim3(256), 0, st, x, m * n / 4,
+                          (size_t)m * n, xh, split);
     return g3c_launch(k_to_bf16, dim3(grid_for((size_t)m * n)), dim3(256), 0, st, x, m, n, xh, split);
 }
 cudaError_t g3c_gather_rows(const float *src, const int32_t *rows, int n, int n_cols, float *dst, cudaStream_t st) {
     return g3c_launch(k_gather, dim3(grid_for((size_t)n * n_cols)), dim3(256), 0, st, src, rows, n, n_cols, dst);
 }
 cudaError_t g3c_finish_logits(float *y, int ny, int m, int V, float cap, float *out, cudaStream_t st) {
+    if (V % 4 == 0 && ny <= 2 && g3c_rowk_enabled()) /* wide rows: vectorized at any m */
+        return g3c_launch(k_finish4, dim3(grid4((size_t)m * V / 4)), dim3(256), 0, st, y, ny, (size_t)m * V / 4, cap,
+                          out);
     return g3c_launch(k_finish, dim3(grid_for((size_t)m * V)), dim3(256), 0, st, y, ny, (size_t)m * V, cap, out);
 }
 cudaError_t g3c_argmax(const float *logits, int m, int V, int32_t *ids, cudaStream_t st) {
