@@ -222,10 +222,12 @@ static void test_own_models(void **state) {
         }
         unsetenv("G3_CUDA_QUANT");
         check_exact(dir, &r, 1e-3);
-        setenv("G3_CUDA_QUANT", "int8", 1);
-        check_kl(dir, &r, "int8 per channel", 512, 0.03, 0.9);
-        check_kl(dir, &r, "int8 per channel", 1, 0.03, 0.9);
-        unsetenv("G3_CUDA_QUANT");
+        if (r.n_prompts > 3 && r.p[3].all) { /* the demo model's reference keeps last-position logits only */
+            setenv("G3_CUDA_QUANT", "int8", 1);
+            check_kl(dir, &r, "int8 per channel", 512, 0.03, 0.9);
+            check_kl(dir, &r, "int8 per channel", 1, 0.03, 0.9);
+            unsetenv("G3_CUDA_QUANT");
+        }
         tu_ref_free(&r);
     }
 }
