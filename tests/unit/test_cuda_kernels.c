@@ -275,201 +275,6 @@ static void test_attention(void **state) {
     run_attention(4, 2, 128, 0, 1024, 2, 50.f);
     run_attention(8, 1, 64, 0, 1024, 1, 0);
 }
-/* 9..64 rows on quantized weights: the staged tensor-core kernel (tc_stage.cu; $G3_CUDA_TCM=2: its cp.async weight
- * variant) and, with $G3_CUDA_TCM=0, the warp kernel it replaces. n = 264: two 256-row block tiles, the second
- * partial; n = 37: odd (scalar atomics), with a down projection's row length. Tolerance 1e-2 of max|y| as for every bf16-activation path (tol_for): activations
- * rounded to bf16 (2^-9 relative) and, for int4 and grouped int8, weights dequantized to bf16 in registers (2^-9);
- * with random signs the sum over k keeps the relative error near 2^-8 (~4e-3 seen in the host emulation). */
-static void run_gguf_mm(uint32_t t, int n, int k, int m) {
-    size_t rb = g3_row_bytes(t, k);
-    assert_true(rb > 0);
-    uint8_t *raw = malloc(rb * n);
-    float *src = malloc(sizeof(float) * k), *ref = malloc(sizeof(float) * (size_t)n * k);
-    float *x = malloc(sizeof(float) * (size_t)m * k), *y = malloc(sizeof(float) * (size_t)m * n);
-    g3_error err = {0};
-    for (int r = 0; r < n; r++) {
-        for (int i = 0; i < k; i++) src[i] = frand() * (1 + r % 3);
-        assert_int_equal(g3_quantize_row(t, src, raw + rb * r, k, &err), G3_OK);
-        g3_dequant_row(t, raw + rb * r, ref + (size_t)r * k, k);
-    }
-    for (int i = 0; i < m * k; i++) x[i] = frand();
-    for (int i = 0; i < m * n; i++) y[i] = NAN;
-    if (g3_cuda_test_matmul(t, raw, n, k, "bf16", 1, 0, x, m, y, NULL, &err) != G3_OK) fail_msg("%s", err.msg);
-    double dy = check_mm(ref, n, k, x, m, y, 0);
-    int path = g3_cuda_test_mm_path(t, n, k, "bf16", 1, m);
-    printf("  type %2u n=%d k=%d m=%-2d path %d: product rel err %.2e\n", t, n, k, m, path, dy);
-    assert_int_equal(path, 1); /* tensor cores */
-    assert_true(dy <= 1e-2);
-    free(raw), free(src), free(ref), free(x), free(y);
-}
-
-static void test_matmul_staged(void **state) {
-    (void)state;
-    need_gpu();
-    const int ms[] = {9, 17, 32, 64};
-    const char *qs[] = {"int8", "int4", "fp8"};
-    const double tw[] = {5.0e-4, 7.0e-3, 7.0e-3};
-    static const char *modes[] = {NULL, "2", "0"}; /* staged (weights in registers), staged (cp.async), warp kernel */
-    for (int pass = 0; pass < 3; pass++) {
-        if (modes[pass]) setenv("G3_CUDA_TCM", modes[pass], 1);
-        printf("  G3_CUDA_TCM=%s\n", modes[pass] ? modes[pass] : "(default)");
-        for (size_t qi = 0; qi < 3; qi++)
-            for (size_t i = 0; i < 4; i++) {
-                assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 5376, qs[qi], 1, ms[i]), 1);
-                run_mm(qs[qi], 264, 5376, ms[i], 1, 0, tw[qi], 1e-2);
-                run_mm(qs[qi], 37, 21504, ms[i], 1, 0, tw[qi], 1e-2);
-            }
-        run_mm("int4", 160, 512, 32, 1, 1, 7.0e-3, 1e-2); /* GeGLU after the product */
-        run_mm("int8", 96, 384, 20, 2, 0, 5.0e-4, 2e-2);  /* plain activations requested */
-        unsetenv("G3_CUDA_TCM");
-    }
-    setenv("G3_CUDA_FUSE", "1", 1); /* fused GeGLU keeps the warp kernel (tile finisher) */
-    run_mm("int4", 160, 512, 32, 1, 1, 7.0e-3, 1e-2);
-    unsetenv("G3_CUDA_FUSE");
-    setenv("G3_CUDA_TCMPF", "1", 1); /* with the L2 prefetch of the stage after next */
-    run_mm("int4", 264, 5376, 32, 1, 0, 7.0e-3, 1e-2);
-    run_mm("int8", 37, 21504, 64, 1, 0, 5.0e-4, 1e-2);
-    unsetenv("G3_CUDA_TCMPF");
-    /* GGUF-derived formats: Q8_0 -> int8/32, Q6_K -> int8/16, Q4_0 and Q4_K -> int4/32 */
-    const uint32_t types[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q6_K, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K};
-    for (size_t ti = 0; ti < 4; ti++)
-        for (size_t i = 0; i < 4; i++) run_gguf_mm(types[ti], 40, 2816, ms[i]);
-    run_gguf_mm(G3_DTYPE_Q4_K, 37, 21504, 32);
-}
-
-/* ---- decode products with q8 activations and dp4a (qgemv.cu) ----------------------------------------------------- */
-/* The activation quantization of qgemv.cu, reproduced: per block of 32 values d = amax/127, q = rint(x * 127/amax),
- * with the residual plane (lo) q_lo = rint((x*127/amax - q) * 254); xh = d * (q + q_lo/254). The products are
- * rounded one at a time (volatile: no contraction) as the kernel does with __fmul_rn. */
-static void q8_emulate(const float *x, int m, int k, int lo, float *xh) {
-    for (int i = 0; i < m; i++)
-        for (int b = 0; b < k / 32; b++) {
-            const float *v = x + (size_t)i * k + 32 * b;
-            float amax = 0.f;
-            for (int e = 0; e < 32; e++) amax = fmaxf(amax, fabsf(v[e]));
-            const float inv = amax > 0.f ? 127.f / amax : 0.f, d = amax / 127.f;
-            for (int e = 0; e < 32; e++) {
-                volatile float p = v[e] * inv;
-                float q = rintf(p), ql = 0.f;
-                if (lo) {
-                    volatile float r = p - q;
-                    volatile float r2 = r * 254.f;
-                    ql = rintf(r2);
-                }
-                xh[(size_t)i * k + 32 * b + e] = (float)((double)d * ((double)q + (double)ql / 254.0));
-            }
-        }
-}
-
-/* One qgemv product: weights `quant` from float (src_type F32) or a GGUF block type; checks (1) the path is the dp4a
- * one, (2) y against W_deq . xh in double (xh emulated as above): the kernel computes exactly that up to float32
- * rounding of ~k/16 partial terms per output (int32 dot products are exact), so 5e-5 of max|y| is ample while a
- * single misplaced activation byte or scale moves y by ~1e-3 of max|y| or more; (2b) without geglu, y against
- * W_deq . x with the bound sum_t |w_t| |xh_t - x_t| (+ 1e-5 max|y| of rounding) on every output: the error the
- * quantization of x alone may cause. */
-static void run_qgemv(uint32_t src_type, const char *quant, int n, int k, int m, int geglu) {
-    size_t rb = src_type == G3_DTYPE_F32 ? sizeof(float) * (size_t)k : g3_row_bytes(src_type, k);
-    assert_true(rb > 0);
-    uint8_t *raw = malloc(rb * n);
-    float *src = malloc(sizeof(float) * k), *x = malloc(sizeof(float) * (size_t)m * k);
-    float *xh = malloc(sizeof(float) * (size_t)m * k), *y = malloc(sizeof(float) * (size_t)m * n);
-    float *wd = malloc(sizeof(float) * (size_t)n * k);
-    g3_error err = {0};
-    for (int r = 0; r < n; r++) {
-        for (int i = 0; i < k; i++) src[i] = frand() * 0.1f * (1 + r % 3);
-        if (src_type == G3_DTYPE_F32) memcpy(raw + rb * r, src, rb);
-        else assert_int_equal(g3_quantize_row(src_type, src, raw + rb * r, k, &err), G3_OK);
-    }
-    /* activations with outliers (every 97th value x20, as in real residual streams) and one all-zero block */
-    for (size_t i = 0; i < (size_t)m * k; i++) x[i] = frand() * (i % 97 == 5 ? 20.f : 1.f);
-    for (int i = 0; i < 32; i++) x[(size_t)(m - 1) * k + 32 + i] = 0.f;
-    for (size_t i = 0; i < (size_t)m * n; i++) y[i] = NAN;
-    const int path = g3_cuda_test_mm_path(src_type, n, k, quant, 1, m);
-    if (g3_cuda_test_matmul(src_type, raw, n, k, quant, 1, geglu, x, m, y, wd, &err) != G3_OK)
-        fail_msg("%s: %s", quant, err.msg);
-    const char *lo_env = getenv("G3_CUDA_Q8LO");
-    const int lo = m <= (lo_env && *lo_env ? atoi(lo_env) : 2);
-    q8_emulate(x, m, k, lo, xh);
-    double dq = check_mm(wd, n, k, xh, m, y, geglu), worst = 0;
-    if (!geglu) {
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) {
-                double r = 0, bound = 0, absum = 0;
-                for (int t = 0; t < k; t++) {
-                    double wv = wd[(size_t)j * k + t];
-                    r += wv * x[(size_t)i * k + t];
-                    absum += fabs(wv * x[(size_t)i * k + t]);
-                    bound += fabs(wv) * fabs((double)xh[(size_t)i * k + t] - x[(size_t)i * k + t]);
-                }
-                /* float32 rounding: ~40 roundings in series, each <= 2^-24 of a partial sum <= sum |w x| */
-                const double e = fabs(y[(size_t)i * n + j] - r), slack = 3e-6 * absum;
-                worst = fmax(worst, isnan(e) ? INFINITY : e / (bound + slack));
-                if (!(e <= bound + slack))
-                    fail_msg("%s m=%d row %d out %d: |y - W x| = %g beyond the q8 bound %g", quant, m, i, j, e, bound);
-            }
-    }
-    printf("  qgemv %-4s type %2u n=%-3d k=%-5d m=%d geglu=%d path %d lo=%d: rel err vs W.xh %.2e, |err vs W.x| / bound "
-           "%.3f\n", quant, src_type, n, k, m, geglu, path, lo, dq, worst);
-    assert_int_equal(path, 3);
-    if (!(dq <= 5e-5)) fail_msg("%s m=%d: product error vs the emulated q8 %g > 5e-5", quant, m, dq);
-    free(raw), free(src), free(x), free(xh), free(y), free(wd);
-}
-
-static void test_qgemv(void **state) {
-    (void)state;
-    need_gpu();
-    const int ms[] = {1, 3, 8};
-    for (int pass = 0; pass < 2; pass++) {
-        /* pass 0: default residual plane up to 2 rows; pass 1: q alone at every m (the faster variant) */
-        setenv("G3_CUDA_QGEMV", "8", 1);
-        if (pass) setenv("G3_CUDA_Q8LO", "0", 1);
-        for (size_t i = 0; i < 3; i++) {
-            /* n = 45: not a multiple of any row tile (8 rows per block at short rows, 2-4 at long ones) */
-            run_qgemv(G3_DTYPE_F32, "int8", 45, 5376, ms[i], 0);  /* per channel, 2 warps per row */
-            run_qgemv(G3_DTYPE_F32, "int8", 45, 21504, ms[i], 0); /* 4 warps per row */
-            run_qgemv(G3_DTYPE_F32, "int4", 45, 5376, ms[i], 0);  /* groups of 128 */
-            run_qgemv(G3_DTYPE_F32, "int4", 37, 21504, ms[i], 0);
-            run_qgemv(G3_DTYPE_Q8_0, "bf16", 45, 4096, ms[i], 0); /* int8 groups of 32 */
-            run_qgemv(G3_DTYPE_Q6_K, "bf16", 45, 5376, ms[i], 0); /* int8 groups of 16 */
-            run_qgemv(G3_DTYPE_Q4_0, "bf16", 45, 21504, ms[i], 0); /* int4 groups of 32 */
-            run_qgemv(G3_DTYPE_Q4_K, "bf16", 45, 2816, ms[i], 0);
-        }
-        run_qgemv(G3_DTYPE_F32, "int4", 6, 96, 1, 0);     /* fewer chunks than lanes */
-        run_qgemv(G3_DTYPE_F32, "int8", 130, 512, 2, 1);  /* GeGLU fused (gate, up pairs) */
-        run_qgemv(G3_DTYPE_F32, "int4", 132, 5376, 5, 1);
-        unsetenv("G3_CUDA_Q8LO");
-    }
-    /* the switch: 0 = today's choice (tensor cores for exact int4/int8 per channel, CUDA-core GEMV for groups < 128) */
-    setenv("G3_CUDA_QGEMV", "0", 1);
-    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 1), 1);
-    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_Q8_0, 45, 4096, "bf16", 1, 1), 0);
-    setenv("G3_CUDA_QGEMV", "2", 1); /* up to 2 rows */
-    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 2), 3);
-    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 3), 1);
-    unsetenv("G3_CUDA_QGEMV");
-    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 8), 3); /* default: on up to 8 */
-    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 9), 1);
-    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "fp8", 1, 1), 1); /* fp8 stays on tensor cores */
-    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, 1), 0);
-}
-
-/* bf16 weights on the pipelined CUDA-core GEMV ($G3_CUDA_GEMVPF=1): exact float32 arithmetic as the default GEMV
- * (same order within a chunk), so the same 2e-5 of max|y| as the exact paths (tol_for). */
-static void test_gemv_pipelined(void **state) {
-    (void)state;
-    need_gpu();
-    setenv("G3_CUDA_GEMVPF", "1", 1);
-    const int ms[] = {1, 2, 3, 8};
-    for (size_t i = 0; i < 4; i++) {
-        assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, ms[i]), 0);
-        run_mm("bf16", 45, 5376, ms[i], 1, 0, 3.0e-4, 2e-5);
-        run_mm("bf16", 37, 21504, ms[i], 1, 0, 3.0e-4, 2e-5);
-        run_mm("bf16", 45, 4096, ms[i], 1, 0, 3.0e-4, 2e-5);
-    }
-    run_mm("bf16", 2, 8, 1, 1, 0, 3.0e-4, 2e-5);      /* fewer chunks than lanes */
-    run_mm("bf16", 130, 512, 1, 1, 1, 3.0e-4, 2e-5);  /* GeGLU fused */
-    unsetenv("G3_CUDA_GEMVPF");
-}
 
 /* ---- decode attention (fused QK-norm + RoPE + cache write + attention) and the decode add-norm ---------------- */
 /* Rows r < m of distinct sequences (useq[r] = r, or -1 for a padding row) decode at position lens[r] after a history
@@ -702,6 +507,201 @@ static void test_argmax_decode(void **state) {
     run_argmax(1, 3, 1000);   /* shorter than one pass of the block */
     run_argmax(1, 2, 1001);   /* not a multiple of 4: the old kernel */
     run_argmax(0, 3, 262144);
+}
+/* 9..64 rows on quantized weights: the staged tensor-core kernel (tc_stage.cu; $G3_CUDA_TCM=2: its cp.async weight
+ * variant) and, with $G3_CUDA_TCM=0, the warp kernel it replaces. n = 264: two 256-row block tiles, the second
+ * partial; n = 37: odd (scalar atomics), with a down projection's row length. Tolerance 1e-2 of max|y| as for every bf16-activation path (tol_for): activations
+ * rounded to bf16 (2^-9 relative) and, for int4 and grouped int8, weights dequantized to bf16 in registers (2^-9);
+ * with random signs the sum over k keeps the relative error near 2^-8 (~4e-3 seen in the host emulation). */
+static void run_gguf_mm(uint32_t t, int n, int k, int m) {
+    size_t rb = g3_row_bytes(t, k);
+    assert_true(rb > 0);
+    uint8_t *raw = malloc(rb * n);
+    float *src = malloc(sizeof(float) * k), *ref = malloc(sizeof(float) * (size_t)n * k);
+    float *x = malloc(sizeof(float) * (size_t)m * k), *y = malloc(sizeof(float) * (size_t)m * n);
+    g3_error err = {0};
+    for (int r = 0; r < n; r++) {
+        for (int i = 0; i < k; i++) src[i] = frand() * (1 + r % 3);
+        assert_int_equal(g3_quantize_row(t, src, raw + rb * r, k, &err), G3_OK);
+        g3_dequant_row(t, raw + rb * r, ref + (size_t)r * k, k);
+    }
+    for (int i = 0; i < m * k; i++) x[i] = frand();
+    for (int i = 0; i < m * n; i++) y[i] = NAN;
+    if (g3_cuda_test_matmul(t, raw, n, k, "bf16", 1, 0, x, m, y, NULL, &err) != G3_OK) fail_msg("%s", err.msg);
+    double dy = check_mm(ref, n, k, x, m, y, 0);
+    int path = g3_cuda_test_mm_path(t, n, k, "bf16", 1, m);
+    printf("  type %2u n=%d k=%d m=%-2d path %d: product rel err %.2e\n", t, n, k, m, path, dy);
+    assert_int_equal(path, 1); /* tensor cores */
+    assert_true(dy <= 1e-2);
+    free(raw), free(src), free(ref), free(x), free(y);
+}
+
+static void test_matmul_staged(void **state) {
+    (void)state;
+    need_gpu();
+    const int ms[] = {9, 17, 32, 64};
+    const char *qs[] = {"int8", "int4", "fp8"};
+    const double tw[] = {5.0e-4, 7.0e-3, 7.0e-3};
+    static const char *modes[] = {NULL, "2", "0"}; /* staged (weights in registers), staged (cp.async), warp kernel */
+    for (int pass = 0; pass < 3; pass++) {
+        if (modes[pass]) setenv("G3_CUDA_TCM", modes[pass], 1);
+        printf("  G3_CUDA_TCM=%s\n", modes[pass] ? modes[pass] : "(default)");
+        for (size_t qi = 0; qi < 3; qi++)
+            for (size_t i = 0; i < 4; i++) {
+                assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 5376, qs[qi], 1, ms[i]), 1);
+                run_mm(qs[qi], 264, 5376, ms[i], 1, 0, tw[qi], 1e-2);
+                run_mm(qs[qi], 37, 21504, ms[i], 1, 0, tw[qi], 1e-2);
+            }
+        run_mm("int4", 160, 512, 32, 1, 1, 7.0e-3, 2e-2); /* GeGLU after the product: gelu(g)*u compounds the
+                                                           * ~5e-3 errors of g and u (measured up to 1.04e-2) */
+        run_mm("int8", 96, 384, 20, 2, 0, 5.0e-4, 2e-2);  /* plain activations requested */
+        unsetenv("G3_CUDA_TCM");
+    }
+    setenv("G3_CUDA_FUSE", "1", 1); /* fused GeGLU keeps the warp kernel (tile finisher) */
+    run_mm("int4", 160, 512, 32, 1, 1, 7.0e-3, 2e-2); /* as above */
+    unsetenv("G3_CUDA_FUSE");
+    setenv("G3_CUDA_TCMPF", "1", 1); /* with the L2 prefetch of the stage after next */
+    run_mm("int4", 264, 5376, 32, 1, 0, 7.0e-3, 1e-2);
+    run_mm("int8", 37, 21504, 64, 1, 0, 5.0e-4, 1e-2);
+    unsetenv("G3_CUDA_TCMPF");
+    /* GGUF-derived formats: Q8_0 -> int8/32, Q6_K -> int8/16, Q4_0 and Q4_K -> int4/32 */
+    const uint32_t types[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q6_K, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K};
+    for (size_t ti = 0; ti < 4; ti++)
+        for (size_t i = 0; i < 4; i++) run_gguf_mm(types[ti], 40, 2816, ms[i]);
+    run_gguf_mm(G3_DTYPE_Q4_K, 37, 21504, 32);
+}
+/* ---- decode products with q8 activations and dp4a (qgemv.cu) ----------------------------------------------------- */
+/* The activation quantization of qgemv.cu, reproduced: per block of 32 values d = amax/127, q = rint(x * 127/amax),
+ * with the residual plane (lo) q_lo = rint((x*127/amax - q) * 254); xh = d * (q + q_lo/254). The products are
+ * rounded one at a time (volatile: no contraction) as the kernel does with __fmul_rn. */
+static void q8_emulate(const float *x, int m, int k, int lo, float *xh) {
+    for (int i = 0; i < m; i++)
+        for (int b = 0; b < k / 32; b++) {
+            const float *v = x + (size_t)i * k + 32 * b;
+            float amax = 0.f;
+            for (int e = 0; e < 32; e++) amax = fmaxf(amax, fabsf(v[e]));
+            const float inv = amax > 0.f ? 127.f / amax : 0.f, d = amax / 127.f;
+            for (int e = 0; e < 32; e++) {
+                volatile float p = v[e] * inv;
+                float q = rintf(p), ql = 0.f;
+                if (lo) {
+                    volatile float r = p - q;
+                    volatile float r2 = r * 254.f;
+                    ql = rintf(r2);
+                }
+                xh[(size_t)i * k + 32 * b + e] = (float)((double)d * ((double)q + (double)ql / 254.0));
+            }
+        }
+}
+
+/* One qgemv product: weights `quant` from float (src_type F32) or a GGUF block type; checks (1) the path is the dp4a
+ * one, (2) y against W_deq . xh in double (xh emulated as above): the kernel computes exactly that up to float32
+ * rounding of ~k/16 partial terms per output (int32 dot products are exact), so 5e-5 of max|y| is ample while a
+ * single misplaced activation byte or scale moves y by ~1e-3 of max|y| or more; (2b) without geglu, y against
+ * W_deq . x with the bound sum_t |w_t| |xh_t - x_t| (+ 1e-5 max|y| of rounding) on every output: the error the
+ * quantization of x alone may cause. */
+static void run_qgemv(uint32_t src_type, const char *quant, int n, int k, int m, int geglu) {
+    size_t rb = src_type == G3_DTYPE_F32 ? sizeof(float) * (size_t)k : g3_row_bytes(src_type, k);
+    assert_true(rb > 0);
+    uint8_t *raw = malloc(rb * n);
+    float *src = malloc(sizeof(float) * k), *x = malloc(sizeof(float) * (size_t)m * k);
+    float *xh = malloc(sizeof(float) * (size_t)m * k), *y = malloc(sizeof(float) * (size_t)m * n);
+    float *wd = malloc(sizeof(float) * (size_t)n * k);
+    g3_error err = {0};
+    for (int r = 0; r < n; r++) {
+        for (int i = 0; i < k; i++) src[i] = frand() * 0.1f * (1 + r % 3);
+        if (src_type == G3_DTYPE_F32) memcpy(raw + rb * r, src, rb);
+        else assert_int_equal(g3_quantize_row(src_type, src, raw + rb * r, k, &err), G3_OK);
+    }
+    /* activations with outliers (every 97th value x20, as in real residual streams) and one all-zero block */
+    for (size_t i = 0; i < (size_t)m * k; i++) x[i] = frand() * (i % 97 == 5 ? 20.f : 1.f);
+    for (int i = 0; i < 32; i++) x[(size_t)(m - 1) * k + 32 + i] = 0.f;
+    for (size_t i = 0; i < (size_t)m * n; i++) y[i] = NAN;
+    const int path = g3_cuda_test_mm_path(src_type, n, k, quant, 1, m);
+    if (g3_cuda_test_matmul(src_type, raw, n, k, quant, 1, geglu, x, m, y, wd, &err) != G3_OK)
+        fail_msg("%s: %s", quant, err.msg);
+    const char *lo_env = getenv("G3_CUDA_Q8LO");
+    const int lo = m <= (lo_env && *lo_env ? atoi(lo_env) : 2);
+    q8_emulate(x, m, k, lo, xh);
+    double dq = check_mm(wd, n, k, xh, m, y, geglu), worst = 0;
+    if (!geglu) {
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                double r = 0, bound = 0, absum = 0;
+                for (int t = 0; t < k; t++) {
+                    double wv = wd[(size_t)j * k + t];
+                    r += wv * x[(size_t)i * k + t];
+                    absum += fabs(wv * x[(size_t)i * k + t]);
+                    bound += fabs(wv) * fabs((double)xh[(size_t)i * k + t] - x[(size_t)i * k + t]);
+                }
+                /* float32 rounding: ~40 roundings in series, each <= 2^-24 of a partial sum <= sum |w x| */
+                const double e = fabs(y[(size_t)i * n + j] - r), slack = 3e-6 * absum;
+                worst = fmax(worst, isnan(e) ? INFINITY : e / (bound + slack));
+                if (!(e <= bound + slack))
+                    fail_msg("%s m=%d row %d out %d: |y - W x| = %g beyond the q8 bound %g", quant, m, i, j, e, bound);
+            }
+    }
+    printf("  qgemv %-4s type %2u n=%-3d k=%-5d m=%d geglu=%d path %d lo=%d: rel err vs W.xh %.2e, |err vs W.x| / bound "
+           "%.3f\n", quant, src_type, n, k, m, geglu, path, lo, dq, worst);
+    assert_int_equal(path, 3);
+    if (!(dq <= 5e-5)) fail_msg("%s m=%d: product error vs the emulated q8 %g > 5e-5", quant, m, dq);
+    free(raw), free(src), free(x), free(xh), free(y), free(wd);
+}
+
+static void test_qgemv(void **state) {
+    (void)state;
+    need_gpu();
+    const int ms[] = {1, 3, 8};
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0: default residual plane up to 2 rows; pass 1: q alone at every m (the faster variant) */
+        setenv("G3_CUDA_QGEMV", "8", 1);
+        if (pass) setenv("G3_CUDA_Q8LO", "0", 1);
+        for (size_t i = 0; i < 3; i++) {
+            /* n = 45: not a multiple of any row tile (8 rows per block at short rows, 2-4 at long ones) */
+            run_qgemv(G3_DTYPE_F32, "int8", 45, 5376, ms[i], 0);  /* per channel, 2 warps per row */
+            run_qgemv(G3_DTYPE_F32, "int8", 45, 21504, ms[i], 0); /* 4 warps per row */
+            run_qgemv(G3_DTYPE_F32, "int4", 45, 5376, ms[i], 0);  /* groups of 128 */
+            run_qgemv(G3_DTYPE_F32, "int4", 37, 21504, ms[i], 0);
+            run_qgemv(G3_DTYPE_Q8_0, "bf16", 45, 4096, ms[i], 0); /* int8 groups of 32 */
+            run_qgemv(G3_DTYPE_Q6_K, "bf16", 45, 5376, ms[i], 0); /* int8 groups of 16 */
+            run_qgemv(G3_DTYPE_Q4_0, "bf16", 45, 21504, ms[i], 0); /* int4 groups of 32 */
+            run_qgemv(G3_DTYPE_Q4_K, "bf16", 45, 2816, ms[i], 0);
+        }
+        run_qgemv(G3_DTYPE_F32, "int4", 6, 96, 1, 0);     /* fewer chunks than lanes */
+        run_qgemv(G3_DTYPE_F32, "int8", 130, 512, 2, 1);  /* GeGLU fused (gate, up pairs) */
+        run_qgemv(G3_DTYPE_F32, "int4", 132, 5376, 5, 1);
+        unsetenv("G3_CUDA_Q8LO");
+    }
+    /* the switch: 0 = today's choice (tensor cores for exact int4/int8 per channel, CUDA-core GEMV for groups < 128) */
+    setenv("G3_CUDA_QGEMV", "0", 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 1), 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_Q8_0, 45, 4096, "bf16", 1, 1), 0);
+    setenv("G3_CUDA_QGEMV", "2", 1); /* up to 2 rows */
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 2), 3);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 3), 1);
+    unsetenv("G3_CUDA_QGEMV");
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 8), 3); /* default: on up to 8 */
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 9), 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "fp8", 1, 1), 1); /* fp8 stays on tensor cores */
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, 1), 0);
+}
+
+/* bf16 weights on the pipelined CUDA-core GEMV ($G3_CUDA_GEMVPF=1): exact float32 arithmetic as the default GEMV
+ * (same order within a chunk), so the same 2e-5 of max|y| as the exact paths (tol_for). */
+static void test_gemv_pipelined(void **state) {
+    (void)state;
+    need_gpu();
+    setenv("G3_CUDA_GEMVPF", "1", 1);
+    const int ms[] = {1, 2, 3, 8};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, ms[i]), 0);
+        run_mm("bf16", 45, 5376, ms[i], 1, 0, 3.0e-4, 2e-5);
+        run_mm("bf16", 37, 21504, ms[i], 1, 0, 3.0e-4, 2e-5);
+        run_mm("bf16", 45, 4096, ms[i], 1, 0, 3.0e-4, 2e-5);
+    }
+    run_mm("bf16", 2, 8, 1, 1, 0, 3.0e-4, 2e-5);      /* fewer chunks than lanes */
+    run_mm("bf16", 130, 512, 1, 1, 1, 3.0e-4, 2e-5);  /* GeGLU fused */
+    unsetenv("G3_CUDA_GEMVPF");
 }
 
 /* ---- prefill attention and the many-row kernels (attention_prefill.cu, kernels.cu) ---------------------------- */
@@ -941,9 +941,9 @@ int main(void) {
         cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_add_norm_decode),
         cmocka_unit_test(test_argmax_decode),
+        cmocka_unit_test(test_matmul_staged),
         cmocka_unit_test(test_qgemv),
         cmocka_unit_test(test_gemv_pipelined),
-        cmocka_unit_test(test_matmul_staged),
         cmocka_unit_test(test_prefill_attention),
         cmocka_unit_test(test_row_kernels),
 #else
