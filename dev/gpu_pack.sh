@@ -15,5 +15,6 @@ for t in $T; do strip -o ".gpu/stage/$t" "$BUILD/$t"; done
 for lib in $(ldd "$BUILD"/gemma3 "$BUILD"/test_cuda_model | awk '/cjson|cmocka|microhttpd/ {print $3}' | sort -u); do
   cp -L "$lib" .gpu/stage/lib/
 done
-tar cJf .gpu/bins.tar.xz -C .gpu/stage .
+# one big dictionary: the binaries share the same CUDA fat binary, which then compresses once
+tar cf - -C .gpu/stage . | xz -T1 --lzma2=preset=6,dict=192MiB > .gpu/bins.tar.xz
 ls -la .gpu/bins.tar.xz
