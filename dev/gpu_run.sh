@@ -2,10 +2,10 @@
 # Runs a plan of commands on the GPU machine with the binaries packed by dev/gpu_pack.sh: unpacks .gpu/bins.tar.xz
 # (and .gpu/fx.tar.xz fixtures, .gl/*.deb Vulkan loader when carried), then each line of PLAN (a file; "#" comments)
 # under `timeout`, logging to $OUT/NN.log, and prints a summary. $BIN in the plan is the unpacked binary folder.
-#   dev/gpu_run.sh PLAN [seconds per command, default 300]
+#   dev/gpu_run.sh PLAN [seconds per command, default 300]   ($DEADLINE: seconds for the whole plan, default 540)
 set -u
 cd "$(dirname "$0")/.."
-PLAN="$1"; LIM="${2:-300}"
+PLAN="$1"; LIM="${2:-300}"; DEADLINE="${DEADLINE:-540}"
 OUT="${OUT:-$PWD/gpu-results}"; mkdir -p "$OUT"
 export BIN="$PWD/.gpu/bin"
 mkdir -p "$BIN" && tar xJf .gpu/bins.tar.xz -C "$BIN"
@@ -14,6 +14,7 @@ if [ -f .gpu/fx.tar.xz ]; then mkdir -p .gpu/fx && tar xJf .gpu/fx.tar.xz -C .gp
 if ls .gl/*.deb >/dev/null 2>&1 && ! ldconfig -p | grep -q libvulkan.so.1; then
   for d in .gl/*.deb; do dpkg -x "$d" / ; done; ldconfig
 fi
+[ -e /usr/share/vulkan/icd.d/nvidia_icd.json ] || export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 git log -1 --format=%h > "$OUT/commit.txt" 2>/dev/null || true
 n=0; t0=$(date +%s)
@@ -21,8 +22,9 @@ while IFS= read -r line; do
   case "$line" in ''|'#'*) continue ;; esac
   n=$((n+1)); log=$(printf "%s/%02d.log" "$OUT" "$n")
   echo "\$ $line" > "$log"
-  s=$(date +%s)
-  timeout "$LIM" bash -c "$line" >> "$log" 2>&1; rc=$?
+  s=$(date +%s); left=$(( DEADLINE - (s - t0) ))
+  if [ "$left" -lt 10 ]; then echo "[$n] skipped (deadline): $line" | tee -a "$OUT/summary.txt"; continue; fi
+  timeout "$(( left < LIM ? left : LIM ))" bash -c "$line" >> "$log" 2>&1; rc=$?
   echo "[$n] rc=$rc $(( $(date +%s) - s ))s: $line" | tee -a "$OUT/summary.txt"
 done < "$PLAN"
 echo "total $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
