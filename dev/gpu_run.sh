@@ -24,7 +24,7 @@ while IFS= read -r line; do
   echo "\$ $line" > "$log"
   s=$(date +%s); left=$(( DEADLINE - (s - t0) ))
   if [ "$left" -lt 10 ]; then echo "[$n] skipped (deadline): $line" | tee -a "$OUT/summary.txt"; continue; fi
-  timeout "$(( left < LIM ? left : LIM ))" bash -c "$line" >> "$log" 2>&1; rc=$?
+  timeout "$(( left < LIM ? left : LIM ))" bash -c "$line" >> "$log" 2>&1 < /dev/null; rc=$?
   echo "[$n] rc=$rc $(( $(date +%s) - s ))s: $line" | tee -a "$OUT/summary.txt"
 done < "$PLAN"
 echo "total $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
