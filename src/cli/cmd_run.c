@@ -112,6 +112,8 @@ int g3_cli_run(int argc, char **argv) {
         {"backend", 0, G3_ARG_STR, &mo.backend, "cpu, cuda, vulkan or auto"},
         {"device", 0, G3_ARG_INT, &mo.device, "GPU index (gemma3 info --devices)"},
         {"quant", 0, G3_ARG_STR, &mo.quant, "weights on the GPU: bf16, int8, int4 or fp8 (cuda backend)"},
+        {"gemm", 0, G3_ARG_STR, &mo.gemm, "cuda products of many rows: exact (bf16 hi+lo activations, the default) or "
+                                          "fast (plain bf16: ~2x prefill, ~2^-9 rounding of activations)"},
         {"threads", 't', G3_ARG_INT, &mo.threads, "CPU threads (0 = all cores)"},
         {"ctx-size", 'c', G3_ARG_INT, &mo.ctx_size, "context size in tokens (0 = min(model, 4096))"},
     };

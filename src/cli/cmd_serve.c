@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/common.h"
 #include "server/ops_engine.h"
 #include "server/server.h"
 
@@ -60,14 +61,19 @@ int g3_cli_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *model_name = NULL, *backend = "auto";
     int port = 8006, threads = 0, ctx_size = 0, max_seqs = 16, kv_blocks = 0, kv_block = 0, prefill_chunk = 0;
     int max_queue = 256, max_body_kb = 4096, grace_s = 10, quiet = 0, step_delay_ms = 0, no_gen_config = 0;
-    int no_prefix_cache = 0;
+    int no_prefix_cache = 0, device = 0;
+    const char *quant = NULL, *gemm = NULL;
     g3_arg args[] = {
         {"model", 'm', G3_ARG_STR, &model, "model: Hugging Face folder or .gguf file"},
         {"host", 0, G3_ARG_STR, &host, "address to listen on (0.0.0.0 = every interface)"},
         {"port", 0, G3_ARG_INT, &port, "TCP port (0 = any free port; the log line says which)"},
         {"api-key", 0, G3_ARG_STR, &api_key, "require 'Authorization: Bearer KEY' (or set GEMMA3_API_KEY)"},
         {"model-name", 0, G3_ARG_STR, &model_name, "model id to report and accept (default: the file/folder name)"},
-        {"backend", 0, G3_ARG_STR, &backend, "cpu, cuda or auto"},
+        {"backend", 0, G3_ARG_STR, &backend, "cpu, cuda, vulkan or auto"},
+        {"device", 0, G3_ARG_INT, &device, "GPU index (gemma3 info --devices)"},
+        {"quant", 0, G3_ARG_STR, &quant, "weights on the GPU: bf16, int8, int4 or fp8 (cuda backend)"},
+        {"gemm", 0, G3_ARG_STR, &gemm, "cuda products of many rows: exact (bf16 hi+lo activations, the default) or "
+                                       "fast (plain bf16: ~2x prefill, ~2^-9 rounding of activations)"},
         {"threads", 't', G3_ARG_INT, &threads, "CPU threads (0 = all cores)"},
         {"ctx-size", 'c', G3_ARG_INT, &ctx_size, "tokens per sequence, prompt + reply (0 = min(model, 4096))"},
         {"max-seqs", 0, G3_ARG_INT, &max_seqs, "sequences decoded together (continuous batching)"},
@@ -96,6 +102,13 @@ int g3_cli_serve(int argc, char **argv) {
         return 2;
     }
     if (!api_key || !*api_key) api_key = getenv("GEMMA3_API_KEY");
+    g3_cli_model_opts mo;
+    g3_cli_model_opts_default(&mo);
+    mo.backend = backend, mo.quant = quant, mo.gemm = gemm;
+    if (device < 0 || !g3_cli_apply_quant("serve", &mo)) {
+        if (device < 0) fprintf(stderr, "gemma3 serve: --device must be >= 0\n");
+        return 2;
+    }
 
     /* Signals are taken by sigwait below: block them before any thread starts so every thread inherits it. */
     sigset_t sigs;
@@ -143,6 +156,7 @@ int g3_cli_serve(int argc, char **argv) {
     g3_engine_opts eo;
     g3_engine_opts_default(&eo);
     eo.backend = backend;
+    eo.device = device;
     eo.n_threads = threads;
     eo.ctx_size = ctx_size;
     eo.max_seqs = max_seqs;

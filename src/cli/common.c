@@ -15,6 +15,7 @@ void g3_cli_model_opts_default(g3_cli_model_opts *o) {
     o->quiet = 0;
     o->quant = NULL;
     o->device = 0;
+    o->gemm = NULL;
 }
 
 double g3_now(void) {
@@ -24,6 +25,14 @@ double g3_now(void) {
 }
 
 int g3_cli_apply_quant(const char *cmd, const g3_cli_model_opts *o) {
+    if (o->gemm) {
+        if (strcmp(o->gemm, "exact") && strcmp(o->gemm, "fast")) {
+            fprintf(stderr, "gemma3 %s: --gemm must be exact or fast (got '%s')\n", cmd, o->gemm);
+            return 0;
+        }
+        /* read by the CUDA backend at create: hi+lo split activations (exact) or plain bf16 (fast) */
+        setenv("G3_CUDA_GEMM", strcmp(o->gemm, "fast") ? "split" : "bf16", 1);
+    }
     if (!o->quant) return 1;
     static const char *ok[] = {"bf16", "int8", "int4", "fp8"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)

@@ -13,13 +13,15 @@ typedef struct g3_cli_model_opts {
     int quiet;
     const char *quant;   /* GPU weight format: bf16, int8, int4, fp8 (cuda backend), or NULL */
     int device;          /* GPU index */
+    const char *gemm;    /* CUDA products of many rows: "exact" (bf16 hi+lo activations) or "fast" (plain bf16), or NULL */
 } g3_cli_model_opts;
 
 void g3_cli_model_opts_default(g3_cli_model_opts *o);
 /* Loads o->model and creates an engine; prints the error and returns 0 on failure. */
 int g3_cli_open(const char *cmd, const g3_cli_model_opts *o, g3_model **m, g3_engine **e);
 double g3_now(void); /* seconds, monotonic */
-/* Checks and applies --quant (before the engine is created); prints a message and returns 0 if it is invalid. */
+/* Checks and applies --quant and --gemm (before the engine is created); prints a message and returns 0 if one is
+ * invalid. */
 int g3_cli_apply_quant(const char *cmd, const g3_cli_model_opts *o);
 
 #endif

@@ -67,6 +67,12 @@ check "run -n abc is refused" bash -c "[ $rc -eq 2 ] && grep -q 'integer' '$TMP/
 check "run with an out-of-vocabulary id names it" bash -c "[ $rc -ne 0 ] && grep -q '999999' '$TMP/err'"
 "$BIN" run -m /nonexistent --prompt-ids 2 >/dev/null 2>"$TMP/err"; rc=$?
 check "run with a missing model names the path" bash -c "[ $rc -ne 0 ] && grep -q '/nonexistent' '$TMP/err'"
+for c in run serve bench; do
+  "$BIN" $c -m "$MODEL" --gemm sloppy $([ $c = run ] && echo --prompt-ids 2) >/dev/null 2>"$TMP/err" </dev/null; rc=$?
+  check "$c --gemm sloppy is refused with the allowed values" bash -c "[ $rc -ne 0 ] && grep -q 'exact or fast' '$TMP/err'"
+done
+"$BIN" serve -m "$MODEL" --backend cpu --quant int4 >/dev/null 2>"$TMP/err"; rc=$?
+check "serve --quant on the CPU backend is refused with a message" bash -c "[ $rc -eq 2 ] && grep -q 'quantize' '$TMP/err'"
 head -c 3000 "$(ls "$MODEL"/*.gguf ../shared/fixtures/tiny-gqa/model-bf16.gguf 2>/dev/null | head -1)" >"$TMP/trunc.gguf"
 "$BIN" info "$TMP/trunc.gguf" >/dev/null 2>"$TMP/err"; rc=$?
 check "info on a truncated GGUF fails with a message" bash -c "[ $rc -ne 0 ] && [ -s '$TMP/err' ]"
