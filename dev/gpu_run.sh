@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a plan of commands on the GPU machine with the binaries packed by dev/gpu_pack.sh: unpacks .gpu/bins.tar.xz
 # (and .gpu/fx.tar.xz fixtures, .gl/*.deb Vulkan loader when carried), then each line of PLAN (a file; "#" comments)
-# under `timeout`, logging to $OUT/NN.log, and prints a summary. $BIN in the plan is the unpacked binary folder.
+# under `timeout`, all output appended to $OUT/run.log (one file: the device tool returns only a few files), and prints
+# a summary (also in $OUT/summary.txt). $BIN in the plan is the unpacked binary folder.
 #   dev/gpu_run.sh PLAN [seconds per command, default 300]   ($DEADLINE: seconds for the whole plan, default 540)
 set -u
 cd "$(dirname "$0")/.."
@@ -20,8 +21,8 @@ git log -1 --format=%h > "$OUT/commit.txt" 2>/dev/null || true
 n=0; t0=$(date +%s)
 while IFS= read -r line; do
   case "$line" in ''|'#'*) continue ;; esac
-  n=$((n+1)); log=$(printf "%s/%02d.log" "$OUT" "$n")
-  echo "\$ $line" > "$log"
+  n=$((n+1)); log="$OUT/run.log"
+  printf '\n===== [%d] $ %s\n' "$n" "$line" >> "$log"
   s=$(date +%s); left=$(( DEADLINE - (s - t0) ))
   if [ "$left" -lt 10 ]; then echo "[$n] skipped (deadline): $line" | tee -a "$OUT/summary.txt"; continue; fi
   timeout "$(( left < LIM ? left : LIM ))" bash -c "$line" >> "$log" 2>&1 < /dev/null; rc=$?
