@@ -14,7 +14,9 @@
  * of the output; float32 online softmax with the decode kernel's masks (causal, sliding window kind 1, missing
  * blocks) and softcap. Pairs (tile n-1-b, tile b) even out the causal work. Q and K rows are stored with their
  * 16-byte chunks XOR-swizzled by row & 7 (conflict-free reads); P reuses the K buffer.
- * $G3_CUDA_FA = 0: never; 1: whenever a batch has such a run; default: also when the grid fills half the SMs. */
+ * $G3_CUDA_FA = 0: never; 1: whenever a batch has such a run; default: also when the grid fills half the SMs.
+ * $G3_CUDA_FATC=1 (or 2: 8 warps): the same kernel on tensor cores (3xTF32, attention_tc.cu) where D % 4 == 0 and
+ * D <= 128. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,7 +47,7 @@ __global__ void k_fa_plan(const int32_t *useq, int m, int tq, int32_t *fa_useq) 
  * (i, i + D/2) per lane, i = lane + 32t. Same arithmetic as k_qkv_post (attention.cu). */
 template <int T>
 __global__ void __launch_bounds__(256) k_qkv_rows(g3c_attn_args a, float *y, int ny, const float *qn,
-                                                  const float *kn, float *qout) {
+                                                  const float *kn, float *qout, int flags) {
     g3c_pdl_wait();
     const int lane = threadIdx.x & 31, D = a.D, half = D / 2, NHT = a.NH + 2 * a.NKV;
     const int unit = blockIdx.x * 8 + (threadIdx.x >> 5);
@@ -65,7 +67,7 @@ __global__ void __launch_bounds__(256) k_qkv_rows(g3c_attn_args a, float *y, int
 #pragma unroll
     for (int t = 0; t < T; t++) {
         const int i = lane + 32 * t;
-        if (i < half)
+        if (i < half && !(flags & G3C_KEEP_Y))
             for (int j = 0; j < ny; j++) y[j * sl + src + i] = 0.f, y[j * sl + src + i + half] = 0.f;
     }
     const int u = a.rows.useq[r], p = a.rows.pos[r];
@@ -108,13 +110,17 @@ __global__ void __launch_bounds__(256) k_qkv_rows(g3c_attn_args a, float *y, int
 
 cudaError_t g3c_qkv_post_rows(const g3c_attn_args *a, float *y, int ny, const float *qn, const float *kn,
                               float *qout, cudaStream_t st) {
+    return g3c_qkv_post_rows_f(a, y, ny, qn, kn, qout, 0, st);
+}
+cudaError_t g3c_qkv_post_rows_f(const g3c_attn_args *a, float *y, int ny, const float *qn, const float *kn,
+                                float *qout, int flags, cudaStream_t st) {
     if (a->m < G3C_ROWK_MIN || ny > 2 || !g3c_rowk_enabled()) return g3c_qkv_post(a, y, ny, qn, kn, qout, st);
     if (a->D > 256 || a->D % 2) return cudaErrorInvalidValue;
     const int units = a->m * (a->NH + 2 * a->NKV), half = a->D / 2;
     dim3 grid((units + 7) / 8), blk(256);
-    if (half <= 32) return g3c_launch(k_qkv_rows<1>, grid, blk, 0, st, *a, y, ny, qn, kn, qout);
-    if (half <= 64) return g3c_launch(k_qkv_rows<2>, grid, blk, 0, st, *a, y, ny, qn, kn, qout);
-    return g3c_launch(k_qkv_rows<4>, grid, blk, 0, st, *a, y, ny, qn, kn, qout);
+    if (half <= 32) return g3c_launch(k_qkv_rows<1>, grid, blk, 0, st, *a, y, ny, qn, kn, qout, flags);
+    if (half <= 64) return g3c_launch(k_qkv_rows<2>, grid, blk, 0, st, *a, y, ny, qn, kn, qout, flags);
+    return g3c_launch(k_qkv_rows<4>, grid, blk, 0, st, *a, y, ny, qn, kn, qout, flags);
 }
 
 /* ---- flash attention -------------------------------------------------------------------------------------- */
@@ -443,6 +449,7 @@ cudaError_t g3c_attention_prefill(const g3c_attn_args *a, const float *q, float 
         cudaError_t e = g3c_attention(&d, q, part, cnt, o, oh, split, st);
         if (e != cudaSuccess) return e;
     }
+    if (g3c_fatc_enabled() && a->D % 4 == 0 && a->D <= 128) return g3c_fa_tc(a, q, fa_useq, o, oh, split, st);
     if (a->D <= 32) return launch_fa<32>(a, q, fa_useq, o, oh, split, st);
     if (a->D <= 64) return launch_fa<64>(a, q, fa_useq, o, oh, split, st);
     if (a->D <= 128) return launch_fa<128>(a, q, fa_useq, o, oh, split, st);
@@ -558,6 +565,11 @@ out:
 
 extern "C" g3_status g3_cuda_test_rows(int op, int m, int n, int ny, int split, float *x, float *y, const float *w1,
                                        const float *w2, float *xn, float *xh_f, g3_error *err) {
+    return g3_cuda_test_rows_f(op, 0, m, n, ny, split, x, y, w1, w2, xn, xh_f, err);
+}
+extern "C" g3_status g3_cuda_test_rows_f(int op, int flags, int m, int n, int ny, int split, float *x, float *y,
+                                         const float *w1, const float *w2, float *xn, float *xh_f, g3_error *err) {
+    static_assert((int)G3C_TEST_KEEP_Y == (int)G3C_KEEP_Y && (int)G3C_TEST_NO_F32 == (int)G3C_NO_F32, "flags");
     g3_status rc = G3_OK;
     float *dx = NULL, *dy = NULL, *dw = NULL, *dxn = NULL;
     __nv_bfloat16 *dxh = NULL, *hh = NULL;
@@ -567,6 +579,7 @@ extern "C" g3_status g3_cuda_test_rows(int op, int m, int n, int ny, int split, 
     CKT(cudaMalloc((void **)&dy, ysz * 4), "alloc");
     CKT(cudaMalloc((void **)&dw, (size_t)2 * n * 4), "alloc");
     CKT(cudaMalloc((void **)&dxn, (size_t)m * n * 4), "alloc");
+    CKT(cudaMemset(dxn, 0xff, (size_t)m * n * 4), "poison");
     CKT(cudaMalloc((void **)&dxh, (size_t)2 * m * n * 2), "alloc");
     CKT(cudaMemset(dxh, 0xff, (size_t)2 * m * n * 2), "poison");
     CKT(cudaMemcpy(dy, y, ysz * 4, cudaMemcpyHostToDevice), "upload");
@@ -574,9 +587,9 @@ extern "C" g3_status g3_cuda_test_rows(int op, int m, int n, int ny, int split, 
         CKT(cudaMemcpy(dx, x, (size_t)m * n * 4, cudaMemcpyHostToDevice), "upload");
         CKT(cudaMemcpy(dw, w1, (size_t)n * 4, cudaMemcpyHostToDevice), "upload");
         CKT(cudaMemcpy(dw + n, w2, (size_t)n * 4, cudaMemcpyHostToDevice), "upload");
-        CKT(g3c_add_norm(dx, dy, ny, dw, dw + n, 1e-6f, m, n, dxn, dxh, split, 0), "add_norm");
+        CKT(g3c_add_norm_f(dx, dy, ny, dw, dw + n, 1e-6f, m, n, dxn, dxh, split, flags, 0), "add_norm");
     } else if (op == G3C_TEST_GEGLU) {
-        CKT(g3c_geglu(dy, ny, m, on, dxn, dxh, split, 0), "geglu");
+        CKT(g3c_geglu_f(dy, ny, m, on, dxn, dxh, split, flags, 0), "geglu");
     } else if (op == G3C_TEST_FINISH) {
         CKT(g3c_finish_logits(dy, ny, m, n, w1 ? w1[0] : 0.f, dxn, 0), "finish_logits");
     } else {

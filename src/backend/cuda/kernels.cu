@@ -3,7 +3,8 @@
  * kernels and cuBLAS, logits finishing (softcap) and argmax. One block per row for the norms; float32 arithmetic
  * throughout. Kernels that consume a matrix product's output sum its slices and zero them (cuda_common.cuh).
  * Many rows (prefill): variants with 16-byte accesses whose loads are all issued before any store (the zeroing
- * stores into y otherwise serialize each thread's loads), chosen by row count; $G3_CUDA_ROWK=0 keeps the old ones. */
+ * stores into y otherwise serialize each thread's loads), chosen by row count; $G3_CUDA_ROWK=0 keeps the old ones.
+ * Their _f entry points take G3C_KEEP_Y / G3C_NO_F32 (cuda_common.cuh); the other variants ignore the flags. */
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -229,7 +230,8 @@ __device__ __forceinline__ float4 f4add(float4 a, float4 b) {
  * weights are all loaded first, then y is zeroed, x updated and xn / xh written, each with 16-byte accesses. */
 template <int V4>
 __global__ void __launch_bounds__(NT) k_add_norm_v(float *x, float *y, int ny, const float *w1, const float *w2,
-                                                   float eps, int m, int H, float *xn, __nv_bfloat16 *xh, int split) {
+                                                   float eps, int m, int H, float *xn, __nv_bfloat16 *xh, int split,
+                                                   int flags) {
     __shared__ float red[NT / 32];
     g3c_pdl_wait();
     const int r = blockIdx.x, H4 = H / 4;
@@ -251,7 +253,7 @@ __global__ void __launch_bounds__(NT) k_add_norm_v(float *x, float *y, int ny, c
 #pragma unroll
     for (int e = 0; e < V4; e++) {
         const int i = threadIdx.x + NT * e;
-        if (i < H4)
+        if (i < H4 && !(flags & G3C_KEEP_Y))
             for (int j = 0; j < ny; j++) yr[j * sl4 + i] = make_float4(0.f, 0.f, 0.f, 0.f);
         ss += v[e].x * v[e].x + v[e].y * v[e].y + v[e].z * v[e].z + v[e].w * v[e].w;
     }
@@ -278,7 +280,7 @@ __global__ void __launch_bounds__(NT) k_add_norm_v(float *x, float *y, int ny, c
             const float4 w = w24[i];
             const float4 o = make_float4(xv[e].x * inv2 * w.x, xv[e].y * inv2 * w.y, xv[e].z * inv2 * w.z,
                                          xv[e].w * inv2 * w.w);
-            ((float4 *)(xn + rb))[i] = o;
+            if (!(flags & G3C_NO_F32) || !xh) ((float4 *)(xn + rb))[i] = o;
             if (xh) put_bf16x4(xh, split, (size_t)m * H, rb + (size_t)4 * i, o);
         }
     }
@@ -286,7 +288,7 @@ __global__ void __launch_bounds__(NT) k_add_norm_v(float *x, float *y, int ny, c
 
 /* GeGLU, 4 outputs per thread: two float4 (gate, up, gate, up) per slice, every slice loaded before zeroing. */
 __global__ void __launch_bounds__(256) k_geglu4(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah,
-                                                int split) {
+                                                int split, int flags) {
     g3c_pdl_wait();
     const int F4 = F / 4, n4 = m * F4;
     const size_t sl4 = (size_t)m * F / 2; /* slice stride in float4: 2 m F floats */
@@ -299,11 +301,13 @@ __global__ void __launch_bounds__(256) k_geglu4(float *y, int ny, int m, int F, 
             const float4 q0 = y4[sl4 + j], q1 = y4[sl4 + j + 1];
             p0 = f4add(p0, q0), p1 = f4add(p1, q1);
         }
-        y4[j] = y4[j + 1] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (ny > 1) y4[sl4 + j] = y4[sl4 + j + 1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (!(flags & G3C_KEEP_Y)) {
+            y4[j] = y4[j + 1] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (ny > 1) y4[sl4 + j] = y4[sl4 + j + 1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
         const float4 v = make_float4(gelu_tanh(p0.x) * p0.y, gelu_tanh(p0.z) * p0.w, gelu_tanh(p1.x) * p1.y,
                                      gelu_tanh(p1.z) * p1.w);
-        ((float4 *)a)[e] = v;
+        if (!(flags & G3C_NO_F32) || !ah) ((float4 *)a)[e] = v;
         if (ah) put_bf16x4(ah, split, (size_t)m * F, (size_t)4 * e, v);
     }
 }
@@ -328,6 +332,12 @@ __global__ void __launch_bounds__(256) k_finish4(float *y, int ny, size_t n4, fl
                             cap * tanhf(v.w / cap));
         ((float4 *)out)[e] = v;
     }
+}
+
+/* 1 unless $G3_CUDA_NOZERO=0 (read at every call). */
+int g3c_nozero_enabled(void) {
+    const char *e = getenv("G3_CUDA_NOZERO");
+    return !(e && !strcmp(e, "0"));
 }
 
 /* 1 unless $G3_CUDA_ROWK=0 (read at every call, so tests and benchmarks can switch). */
@@ -361,6 +371,10 @@ cudaError_t g3c_embed_norm(const g3_dmat *E, const int32_t *token, float scale, 
 }
 cudaError_t g3c_add_norm(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m, int H,
                          float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st) {
+    return g3c_add_norm_f(x, y, ny, w1, w2, eps, m, H, xn, xh, split, 0, st);
+}
+cudaError_t g3c_add_norm_f(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m, int H,
+                           float *xn, __nv_bfloat16 *xh, int split, int flags, cudaStream_t st) {
     void (*k)(float *, float *, int, const float *, const float *, float, int, int, float *, __nv_bfloat16 *, int) =
         H <= 2048 ? k_add_norm_r<2> : H <= 4096 ? k_add_norm_r<4> : H <= 6144 ? k_add_norm_r<6> : k_add_norm_r<8>;
     /* register version for decode-sized batches, the three-pass one for prefill (each measured faster in its
@@ -370,15 +384,20 @@ cudaError_t g3c_add_norm(float *x, float *y, int ny, const float *w1, const floa
     if (H <= 8192 && !loop) return g3c_launch(k, dim3(m), dim3(1024), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
     if (!(ne && !strcmp(ne, "loop")) && g3c_rowk_enabled() && H <= 8192 && H % 4 == 0) { /* many rows */
         void (*kv)(float *, float *, int, const float *, const float *, float, int, int, float *, __nv_bfloat16 *,
-                   int) = H <= 2048 ? k_add_norm_v<2> : H <= 4096 ? k_add_norm_v<4> : H <= 6144 ? k_add_norm_v<6>
+                   int, int) = H <= 2048 ? k_add_norm_v<2> : H <= 4096 ? k_add_norm_v<4> : H <= 6144 ? k_add_norm_v<6>
                                                                                               : k_add_norm_v<8>;
-        return g3c_launch(kv, dim3(m), dim3(NT), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
+        return g3c_launch(kv, dim3(m), dim3(NT), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split, flags);
     }
     return g3c_launch(k_add_norm, dim3(m), dim3(NT), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
 }
 cudaError_t g3c_geglu(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, cudaStream_t st) {
+    return g3c_geglu_f(y, ny, m, F, a, ah, split, 0, st);
+}
+cudaError_t g3c_geglu_f(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, int flags,
+                        cudaStream_t st) {
     if (m >= G3C_ROWK_MIN && ny <= 2 && F % 4 == 0 && g3c_rowk_enabled())
-        return g3c_launch(k_geglu4, dim3(grid4((size_t)m * F / 4)), dim3(256), 0, st, y, ny, m, F, a, ah, split);
+        return g3c_launch(k_geglu4, dim3(grid4((size_t)m * F / 4)), dim3(256), 0, st, y, ny, m, F, a, ah, split,
+                          flags);
     return g3c_launch(k_geglu, dim3(grid_for((size_t)m * F)), dim3(256), 0, st, y, ny, m, F, a, ah, split);
 }
 cudaError_t g3c_to_bf16(const float *x, int m, int n, __nv_bfloat16 *xh, int split, cudaStream_t st) {

@@ -27,6 +27,11 @@ enum { G3C_TEST_ADD_NORM = 0, G3C_TEST_GEGLU = 1, G3C_TEST_TO_BF16 = 2, G3C_TEST
  * xh_f (optional): the bf16 copy as floats, hi rows then (split) lo rows, of the output width. */
 g3_status g3_cuda_test_rows(int op, int m, int n, int ny, int split, float *x, float *y, const float *w1,
                             const float *w2, float *xn, float *xh_f, g3_error *err);
+/* The same through the _f entry points with flags (ADD_NORM, GEGLU): KEEP_Y leaves y as it was, NO_F32 skips xn / a
+ * (xn then returns NaNs where the kernel did not write). */
+enum { G3C_TEST_KEEP_Y = 1, G3C_TEST_NO_F32 = 2 };
+g3_status g3_cuda_test_rows_f(int op, int flags, int m, int n, int ny, int split, float *x, float *y,
+                              const float *w1, const float *w2, float *xn, float *xh_f, g3_error *err);
 
 #ifdef __cplusplus
 }
