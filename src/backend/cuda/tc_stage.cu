@@ -316,10 +316,16 @@ static int tcm_variant(const g3_dmat *w) {
     return -1;
 }
 
-static int tcm_mode(void) { /* $G3_CUDA_TCM: 0 off, 2 weights through cp.async (AS = 1), else registers */
+/* $G3_CUDA_TCM: 0 off, 2 weights through cp.async (AS = 1), 3 int8 tensor cores (tc_q8.cu) where they apply (else
+ * as 1), else registers */
+static int tcm_mode(void) {
     const char *e = getenv("G3_CUDA_TCM");
-    return e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "2") ? 2 : 1;
+    return e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "2") ? 2 : e && !strcmp(e, "3") ? 3 : 1;
 }
+/* tc_q8.cu */
+int g3c_tq_supported(const g3_dmat *w, int m);
+cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, cudaStream_t st);
+cudaError_t g3c_tq_init(void);
 static int tcm_enabled(void) {
     return tcm_mode() != 0;
 }
@@ -343,6 +349,8 @@ static cudaError_t tcm_setup(tcm_inst *ti) {
 }
 
 cudaError_t g3c_tcm_init(void) {
+    cudaError_t eq = g3c_tq_init();
+    if (eq != cudaSuccess) return eq;
     tcm_build();
     for (int v = 0; v < 4; v++)
         for (int c = 0; c < 6; c++) {
@@ -354,6 +362,7 @@ cudaError_t g3c_tcm_init(void) {
 
 cudaError_t g3c_tcm_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, cudaStream_t st) {
     if (!g3c_tcm_supported(w, m)) return cudaErrorInvalidValue;
+    if (tcm_mode() == 3 && g3c_tq_supported(w, m)) return g3c_tq_mm(w, xh, m, y, n_sm, st);
     tcm_build();
     tcm_inst *ti = &tcm_table[tcm_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2][tcm_mode() == 2];
     cudaError_t e = tcm_setup(ti); /* no-op after g3c_tcm_init */

@@ -1,0 +1,416 @@
+/* Small-batch products (9..64 activation rows) on int8 and int4 weights with int8 tensor cores ($G3_CUDA_TCM=3):
+ * y += x W^T, the activations quantized to int8 inside the kernel, mma.sync m16n8k32 s8.s8.s32.
+ *
+ * Why (arithmetic, measured with ncu on the H200 for the staged bf16 kernel of tc_stage.cu, 27B int4 gate/up at 32
+ * rows): 46e6 instructions for 3.6e6 bf16 mma (12.8 per mma: nibble masks, per-value scale/offset hfma2 + hsub2,
+ * activation permutes, 64-bit unit divisions), at 0.47 issued per cycle per scheduler with 2 warps each: 110 us for
+ * 130 MB. Weights at 4.4 TB/s would take 30 us, and at 32 rows int4 (or 64 rows int8) that is 128 FLOP per weight
+ * byte: ~560 TFLOP/s, more than mma.sync reaches in bf16 on this chip. Here:
+ *  - int8 mma does k = 32 per instruction (2x the bf16 rate): int8 weights are A fragments as loaded (no decode);
+ *    int4 nibbles become int8 bytes (0..15) with one mask per 4 values (the activations of each 8 are stored in the
+ *    matching order x0,x2,x4,x6,x1,x3,x5,x7 when quantized, so no permutes in the loop);
+ *  - activations are quantized per row and block of 128 values (d = amax/127, q = rint(x/d)) while a stage is copied
+ *    into shared memory (every block quantizes the same values the same way; ~20% of the loop's instructions);
+ *  - int32 sums are turned into float once per block of 128 values (= one int4 group, g % 128 == 0): per output
+ *    y += s_g d_x acc (+ z_g d_x sum(q_x) for int4), int8 per channel: y += d_x acc, the channel scale at the end.
+ *    ~4 float ops per 4 k32 mma per output element: ~3.5 instructions per bf16-mma-equivalent instead of 12.8.
+ *  - weights stream through cp.async into a ring of 3 stages per warp (two stages in flight: ~64 KB per SM), the
+ *    activations of the next stage are loaded into registers at the top of a stage and quantized at its end.
+ * Accuracy: the product is W_deq . xq exactly up to float rounding, |xq - x| <= amax/254 per value of a block of 128
+ * (about the bf16 rounding of x for well-spread blocks, worse next to outliers; qgemv.cu uses blocks of 32 for <= 8
+ * rows). Supported: int8 per channel and int4 in groups of 128*j, k % 128 == 0; everything else (fp8, the GGUF int8
+ * and int4 groups of 16/32) stays on tc_stage.cu's kernels.
+ *
+ * Layouts. A stage is 128 weight bytes per row (int4: 256 values = 2 blocks; int8: 128 values = 1 block), 8 chunks
+ * of 16 bytes; lane (g, t) takes chunks t and 4 + t (rounds 0, 1) of rows g and g + 8 of each of its tiles.
+ * mma.m16n8k32 s8: a0 = A[g][4t..4t+3], a1 = A[g+8][4t..], a2 = A[g][16+4t..], a3 = A[g+8][16+4t..],
+ * b0 = B[4t..4t+3][g], b1 = B[16+4t..][g], c as in tc_frag.cuh; the k order inside one mma is free as long as A and
+ * B agree, and lane t's k slots hold its own chunk:
+ *   int8, mma h of a chunk (words w0..w3): a0/a1 = word 2h of rows g/g+8, a2/a3 = word 2h+1; b0/b1 = activation
+ *     words 2h, 2h+1 of the same 16 values (natural order);
+ *   int4, mma j (word j = 8 values): a0/a1 = word & 0x0F0F0F0F (values 0,2,4,6), a2/a3 = (word >> 4) & 0x0F0F0F0F
+ *     (1,3,5,7); b0/b1 = the 8 activation bytes of those values, stored as (x0,x2,x4,x6)(x1,x3,x5,x7).
+ * Shared activations: [2 buffers][MP rows][KS bytes] (16-byte units, unit XOR (row & 1) for int4 and (row & 1) << 2
+ * for int8, so the 8 lanes of a phase, rows g, g+1 x t = 0..3, hit distinct banks), then per buffer, block and row
+ * d and d * sum(q). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+#define TQ_WARPS 8
+
+template <int QT> struct tq_c {
+    static constexpr int KS = QT == G3Q_INT4 ? 256 : 128; /* values per row and stage */
+    static constexpr int SEGS = KS / 128;                   /* activation blocks per stage */
+    static constexpr int UPR = KS / 16;                     /* 16-byte units per activation row */
+};
+
+static __device__ __forceinline__ void tq_cp16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void tq_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+static __device__ __forceinline__ void tq_mma(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                              uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int QT> static __device__ __forceinline__ int tq_swz(int unit, int row) {
+    return QT == G3Q_INT4 ? unit ^ (row & 1) : unit ^ ((row & 1) << 2);
+}
+
+/* weights of unit (tile, stage) into this warp's ring slot: [round][T][2 rows][32 lanes] 16-byte words, each lane
+ * writes (and later reads) only its own words; chunks beyond the row are zeros */
+template <int T>
+static __device__ __forceinline__ void tq_load_w(const g3_dmat &w, int tile, int stage, int wi, int lane,
+                                                 uint4 *slot) {
+    const int n = w.n, nch = (w.qt == G3Q_INT4 ? w.k / 2 : w.k) / 16, g = lane >> 2, t = lane & 3;
+    const uint4 *W = (const uint4 *)w.q;
+#pragma unroll
+    for (int rl = 0; rl < 2; rl++)
+#pragma unroll
+        for (int tt = 0; tt < T; tt++) {
+            const int base = ((tile * TQ_WARPS + wi) * T + tt) * 16;
+            const int ra = min(base + g, n - 1), rb = min(base + g + 8, n - 1), kc = stage * 8 + 4 * rl + t;
+            uint4 *da = slot + ((rl * T + tt) * 2) * 32 + lane, *db = da + 32;
+            if (kc < nch) tq_cp16(da, W + (size_t)ra * nch + kc), tq_cp16(db, W + (size_t)rb * nch + kc);
+            else *da = make_uint4(0, 0, 0, 0), *db = make_uint4(0, 0, 0, 0);
+        }
+}
+
+/* group scales (and int4 offsets) of unit (tile, stage) for rows g, g + 8 of each tile, per block of 128 */
+template <int QT, int SC, int T> struct tq_sc {
+    float s[tq_c<QT>::SEGS][T][2], z[tq_c<QT>::SEGS][T][2];
+};
+template <int QT, int SC, int T>
+static __device__ __forceinline__ void tq_load_s(const g3_dmat &w, int tile, int stage, int wi, int g,
+                                                 tq_sc<QT, SC, T> &r) {
+    constexpr int SEGS = tq_c<QT>::SEGS, KS = tq_c<QT>::KS;
+    const int n = w.n, ngr = w.k / w.g;
+#pragma unroll
+    for (int sg = 0; sg < SEGS; sg++)
+#pragma unroll
+        for (int tt = 0; tt < T; tt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                r.s[sg][tt][h] = r.z[sg][tt][h] = 0.f;
+                if constexpr (SC) {
+                    const int row = min(((tile * TQ_WARPS + wi) * T + tt) * 16 + g + 8 * h, n - 1);
+                    const int grp = min((stage * KS + sg * 128) / w.g, ngr - 1);
+                    r.s[sg][tt][h] = __ldg(w.s + (size_t)row * ngr + grp);
+                    if constexpr (QT == G3Q_INT4) r.z[sg][tt][h] = __ldg(w.z + (size_t)row * ngr + grp);
+                }
+            }
+}
+
+/* activations of a stage: thread task idx = threadIdx.x + 256 r is row idx / (KS/8), 8-value piece idx % (KS/8);
+ * the 16 tasks of one block of 128 are 16 consecutive lanes */
+template <int QT, int NT> struct tq_xr {
+    static constexpr int R = 8 * NT * tq_c<QT>::KS / 8 / (TQ_WARPS * 32);
+    uint4 v[R];
+};
+template <int QT, int NT>
+static __device__ __forceinline__ void tq_x_load(tq_xr<QT, NT> &xr, const __nv_bfloat16 *xh, int m, int K,
+                                                 int stage) {
+    constexpr int KS = tq_c<QT>::KS, PPR = KS / 8;
+#pragma unroll
+    for (int r = 0; r < tq_xr<QT, NT>::R; r++) {
+        const int idx = threadIdx.x + TQ_WARPS * 32 * r, i = idx / PPR, p = idx % PPR, kk = stage * KS + 8 * p;
+        xr.v[r] = i < m && kk < K ? __ldcg((const uint4 *)(xh + (size_t)i * K + kk)) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+static __device__ __forceinline__ uint32_t tq_b4(int a, int b, int c, int d) {
+    return (uint32_t)(a & 255) | (uint32_t)(b & 255) << 8 | (uint32_t)(c & 255) << 16 | (uint32_t)(d & 255) << 24;
+}
+
+/* quantizes the loaded stage into xs ([MP][UPR] units) and ds ([SEGS][MP] d, then [SEGS][MP] d * sum q) */
+template <int QT, int NT>
+static __device__ __forceinline__ void tq_x_store(const tq_xr<QT, NT> &xr, uint4 *xs, float *ds) {
+    constexpr int KS = tq_c<QT>::KS, PPR = KS / 8, UPR = tq_c<QT>::UPR, MP = 8 * NT, SEGS = tq_c<QT>::SEGS;
+#pragma unroll
+    for (int r = 0; r < tq_xr<QT, NT>::R; r++) {
+        const int idx = threadIdx.x + TQ_WARPS * 32 * r, i = idx / PPR, p = idx % PPR;
+        const uint32_t wd[4] = {xr.v[r].x, xr.v[r].y, xr.v[r].z, xr.v[r].w};
+        float f[8];
+#pragma unroll
+        for (int j = 0; j < 4; j++) f[2 * j] = __uint_as_float(wd[j] << 16), f[2 * j + 1] = __uint_as_float(wd[j] & 0xffff0000u);
+        float amax = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) amax = fmaxf(amax, fabsf(f[j]));
+#pragma unroll
+        for (int o = 1; o < 16; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float inv = amax > 0.f ? 127.f / amax : 0.f;
+        int q[8], sum = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) q[j] = __float2int_rn(f[j] * inv), sum += q[j];
+#pragma unroll
+        for (int o = 1; o < 16; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        uint2 pk;
+        if constexpr (QT == G3Q_INT4) pk = make_uint2(tq_b4(q[0], q[2], q[4], q[6]), tq_b4(q[1], q[3], q[5], q[7]));
+        else pk = make_uint2(tq_b4(q[0], q[1], q[2], q[3]), tq_b4(q[4], q[5], q[6], q[7]));
+        ((uint2 *)(xs + i * UPR + tq_swz<QT>(p >> 1, i)))[p & 1] = pk;
+        if ((p & 15) == 0) {
+            const float d = amax * (1.f / 127.f);
+            ds[(p >> 4) * MP + i] = d, ds[SEGS * MP + (p >> 4) * MP + i] = d * (float)sum;
+        }
+    }
+}
+
+/* SC: 0 int8 per channel (scale at the end), 1 int4 (group scales and offsets). T tiles of 16 rows per warp. */
+template <int QT, int SC, int NT, int T>
+__global__ void __launch_bounds__(TQ_WARPS * 32, 1)
+    k_tq(g3_dmat w, const __nv_bfloat16 *__restrict__ xh, int m, float *__restrict__ y, int S, long long L) {
+    constexpr int SEGS = tq_c<QT>::SEGS, UPR = tq_c<QT>::UPR, MP = 8 * NT;
+    constexpr int WSLOT = 2 * T * 2 * 32;
+    extern __shared__ uint4 tq_sm[]; /* ring [3][warps][WSLOT], xs [2][MP][UPR], ds [2][2][SEGS][MP] floats */
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wi = threadIdx.x >> 5;
+    const int n = w.n, K = w.k;
+    const long long u0 = L * blockIdx.x / gridDim.x, u1 = L * (blockIdx.x + 1) / gridDim.x;
+    uint4 *ring = tq_sm + wi * WSLOT; /* + slot * warps * WSLOT */
+    uint4 *xsb = tq_sm + 3 * TQ_WARPS * WSLOT;
+    float *dsb = (float *)(xsb + 2 * MP * UPR);
+    /* (tile, stage) of units u, u + 1, u + 2 */
+    int tl0 = (int)(u0 / S), st0 = (int)(u0 % S);
+    int tl1 = st0 + 1 == S ? tl0 + 1 : tl0, st1 = st0 + 1 == S ? 0 : st0 + 1;
+    int tl2 = st1 + 1 == S ? tl1 + 1 : tl1, st2 = st1 + 1 == S ? 0 : st1 + 1;
+    /* the weights do not depend on the previous kernel: start their loads before waiting for it */
+    if (u0 < u1) tq_load_w<T>(w, tl0, st0, wi, lane, ring);
+    tq_commit();
+    if (u0 + 1 < u1) tq_load_w<T>(w, tl1, st1, wi, lane, ring + TQ_WARPS * WSLOT);
+    tq_commit();
+    tq_sc<QT, SC, T> cur, nxt;
+    if (u0 < u1) tq_load_s<QT, SC, T>(w, tl0, st0, wi, g, cur);
+    g3c_pdl_wait();
+    if (u0 >= u1) {
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        return;
+    }
+    nxt = cur;
+    tq_xr<QT, NT> xr;
+    tq_x_load<QT, NT>(xr, xh, m, K, st0);
+    tq_x_store<QT, NT>(xr, xsb, dsb);
+    float acc[T][NT][4];
+#pragma unroll
+    for (int tt = 0; tt < T; tt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[tt][nt][e] = 0.f;
+    int it = 0, xb = 0; /* ring slot (u - u0) % 3, activation buffer (u - u0) % 2 */
+    for (long long u = u0; u < u1; u++) {
+        asm volatile("cp.async.wait_group 1;" ::: "memory"); /* all but unit u + 1's weights have landed */
+        __syncthreads(); /* stage u's activations are stored; everyone is done with unit u - 1's buffers */
+        {
+            const int ns = it == 0 ? 2 : it - 1; /* = unit u - 1's slot, free now */
+            if (u + 2 < u1) tq_load_w<T>(w, tl2, st2, wi, lane, ring + ns * TQ_WARPS * WSLOT);
+            tq_commit();
+        }
+        if (u + 1 < u1) {
+            tq_load_s<QT, SC, T>(w, tl1, st1, wi, g, nxt);
+            tq_x_load<QT, NT>(xr, xh, m, K, st1);
+        }
+        const uint4 *xs = xsb + xb * MP * UPR;
+        const float *ds = dsb + xb * 2 * SEGS * MP;
+        const uint4 *ws = ring + it * TQ_WARPS * WSLOT + lane;
+#pragma unroll
+        for (int sg = 0; sg < SEGS; sg++) {
+            int ai[T][NT][4];
+#pragma unroll
+            for (int tt = 0; tt < T; tt++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) ai[tt][nt][e] = 0;
+#pragma unroll
+            for (int rr = 0; rr < 2 / SEGS; rr++) {
+                const int rl = sg * (2 / SEGS) + rr, c = 4 * rl + t; /* round, chunk of this lane */
+                uint4 wa[T], wb[T];
+#pragma unroll
+                for (int tt = 0; tt < T; tt++)
+                    wa[tt] = ws[((rl * T + tt) * 2) * 32], wb[tt] = ws[((rl * T + tt) * 2 + 1) * 32];
+                if constexpr (QT == G3Q_INT4) {
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) { /* activation unit 2c + hh: words j = 2hh, 2hh + 1 */
+                        uint4 xv[NT];
+#pragma unroll
+                        for (int nt = 0; nt < NT; nt++) {
+                            const int row = 8 * nt + g;
+                            xv[nt] = xs[row * UPR + tq_swz<QT>(2 * c + hh, row)];
+                        }
+#pragma unroll
+                        for (int jj = 0; jj < 2; jj++) {
+                            const int j = 2 * hh + jj;
+#pragma unroll
+                            for (int tt = 0; tt < T; tt++) {
+                                const uint32_t ua = j == 0 ? wa[tt].x : j == 1 ? wa[tt].y : j == 2 ? wa[tt].z : wa[tt].w;
+                                const uint32_t ub = j == 0 ? wb[tt].x : j == 1 ? wb[tt].y : j == 2 ? wb[tt].z : wb[tt].w;
+                                const uint32_t a0 = ua & 0x0F0F0F0Fu, a2 = (ua >> 4) & 0x0F0F0F0Fu;
+                                const uint32_t a1 = ub & 0x0F0F0F0Fu, a3 = (ub >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+                                for (int nt = 0; nt < NT; nt++)
+                                    tq_mma(ai[tt][nt], a0, a1, a2, a3, jj ? xv[nt].z : xv[nt].x,
+                                           jj ? xv[nt].w : xv[nt].y);
+                            }
+                        }
+                    }
+                } else {
+                    uint4 xv[NT];
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        const int row = 8 * nt + g;
+                        xv[nt] = xs[row * UPR + tq_swz<QT>(c, row)];
+                    }
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int tt = 0; tt < T; tt++) {
+                            const uint32_t a0 = h ? wa[tt].z : wa[tt].x, a2 = h ? wa[tt].w : wa[tt].y;
+                            const uint32_t a1 = h ? wb[tt].z : wb[tt].x, a3 = h ? wb[tt].w : wb[tt].y;
+#pragma unroll
+                            for (int nt = 0; nt < NT; nt++)
+                                tq_mma(ai[tt][nt], a0, a1, a2, a3, h ? xv[nt].z : xv[nt].x, h ? xv[nt].w : xv[nt].y);
+                        }
+                }
+            }
+            /* block sg done: y += s d acc (+ z d sum q) */
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const float2 dd = *(const float2 *)(ds + sg * MP + 8 * nt + 2 * t);
+                const float2 sx = *(const float2 *)(ds + SEGS * MP + sg * MP + 8 * nt + 2 * t);
+#pragma unroll
+                for (int tt = 0; tt < T; tt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float d = (e & 1) ? dd.y : dd.x, f = (float)ai[tt][nt][e];
+                        if constexpr (SC == 0) acc[tt][nt][e] = fmaf(d, f, acc[tt][nt][e]);
+                        else {
+                            acc[tt][nt][e] = fmaf(cur.s[sg][tt][e >> 1] * d, f, acc[tt][nt][e]);
+                            if constexpr (QT == G3Q_INT4)
+                                acc[tt][nt][e] = fmaf(cur.z[sg][tt][e >> 1], (e & 1) ? sx.y : sx.x, acc[tt][nt][e]);
+                        }
+                    }
+            }
+        }
+        if (u + 1 < u1) tq_x_store<QT, NT>(xr, xsb + (xb ^ 1) * MP * UPR, dsb + (xb ^ 1) * 2 * SEGS * MP);
+        if (u + 1 == u1 || st0 + 1 == S) { /* tile done (or this block's share of it): add into y */
+            const bool vec = (n & 1) == 0;  /* float2 atomics need even n */
+#pragma unroll
+            for (int tt = 0; tt < T; tt++) {
+                const int base = ((tl0 * TQ_WARPS + wi) * T + tt) * 16;
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    float *cc = acc[tt][nt];
+                    if (vec) {
+                        float s0 = (g & 1) ? cc[0] : cc[1], s1 = (g & 1) ? cc[2] : cc[3], v[2][2];
+                        const float r0 = __shfl_xor_sync(0xffffffffu, s0, 4), r1 = __shfl_xor_sync(0xffffffffu, s1, 4);
+                        if (g & 1) v[0][0] = r0, v[0][1] = cc[1], v[1][0] = r1, v[1][1] = cc[3];
+                        else v[0][0] = cc[0], v[0][1] = r0, v[1][0] = cc[2], v[1][1] = r1;
+                        const int col = 8 * nt + 2 * t + (g & 1);
+#pragma unroll
+                        for (int hf = 0; hf < 2; hf++) {
+                            const int row = base + 8 * hf + (g & ~1);
+                            if (row >= n || col >= m) continue;
+                            float2 pv = make_float2(v[hf][0], v[hf][1]);
+                            if constexpr (SC == 0) pv.x *= __ldg(w.s + row), pv.y *= __ldg(w.s + row + 1);
+                            atomicAdd((float2 *)(y + (size_t)col * n + row), pv);
+                        }
+                    } else {
+#pragma unroll
+                        for (int hf = 0; hf < 2; hf++) {
+                            const int row = base + g + 8 * hf, i = 8 * nt + 2 * t;
+                            if (row >= n) continue;
+                            const float sc = SC == 0 ? __ldg(w.s + row) : 1.f;
+                            if (i < m) atomicAdd(y + (size_t)i * n + row, cc[2 * hf] * sc);
+                            if (i + 1 < m) atomicAdd(y + (size_t)(i + 1) * n + row, cc[2 * hf + 1] * sc);
+                        }
+                    }
+#pragma unroll
+                    for (int e = 0; e < 4; e++) cc[e] = 0.f;
+                }
+            }
+        }
+        cur = nxt;
+        tl0 = tl1, st0 = st1, tl1 = tl2, st1 = st2;
+        tl2 = st1 + 1 == S ? tl1 + 1 : tl1, st2 = st1 + 1 == S ? 0 : st1 + 1;
+        it = it == 2 ? 0 : it + 1, xb ^= 1;
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
+/* ---- dispatch -------------------------------------------------------------------------------------------------- */
+typedef void (*tq_kernel)(g3_dmat, const __nv_bfloat16 *, int, float *, int, long long);
+typedef struct tq_inst {
+    tq_kernel k;
+    int smem, rows; /* dynamic shared memory bytes, weight rows per block tile */
+    int bps;        /* resident blocks per SM (0: not yet set up) */
+} tq_inst;
+
+/* tq_table[variant][NT 2, 4, 8]: variant 0 int8 per channel, 1 int4 */
+static tq_inst tq_table[2][3];
+static int tq_ready;
+
+template <int QT, int SC, int NT> static tq_inst tq_mk() {
+    constexpr int T = NT == 8 ? 1 : 2, MP = 8 * NT;
+    const int smem = 3 * TQ_WARPS * 2 * T * 2 * 32 * 16 + 2 * MP * tq_c<QT>::KS + 2 * 2 * tq_c<QT>::SEGS * MP * 4;
+    tq_inst r = {k_tq<QT, SC, NT, T>, smem, TQ_WARPS * T * 16, 0};
+    return r;
+}
+template <int QT, int SC> static void tq_row(tq_inst *row) {
+    row[0] = tq_mk<QT, SC, 2>(), row[1] = tq_mk<QT, SC, 4>(), row[2] = tq_mk<QT, SC, 8>();
+}
+static void tq_build(void) {
+    if (tq_ready) return;
+    tq_row<G3Q_INT8, 0>(tq_table[0]);
+    tq_row<G3Q_INT4, 1>(tq_table[1]);
+    tq_ready = 1;
+}
+
+static int tq_variant(const g3_dmat *w) {
+    if (w->k % 128 != 0 || w->g <= 0 || w->k % w->g != 0) return -1;
+    if (w->qt == G3Q_INT8) return w->g == w->k ? 0 : -1; /* GGUF int8 groups (16, 32): tc_stage.cu */
+    if (w->qt == G3Q_INT4) return w->g % 128 == 0 ? 1 : -1;
+    return -1;
+}
+
+int g3c_tq_supported(const g3_dmat *w, int m) { return m >= 9 && m <= 64 && w->n >= 1 && tq_variant(w) >= 0; }
+
+static cudaError_t tq_setup(tq_inst *ti) {
+    if (ti->bps) return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(ti->k, cudaFuncAttributeMaxDynamicSharedMemorySize, ti->smem);
+    if (e != cudaSuccess) return e;
+    int b = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, ti->k, TQ_WARPS * 32, (size_t)ti->smem);
+    if (e != cudaSuccess) return e;
+    ti->bps = b < 1 ? 1 : b;
+    return cudaSuccess;
+}
+
+cudaError_t g3c_tq_init(void) {
+    tq_build();
+    for (int v = 0; v < 2; v++)
+        for (int c = 0; c < 3; c++) {
+            cudaError_t e = tq_setup(&tq_table[v][c]);
+            if (e != cudaSuccess) return e;
+        }
+    return cudaSuccess;
+}
+
+cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, cudaStream_t st) {
+    if (!g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
+    tq_build();
+    tq_inst *ti = &tq_table[tq_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2];
+    cudaError_t e = tq_setup(ti); /* no-op after g3c_tq_init */
+    if (e != cudaSuccess) return e;
+    const int KS = w->qt == G3Q_INT4 ? 256 : 128, S = (w->k + KS - 1) / KS, tiles = (w->n + ti->rows - 1) / ti->rows;
+    const long long L = (long long)tiles * S;
+    long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * ti->bps;
+    if (blocks > L) blocks = L;
+    if (blocks < 1) blocks = 1;
+    return g3c_launch(ti->k, dim3((unsigned)blocks), dim3(TQ_WARPS * 32), (size_t)ti->smem, st, *w, xh, m, y, S, L);
+}
