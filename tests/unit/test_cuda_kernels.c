@@ -808,7 +808,8 @@ static void run_prefill_attention(int NH, int NKV, int D, int kind, int window, 
             }
         printf("  prefill attention %s NH=%d NKV=%d D=%d kind=%d window=%d softcap=%g chunk %d at %d (+2 decode "
                "rows): max err %.2e\n",
-               flash ? "flash " : "decode", NH, NKV, D, kind, window, softcap, L, P0, worst);
+               flash ? (getenv("G3_CUDA_FATC") ? "flash tc" : "flash ") : "decode", NH, NKV, D, kind, window, softcap, L,
+               P0, worst);
         assert_true(worst < 1e-4);
     }
     free(pos), free(useq), free(bt), free(qkv), free(o), free(q), free(k), free(v), free(sc);
@@ -827,6 +828,27 @@ static void test_prefill_attention(void **state) {
     setenv("G3_CUDA_ROWK", "0", 1); /* the old QK-norm kernel feeding both paths */
     run_prefill_attention(4, 2, 128, 1, 64, 0, 3, 60);
     unsetenv("G3_CUDA_ROWK");
+    unsetenv("G3_CUDA_FA");
+}
+
+/* The tensor-core flash kernel ($G3_CUDA_FATC=1; 3xTF32: products within ~2^-21 relative, as float32, so the same
+ * 1e-4 bound against the double reference) where D % 4 == 0 and D <= 128: several key tiles (double buffer),
+ * padding columns (D 96), partial tiles, GQA 1..8, softcap, sliding window. */
+static void test_prefill_attention_tc(void **state) {
+    (void)state;
+    need_gpu();
+    setenv("G3_CUDA_FA", "1", 1);
+    for (int v = 1; v <= 2; v++) { /* one group of 4 warps (double buffer); two groups on alternate key tiles */
+        setenv("G3_CUDA_FATC", v == 1 ? "1" : "2", 1);
+        printf("  G3_CUDA_FATC=%d\n", v);
+        run_prefill_attention(4, 2, 128, 0, 1024, 0, 100, 300);
+        run_prefill_attention(4, 2, 128, 1, 64, 50.f, 70, 200);
+        run_prefill_attention(8, 1, 64, 1, 100, 0, 0, 90);
+        run_prefill_attention(4, 4, 32, 0, 1024, 30.f, 20, 150);
+        run_prefill_attention(2, 1, 96, 0, 1024, 0, 0, 203);
+        run_prefill_attention(8, 2, 256, 1, 40, 0, 33, 77); /* D 256: the float32 kernel */
+    }
+    unsetenv("G3_CUDA_FATC");
     unsetenv("G3_CUDA_FA");
 }
 
@@ -854,8 +876,12 @@ static void check_bf16(const float *ref, const float *xh, size_t n, int split, c
     if (bad) fail_msg("%s: %zu bf16 copies differ from bf16(v) / bf16(v - hi)", what, bad);
 }
 
-static void run_rows(int op, int m, int n) {
+/* flags (ADD_NORM, GEGLU; m = 512, so the many-row kernels take them unless $G3_CUDA_ROWK=0): KEEP_Y leaves the
+ * slices as they were, NO_F32 leaves xn / a unwritten, checked through hi + lo (within 2^-16 relative of v). */
+static void run_rows_f(int op, int flags, int m, int n) {
     const int ny = 2, split = 1, on = op == 1 ? n / 2 : n;
+    const char *rke = getenv("G3_CUDA_ROWK");
+    const int eff = flags && !(rke && !strcmp(rke, "0")) && m >= (op == G3C_TEST_ADD_NORM ? 65 : 16) ? flags : 0;
     const size_t ysz = (size_t)ny * m * n;
     float *x = malloc(sizeof(float) * (size_t)m * n), *x0 = malloc(sizeof(float) * (size_t)m * n);
     float *y = malloc(sizeof(float) * ysz), *y0 = malloc(sizeof(float) * ysz);
@@ -867,8 +893,11 @@ static void run_rows(int op, int m, int n) {
     for (int i = 0; i < n; i++) w1[i] = 1 + 0.5f * frand(), w2[i] = 1 + 0.5f * frand();
     float cap = 7.f;
     g3_error err = {0};
-    if (g3_cuda_test_rows(op, m, n, ny, split, x, y, op == G3C_TEST_FINISH ? &cap : w1, w2, xn, xh, &err) != G3_OK)
+    if (g3_cuda_test_rows_f(op, flags, m, n, ny, split, x, y, op == G3C_TEST_FINISH ? &cap : w1, w2, xn, xh, &err) !=
+        G3_OK)
         fail_msg("%s", err.msg);
+    double worst_hl = 0; /* NO_F32: |hi + lo - v| relative */
+    size_t nan_xn = 0;
     double worst = 0;
     const size_t sl = (size_t)m * n;
     for (int r = 0; r < m; r++) {
@@ -889,6 +918,12 @@ static void run_rows(int op, int m, int n) {
             double inv2 = 1 / sqrt(s2 / n + 1e-6);
             for (int i = 0; i < n; i++) {
                 const double o = hrow[i] * inv2 * w2[i];
+                if (eff & G3C_TEST_NO_F32) {
+                    const size_t ii = (size_t)r * n + i;
+                    nan_xn += isnan(xn[ii]);
+                    worst_hl = fmax(worst_hl, fabs((double)xh[ii] + xh[(size_t)m * n + ii] - o) / fmax(1, fabs(o)));
+                    continue;
+                }
                 ref[(size_t)r * n + i] = xn[(size_t)r * n + i]; /* bf16 copies of what the kernel wrote */
                 worst = fmax(worst, fabs(o - xn[(size_t)r * n + i]) / fmax(1, fabs(o)));
             }
@@ -898,6 +933,12 @@ static void run_rows(int op, int m, int n) {
                 double g = (double)y0[(size_t)r * n + 2 * i] + y0[sl + (size_t)r * n + 2 * i];
                 double u = (double)y0[(size_t)r * n + 2 * i + 1] + y0[sl + (size_t)r * n + 2 * i + 1];
                 double a = 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+                if (eff & G3C_TEST_NO_F32) {
+                    const size_t ii = (size_t)r * on + i;
+                    nan_xn += isnan(xn[ii]);
+                    worst_hl = fmax(worst_hl, fabs((double)xh[ii] + xh[(size_t)m * on + ii] - a) / fmax(1, fabs(a)));
+                    continue;
+                }
                 ref[(size_t)r * on + i] = xn[(size_t)r * on + i];
                 worst = fmax(worst, fabs(a - xn[(size_t)r * on + i]) / fmax(1, fabs(a)));
             }
@@ -910,17 +951,25 @@ static void run_rows(int op, int m, int n) {
             }
         }
     }
-    size_t nz = 0;
-    for (size_t i = 0; i < ysz; i++) nz += op != G3C_TEST_TO_BF16 && y[i] != 0.f;
+    size_t nz = 0, changed = 0;
+    for (size_t i = 0; i < ysz; i++) nz += op != G3C_TEST_TO_BF16 && y[i] != 0.f, changed += y[i] != y0[i];
     static const char *names[] = {"add_norm", "geglu", "to_bf16", "finish_logits"};
     const char *rk = getenv("G3_CUDA_ROWK");
-    printf("  %-13s m=%-3d n=%-5d ROWK=%s: max rel err %.2e, %zu product values left nonzero\n", names[op], m, n,
-           rk ? rk : "default", worst, nz);
+    printf("  %-13s m=%-3d n=%-5d ROWK=%s flags %d (taken %d): max rel err %.2e, hi+lo %.2e, %zu product values left "
+           "nonzero, %zu changed\n", names[op], m, n, rk ? rk : "default", flags, eff, worst, worst_hl, nz, changed);
     assert_true(worst < 1e-5);
-    assert_int_equal(nz, 0);
-    if (op != G3C_TEST_FINISH) check_bf16(ref, xh, (size_t)m * on, split, names[op]);
+    if (eff & G3C_TEST_KEEP_Y) assert_int_equal(changed, 0); /* left for the next cuBLAS product to overwrite */
+    else assert_int_equal(nz, 0);
+    if (eff & G3C_TEST_NO_F32) {
+        /* hi + lo keeps ~16 bits: |lo| <= 2^-9 |v|, its own rounding <= 2^-9 |lo| -> 2^-18 |v|, plus float math */
+        assert_true(worst_hl < 1e-5);
+        assert_int_equal(nan_xn, (size_t)m * on); /* poisoned and never written */
+    } else if (op != G3C_TEST_FINISH) {
+        check_bf16(ref, xh, (size_t)m * on, split, names[op]);
+    }
     free(x), free(x0), free(y), free(y0), free(w1), free(w2), free(xn), free(xh), free(ref);
 }
+static void run_rows(int op, int m, int n) { run_rows_f(op, 0, m, n); }
 
 static void test_row_kernels(void **state) {
     (void)state;
@@ -934,6 +983,10 @@ static void test_row_kernels(void **state) {
             run_rows(G3C_TEST_GEGLU, ms[i], 2 * 4096);
             run_rows(G3C_TEST_TO_BF16, ms[i], 5376);
             run_rows(G3C_TEST_FINISH, ms[i], 4096);
+        }
+        for (int f = 1; f <= 3; f++) { /* the flags of the prefill forward ($G3_CUDA_NOZERO) */
+            run_rows_f(G3C_TEST_ADD_NORM, f, 512, 5376);
+            run_rows_f(G3C_TEST_GEGLU, f, 512, 2 * 4096);
         }
     }
     unsetenv("G3_CUDA_ROWK");
@@ -960,6 +1013,7 @@ int main(void) {
         cmocka_unit_test(test_qgemv),
         cmocka_unit_test(test_gemv_pipelined),
         cmocka_unit_test(test_prefill_attention),
+        cmocka_unit_test(test_prefill_attention_tc),
         cmocka_unit_test(test_row_kernels),
 #else
         cmocka_unit_test(no_cuda),

@@ -421,6 +421,15 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
     const int split = b->split;
     g3c_mm_ctx mc = {b->cub, b->st, b->wscratch, split, b->n_sm, b->tcnt, b->tcnt_n, b->q8, b->q8_bytes};
     int ny, fused;
+    /* prefill with every product on cuBLAS (beta = 0 overwrites y): the row kernels leave y as it is and skip the
+     * float32 copies only GEMV paths read; y is cleared once after the last layer ($G3_CUDA_NOZERO=0: off) */
+    int rf = m > 64 && g3c_nozero_enabled() ? G3C_KEEP_Y | G3C_NO_F32 : 0;
+    for (int l = 0; l < c->n_layers && rf; l++) {
+        const layer_dev *L = &b->L[l];
+        if (g3c_mm_path(&mc, &L->qkv, m) != G3C_PATH_CUBLAS || g3c_mm_path(&mc, &L->o, m) != G3C_PATH_CUBLAS ||
+            g3c_mm_path(&mc, &L->gu, m) != G3C_PATH_CUBLAS || g3c_mm_path(&mc, &L->down, m) != G3C_PATH_CUBLAS)
+            rf = 0;
+    }
     cudaError_t e;
     /* decode-sized steps: fused QK-norm + attention (rows of distinct sequences only) and the decode add-norm */
     const int dfuse = m <= 64 && b->distinct && g3c_dfuse_enabled();
@@ -451,7 +460,7 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
             RUN(g3c_attention_fused(&a, b->y, ny, L->q_norm, L->k_norm, b->part, b->acnt, b->o, b->oh, split, b->st));
             PROF("qk-norm + attention (fused)");
         } else {
-            RUN(g3c_qkv_post_rows(&a, b->y, ny, L->q_norm, L->k_norm, b->q, b->st)); /* g3c_qkv_post below 16 rows */
+            RUN(g3c_qkv_post_rows_f(&a, b->y, ny, L->q_norm, L->k_norm, b->q, rf, b->st)); /* qkv_post below 16 */
             PROF("qk-norm, rope, cache write");
             if (b->fa_step) {
                 RUN(g3c_attention_prefill(&a, b->q, b->part, b->acnt, b->fa_useq, b->fa_step == 2, b->o, b->oh, split,
@@ -463,11 +472,13 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
         }
         RUN(g3c_mm(&mc, &L->o, b->o, b->oh, m, b->y, &ny, NULL, NULL, 0, &fused));
         PROF("o product");
-        RUN(add_norm(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
+        if (rf) RUN(g3c_add_norm_f(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh, split, rf,
+                                   b->st));
+        else RUN(add_norm(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
         PROF("add + norms");
         RUN(g3c_mm(&mc, &L->gu, b->xn, b->xh, m, b->y, &ny, b->a, b->ah, 1, &fused));
         PROF("gate/up product");
-        if (!fused) RUN(g3c_geglu(b->y, ny, m, F, b->a, b->ah, split, b->st));
+        if (!fused) RUN(g3c_geglu_f(b->y, ny, m, F, b->a, b->ah, split, rf, b->st));
         else if (fused == 1 && g3c_mm_path(&mc, &L->down, m) != G3C_PATH_GEMV &&
                  g3c_mm_path(&mc, &L->down, m) != G3C_PATH_QGEMV)
             RUN(g3c_to_bf16(b->a, m, F, b->ah, split, b->st));
@@ -475,8 +486,18 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
         RUN(g3c_mm(&mc, &L->down, b->a, b->ah, m, b->y, &ny, NULL, NULL, 0, &fused));
         PROF("down product");
         const float *next = l + 1 < c->n_layers ? b->L[l + 1].attn_norm : b->final_norm;
-        RUN(add_norm(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
+        if (rf) /* the head reads the last xn */
+            RUN(g3c_add_norm_f(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split,
+                               l + 1 < c->n_layers ? rf : G3C_KEEP_Y, b->st));
+        else RUN(add_norm(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
         PROF("add + norms");
+    }
+    if (rf) { /* [ny][m][widest product] */
+        size_t wmax = (size_t)(c->n_heads + 2 * c->n_kv_heads) * D;
+        if ((size_t)2 * F > wmax) wmax = (size_t)2 * F;
+        if ((size_t)H > wmax) wmax = (size_t)H;
+        RUN(cudaMemsetAsync(b->y, 0, (split ? 2 : 1) * (size_t)m * wmax * sizeof(float), b->st));
+        PROF("clear y");
     }
     for (int c0 = 0; c0 < n_out; c0 += b->HC) {
         int hc = n_out - c0 < b->HC ? n_out - c0 : b->HC;

@@ -203,6 +203,16 @@ cudaError_t g3c_add_norm(float *x, float *y, int ny, const float *w1, const floa
 /* a[r][i] = gelu_tanh(y[r][2i]) * y[r][2i+1] over interleaved (gate, up) rows (ny slices, zeroed); bf16 copies. */
 cudaError_t g3c_geglu(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split,
                       cudaStream_t st);
+/* Flags of the _f variants (many-row kernels; the others ignore them and do everything): G3C_KEEP_Y leaves the
+ * product slices as they are (the next writer of y overwrites them: cuBLAS, beta = 0; the forward clears y after its
+ * last layer), G3C_NO_F32 skips the float32 output (xn, a) when only its bf16 copies are read. $G3_CUDA_NOZERO=0: the
+ * forward passes no flags. */
+enum { G3C_KEEP_Y = 1, G3C_NO_F32 = 2 };
+int g3c_nozero_enabled(void);
+cudaError_t g3c_add_norm_f(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m, int H,
+                           float *xn, __nv_bfloat16 *xh, int split, int flags, cudaStream_t st);
+cudaError_t g3c_geglu_f(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, int flags,
+                        cudaStream_t st);
 /* f32 [m][n] -> bf16 hi [m][n] (+ lo at +m rows). */
 cudaError_t g3c_to_bf16(const float *x, int m, int n, __nv_bfloat16 *xh, int split, cudaStream_t st);
 /* dst[i] = src[rows[i]] for i < n (rows of width n_cols). */
@@ -247,6 +257,8 @@ int g3c_rowk_enabled(void); /* 1 unless $G3_CUDA_ROWK=0 */
 /* g3c_qkv_post for many rows (m >= G3C_ROWK_MIN, ny <= 2; otherwise it calls g3c_qkv_post). */
 cudaError_t g3c_qkv_post_rows(const g3c_attn_args *a, float *y, int ny, const float *qn, const float *kn,
                               float *qout, cudaStream_t st);
+cudaError_t g3c_qkv_post_rows_f(const g3c_attn_args *a, float *y, int ny, const float *qn, const float *kn,
+                                float *qout, int flags, cudaStream_t st); /* G3C_KEEP_Y */
 /* $G3_CUDA_FA: 0 off, 1 forced, 2 auto (default). */
 int g3c_fa_mode(void);
 /* Host side: whether the batch (sequence slot of each of M rows) takes the prefill attention path: 0 no, 1 yes,
@@ -255,6 +267,11 @@ int g3c_fa_wanted(const int32_t *seq, int M, int NH, int NKV, int D, int n_sm);
 /* Once per forward: fa_useq[r] = -1 for the rows the flash kernel takes, else useq[r] ([m] ints). */
 cudaError_t g3c_fa_plan(const g3c_rows *rows, int m, int NH, int NKV, int32_t *fa_useq, cudaStream_t st);
 /* g3c_attention for a batch planned by g3c_fa_plan: the decode kernel for the other rows, then the flash kernel. */
+/* The flash kernel on tensor cores, 3xTF32 (attention_tc.cu; D % 4 == 0, D <= 128, else cudaErrorNotSupported);
+ * g3c_attention_prefill takes it when $G3_CUDA_FATC=1 or 2 (g3c_fatc_enabled: 0, 1 or 2 = two warp groups). */
+cudaError_t g3c_fa_tc(const g3c_attn_args *a, const float *q, const int32_t *fa_useq, float *o, __nv_bfloat16 *oh,
+                      int split, cudaStream_t st);
+int g3c_fatc_enabled(void);
 cudaError_t g3c_attention_prefill(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt,
                                   const int32_t *fa_useq, int all_flash, float *o, __nv_bfloat16 *oh, int split,
                                   cudaStream_t st);
