@@ -278,10 +278,10 @@ static void test_attention(void **state) {
 
 /* ---- decode attention (fused QK-norm + RoPE + cache write + attention) and the decode add-norm ---------------- */
 /* Rows r < m of distinct sequences (useq[r] = r, or -1 for a padding row) decode at position lens[r] after a history
- * of lens[r] rows (positions 0..lens[r]-1, cache writes only). Both the separate kernels and the fused one are
- * checked against a double reference; the fused one must also leave the qkv buffer zeroed. Tolerance 1e-4 absolute
- * as in run_attention: outputs are O(1) convex combinations of values in [-2, 2], float32 softmax over <= ~700 keys
- * keeps errors near 1e-6. */
+ * of lens[r] rows (positions 0..lens[r]-1, cache writes only). The separate kernels and the fused one, each with the
+ * second decode kernel (attention_dec.cu) and the round-1 one, are checked against a double reference; every mode
+ * must leave the qkv buffer zeroed. Tolerance 1e-4 absolute as in run_attention: outputs are O(1) convex
+ * combinations of values in [-2, 2], float32 softmax over <= ~700 keys keeps errors near 1e-6. */
 static void run_attention_decode(int NH, int NKV, int D, int kind, int window, int n_splits, float softcap, int B,
                                  int m, const int *lens, int pad_row) {
     const int NQKV = (NH + 2 * NKV) * D;
@@ -356,7 +356,11 @@ static void run_attention_decode(int NH, int NKV, int D, int kind, int window, i
         }
     }
     float *o = malloc(sizeof(float) * (size_t)m * NH * D), *ya = malloc(sizeof(float) * (size_t)m * NQKV);
-    for (int fused = 0; fused <= 1; fused++) {
+    /* the hook's bit 0: fused, bit 1: round-1 kernels (else attention_dec.cu) */
+    static const int modes[4] = {0, 2, 1, 3};
+    static const char *mode_name[4] = {"separate", "separate-r1", "fused", "fused-r1"};
+    for (int mi = 0; mi < 4; mi++) {
+        const int fused = modes[mi];
         for (size_t i = 0; i < (size_t)m * NH * D; i++) o[i] = NAN;
         for (size_t i = 0; i < (size_t)m * NQKV; i++) ya[i] = NAN;
         g3_error err = {0};
@@ -372,7 +376,7 @@ static void run_attention_decode(int NH, int NKV, int D, int kind, int window, i
         size_t nonzero = 0;
         for (size_t i = 0; i < (size_t)m * NQKV; i++) nonzero += ya[i] != 0.f;
         printf("  decode attention %s NH=%d NKV=%d D=%d kind=%d window=%d splits=%d softcap=%g block=%d rows=%d: "
-               "max err %.2e, qkv left non-zero %zu\n", fused ? "fused" : "separate", NH, NKV, D, kind, window,
+               "max err %.2e, qkv left non-zero %zu\n", mode_name[mi], NH, NKV, D, kind, window,
                n_splits, softcap, B, m, worst, nonzero);
         assert_true(worst < 1e-4);
         assert_int_equal(nonzero, 0);
@@ -395,6 +399,14 @@ static void test_attention_decode(void **state) {
     int many[40];
     for (int i = 0; i < 40; i++) many[i] = (i * 37) % 90;
     run_attention_decode(8, 1, 64, 1, 20, 2, 0, 8, 40, many, 39); /* G = 8, 40 rows */
+    /* 27B shape, 40 rows of different sequences (0..297 keys), sliding window 50 < context, softcap */
+    int many27[40];
+    for (int i = 0; i < 40; i++) many27[i] = (i * 53) % 300;
+    run_attention_decode(32, 16, 128, 1, 50, 16, 30.f, 16, 40, many27, 7);
+    run_attention_decode(32, 16, 128, 0, 1024, 4, 0, 16, 40, many27, -1);
+    run_attention_decode(8, 4, 256, 1, 100, 9, 0, 16, 8, eight, 5); /* 4B head shape, window 100 */
+    const int two[2] = {0, 700};                                    /* a row with no history, a long one */
+    run_attention_decode(4, 1, 256, 1, 512, 12, 0, 32, 2, two, -1);  /* 1B head shape, window 512 < 701 keys */
 }
 
 /* Decode add-norm against a double reference: x' = x + rms(sum_j y_j) * w1, xn = rms(x') * w2; the bf16 copies must

@@ -9,6 +9,11 @@
  * split writes the new key and value into the cache before walking its keys, and the block that finishes the
  * (row, kv head) zeroes the product output it read.
  *
+ * g3c_attention and g3c_attention_fused hand their work to the second decode kernel (attention_dec.cu: clusters
+ * merging in distributed shared memory) where it supports the shape, unless $G3_CUDA_ATTN2=0; the kernels here then
+ * serve the other shapes. The fused launch is the default only with $G3_CUDA_ATTN2=0 (g3c_dfuse_enabled): with the
+ * second kernel, the separate QK-norm launch plus attention measured faster on the H200.
+ *
  * Cache block layout (float32): [n_layers_of_kind][2 (K, V)][NKV][kv_block][D]; a key at position p of sequence u
  * lives in physical block bt[u][kind][p / kv_block], slot p % kv_block. Sliding layers see keys p-W+1..p. */
 #include <stdlib.h>
@@ -420,25 +425,28 @@ static cudaError_t attention_any(const g3c_attn_args *a, const float *q, float *
 
 cudaError_t g3c_attention(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt, float *o,
                           __nv_bfloat16 *oh, int split, cudaStream_t st) {
+    if (g3c_attn2_enabled() && g3c_attn2_supported(a)) return g3c_attn2(a, q, o, oh, split, st); /* attention_dec.cu */
     return attention_any<false>(a, q, part, cnt, o, oh, split, NULL, 0, NULL, NULL, st);
 }
 
 cudaError_t g3c_attention_fused(const g3c_attn_args *a, float *y, int ny, const float *qn, const float *kn,
                                 float *part, unsigned *cnt, float *o, __nv_bfloat16 *oh, int split, cudaStream_t st) {
     if (a->D > 256 || a->D % 2 || a->m > 64 || ny < 1) return cudaErrorInvalidValue;
+    if (g3c_attn2_enabled() && g3c_attn2_supported(a)) /* attention_dec.cu */
+        return g3c_attn2_fused(a, y, ny, qn, kn, o, oh, split, st);
     return attention_any<true>(a, NULL, part, cnt, o, oh, split, y, ny, qn, kn, st);
 }
 
 int g3c_dfuse_enabled(void) {
     static int on = -1;
     if (on < 0) {
-        const char *e = getenv("G3_CUDA_DFUSE");
-        on = !(e && !strcmp(e, "0"));
+        const char *e = getenv("G3_CUDA_DFUSE"); /* default: fused only with the round-1 attention kernel */
+        on = e ? strcmp(e, "0") != 0 : !g3c_attn2_enabled();
     }
     return on;
 }
 
-/* ---- test hook: decode rows over a cache filled by history rows ------------------------------------------------- */
+/* ---- test hook: decode rows over a cache filled by history rows (fused: bit 0 fused, bit 1 round-1 kernels) -- */
 extern "C" {
 #include "backend/cuda/cuda_api.h"
 }
@@ -466,6 +474,8 @@ extern "C" g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, i
     int32_t *dpar = NULL; /* hist pos [mh], hist useq [mh], pos [m], useq [m], bt [n_u][2][mbps] */
     g3c_attn_args a;
     cudaStream_t st = NULL;
+    g3c_attn2_force(fused & 2 ? 0 : 1); /* bit 1: the round-1 attention kernel (separate launches) */
+    fused &= 1;
     AT_CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
     AT_CK(cudaMalloc((void **)&dy, (size_t)mx * NQKV * 4), "alloc");
     AT_CK(cudaMalloc((void **)&dq, (size_t)mx * t->NH * D * 4), "alloc");
@@ -514,6 +524,7 @@ extern "C" g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, i
     AT_CK(cudaMemcpy(o, dout, (size_t)m * t->NH * D * 4, cudaMemcpyDeviceToHost), "download");
     if (y_after) AT_CK(cudaMemcpy(y_after, dy, (size_t)m * NQKV * 4, cudaMemcpyDeviceToHost), "download");
 out:
+    g3c_attn2_force(-1);
     cudaFree(dy), cudaFree(dq), cudaFree(dpart), cudaFree(dout), cudaFree(pool), cudaFree(dnorm), cudaFree(dpar);
     cudaFree(douth), cudaFree(dcnt);
     if (st) cudaStreamDestroy(st);

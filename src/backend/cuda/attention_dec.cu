@@ -1,0 +1,391 @@
+/* Decode attention, second version (g3c_attention takes it where g3c_attn2_supported, unless $G3_CUDA_ATTN2=0):
+ * short, load-first key walks spread over a thread-block cluster per (row, kv head), merged through distributed
+ * shared memory instead of a second pass over global partials.
+ *
+ * grid (NKV, m, C), cluster (1, 1, C), 128 threads (4 warps): the C * 4 warps of a (row, kv head) take the row's
+ * visible keys in groups of NKW consecutive keys, group i going to warp i mod 4C. A warp looks up the cache slots of
+ * its NKW keys (one block-table read per lane), issues every K and V load of the group at once (each lane holds
+ * EPL = D/32 consecutive values of a row), then computes the G x NKW scores (GQA: the G query heads of the kv head
+ * share each K/V read), reduces them with shuffles and updates its float32 online softmax. The 4 warps merge in
+ * shared memory (one barrier), the C blocks through distributed shared memory (cluster barriers), and the threads of
+ * the cluster normalize and write o and its bf16 copy. No counters, no partials in global memory, one launch.
+ *
+ * Rows are read from device memory (position, sequence, block table), so graphs replay it; padding rows (useq < 0)
+ * write zeros. Cache layout as in attention.cu. */
+#include <cooperative_groups.h>
+#include <stdlib.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace cg = cooperative_groups;
+
+
+template <int EPL> __device__ __forceinline__ void a2_ld(float (&v)[EPL], const float *p) {
+    if constexpr (EPL == 2) {
+        const float2 t = __ldg((const float2 *)p);
+        v[0] = t.x, v[1] = t.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPL / 4; i++) {
+            const float4 t = __ldg((const float4 *)p + i);
+            v[4 * i] = t.x, v[4 * i + 1] = t.y, v[4 * i + 2] = t.z, v[4 * i + 3] = t.w;
+        }
+    }
+}
+
+/* EPL consecutive floats written by an earlier kernel (plain loads: y is also written by this one) */
+template <int EPL> __device__ __forceinline__ void a2_ldy(float (&v)[EPL], const float *p) {
+    if constexpr (EPL == 2) {
+        const float2 t = *(const float2 *)p;
+        v[0] = t.x, v[1] = t.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPL / 4; i++) {
+            const float4 t = ((const float4 *)p)[i];
+            v[4 * i] = t.x, v[4 * i + 1] = t.y, v[4 * i + 2] = t.z, v[4 * i + 3] = t.w;
+        }
+    }
+}
+template <int EPL> __device__ __forceinline__ void a2_st(float *p, const float (&v)[EPL]) {
+    if constexpr (EPL == 2) {
+        *(float2 *)p = make_float2(v[0], v[1]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPL / 4; i++) ((float4 *)p)[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+    }
+}
+
+/* Fused: one head of the product output (the ny slices, stride sl, at y + base) RMS-normalized with weights w and
+ * rotated for position p; lane holds values d = lane*EPL + e, whose RoPE partner d +- D/2 is value e of lane ^ 16. */
+template <int EPL>
+__device__ __forceinline__ void a2_norm_rope(const float *y, int ny, size_t sl, size_t base, const float *w,
+                                             const float *inv_freq, int p, float eps, int lane, float (&out)[EPL]) {
+    constexpr int D = 32 * EPL, half = D / 2;
+    float v[EPL], wv[EPL], ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < EPL; e++) v[e] = 0.f;
+    for (int j = 0; j < ny; j++) {
+        float t[EPL];
+        a2_ldy<EPL>(t, y + j * sl + base + lane * EPL);
+#pragma unroll
+        for (int e = 0; e < EPL; e++) v[e] += t[e];
+    }
+#pragma unroll
+    for (int e = 0; e < EPL; e++) ss += v[e] * v[e];
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = 1.f / sqrtf(ss / (float)D + eps);
+    a2_ld<EPL>(wv, w + lane * EPL);
+#pragma unroll
+    for (int e = 0; e < EPL; e++) {
+        const float x = v[e] * inv * wv[e], xp = __shfl_xor_sync(0xffffffffu, x, 16);
+        const int d = lane * EPL + e, i = d < half ? d : d - half;
+        const float ang = (float)p * inv_freq[i], c = cosf(ang), sn = sinf(ang);
+        out[e] = d < half ? x * c - xp * sn : x * c + xp * sn;
+    }
+}
+
+template <int G, int EPL, int WPB, bool FU>
+__global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float *__restrict__ q,
+                                                       float *__restrict__ o, __nv_bfloat16 *__restrict__ oh,
+                                                       int split, float *y, int ny, const float *qn,
+                                                       const float *kn) {
+    constexpr int D = 32 * EPL, GD = G * D;
+    constexpr int NKW = 32 / EPL < 32 / G ? 32 / EPL : 32 / G; /* keys per warp group: <= 64 K/V registers */
+    constexpr int IPB = 32 / NKW; /* groups whose cache slots one block-table lookup round finds */
+    __shared__ __align__(16) float s_acc[WPB][GD];
+    __shared__ float s_m[WPB][G], s_l[WPB][G];
+    __shared__ __align__(16) float b_acc[GD]; /* the block's merged partial (read by the cluster) */
+    __shared__ float b_m[G], b_l[G];
+    g3c_pdl_wait();
+    const int kh = blockIdx.x, r = blockIdx.y, C = gridDim.z, rank = blockIdx.z; /* cluster (1,1,C) = z extent */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int u = a.rows.useq[r], p = a.rows.pos[r];
+    int lo = 0, n = 0;
+    if (u >= 0) lo = a.kind == 1 ? max(0, p - a.window + 1) : 0, n = p - lo + 1;
+    const int NG = (n + NKW - 1) / NKW, TW = C * WPB;
+    float qv[G][EPL], acc[G][EPL], mx[G], l[G];
+    const float *qb = q + (size_t)r * a.NH * D + (size_t)kh * GD + lane * EPL;
+    const size_t rowb = (size_t)r * (a.NH + 2 * a.NKV) * D, sl = (size_t)a.m * (a.NH + 2 * a.NKV) * D; /* fused: y */
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        if (FU) a2_norm_rope<EPL>(y, ny, sl, rowb + (size_t)(kh * G + g) * D, qn, a.inv_freq, p, a.eps, lane, qv[g]);
+        else a2_ld<EPL>(qv[g], qb + g * D);
+        mx[g] = -INFINITY, l[g] = 0.f;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) acc[g][e] = 0.f;
+    }
+    const int32_t *bt = a.rows.bt + ((size_t)(u < 0 ? 0 : u) * 2 + a.kind) * a.rows.mbps;
+    const size_t vstride = (size_t)a.NKV * a.kv_block * D; /* K slot -> V slot */
+    const float *pool = a.pool + lane * EPL;
+    long long off = -1; /* lane i: element offset of the K row of key i % NKW of this warp's group it + i / NKW */
+    for (int it = 0, gi = rank * WPB + warp; gi < NG; it++, gi += TW) {
+        const int sub = it % IPB, kb = lo + gi * NKW;
+        if (sub == 0) { /* the slots of the next IPB groups at once */
+            const int gj = gi + (lane / NKW) * TW, key = lo + gj * NKW + lane % NKW;
+            off = -1;
+            if (gj < NG && key <= p) {
+                const int blk = bt[key / a.kv_block];
+                if (blk >= 0)
+                    off = ((((long long)blk * a.n_layers_kind + a.layer_in_kind) * 2 * a.NKV + kh) * a.kv_block +
+                           key % a.kv_block) * D;
+            }
+        }
+        float kr[NKW][EPL], vr[NKW][EPL];
+        bool ok[NKW];
+#pragma unroll
+        for (int j = 0; j < NKW; j++) { /* every load issued before any use; missing keys read slot 0 */
+            const long long oj = __shfl_sync(0xffffffffu, off, sub * NKW + j);
+            ok[j] = oj >= 0;
+            a2_ld<EPL>(kr[j], pool + (ok[j] ? oj : 0));
+            a2_ld<EPL>(vr[j], pool + (ok[j] ? oj + (long long)vstride : 0));
+        }
+        const int jp = p - kb; /* fused: this group holds the row's own key: normalize, rotate, write, use it */
+        if (FU && jp >= 0 && jp < NKW) { /* warp-uniform */
+            float kp[EPL], vp[EPL];
+            a2_norm_rope<EPL>(y, ny, sl, rowb + (size_t)(a.NH + kh) * D, kn, a.inv_freq, p, a.eps, lane, kp);
+#pragma unroll
+            for (int e = 0; e < EPL; e++) vp[e] = 0.f;
+            for (int j = 0; j < ny; j++) {
+                float t[EPL];
+                a2_ldy<EPL>(t, y + j * sl + rowb + (size_t)(a.NH + a.NKV + kh) * D + lane * EPL);
+#pragma unroll
+                for (int e = 0; e < EPL; e++) vp[e] += t[e];
+            }
+            const long long op = __shfl_sync(0xffffffffu, off, sub * NKW + jp);
+            if (op >= 0) {
+                a2_st<EPL>(a.pool + op + lane * EPL, kp);
+                a2_st<EPL>(a.pool + op + (long long)vstride + lane * EPL, vp);
+            }
+#pragma unroll
+            for (int j = 0; j < NKW; j++)
+                if (j == jp)
+#pragma unroll
+                    for (int e = 0; e < EPL; e++) kr[j][e] = kp[e], vr[j][e] = vp[e];
+        }
+        float s[NKW][G];
+#pragma unroll
+        for (int j = 0; j < NKW; j++)
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float t = 0.f;
+#pragma unroll
+                for (int e = 0; e < EPL; e++) t = fmaf(qv[g][e], kr[j][e], t);
+                s[j][g] = t;
+            }
+#pragma unroll
+        for (int of = 16; of; of >>= 1)
+#pragma unroll
+            for (int j = 0; j < NKW; j++)
+#pragma unroll
+                for (int g = 0; g < G; g++) s[j][g] += __shfl_xor_sync(0xffffffffu, s[j][g], of);
+#pragma unroll
+        for (int j = 0; j < NKW; j++)
+#pragma unroll
+            for (int e = 0; e < EPL; e++) vr[j][e] = ok[j] ? vr[j][e] : 0.f; /* slot 0 may hold anything */
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float mn = mx[g];
+#pragma unroll
+            for (int j = 0; j < NKW; j++) {
+                float t = s[j][g] * a.scale;
+                if (a.softcap > 0.f) t = a.softcap * tanhf(t / a.softcap);
+                s[j][g] = ok[j] ? t : -INFINITY;
+                mn = fmaxf(mn, s[j][g]);
+            }
+            if (mn == -INFINITY) continue; /* warp-uniform: no key yet */
+            const float corr = expf(mx[g] - mn);
+            float ls = 0.f;
+#pragma unroll
+            for (int e = 0; e < EPL; e++) acc[g][e] *= corr;
+#pragma unroll
+            for (int j = 0; j < NKW; j++) {
+                const float pj = expf(s[j][g] - mn);
+                ls += pj;
+#pragma unroll
+                for (int e = 0; e < EPL; e++) acc[g][e] = fmaf(pj, vr[j][e], acc[g][e]);
+            }
+            l[g] = l[g] * corr + ls, mx[g] = mn;
+        }
+    }
+    /* the 4 warps of the block */
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+#pragma unroll
+        for (int e = 0; e < EPL; e++) s_acc[warp][g * D + lane * EPL + e] = acc[g][e];
+        if (lane == 0) s_m[warp][g] = mx[g], s_l[warp][g] = l[g];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < GD; e += WPB * 32) {
+        const int g = e / D;
+        float M = -INFINITY, out = 0.f, L = 0.f;
+#pragma unroll
+        for (int w = 0; w < WPB; w++) M = fmaxf(M, s_m[w][g]);
+        if (M != -INFINITY)
+#pragma unroll
+            for (int w = 0; w < WPB; w++) {
+                const float f = s_m[w][g] == -INFINITY ? 0.f : expf(s_m[w][g] - M);
+                out += f * s_acc[w][e], L += f * s_l[w][g];
+            }
+        b_acc[e] = out;
+        if (e % D == 0) b_m[g] = M, b_l[g] = L;
+    }
+    cg::cluster_group cluster = cg::this_cluster();
+    if (C > 1) cluster.sync(); /* every block's partial written and visible to the cluster */
+    else __syncthreads();
+    if (FU && rank == 0) /* every read of y in the cluster is behind that barrier: zero what the pair read */
+        for (int t = threadIdx.x; t < ny * (G + 2) * D; t += WPB * 32) {
+            const int j = t / ((G + 2) * D), sec = t % ((G + 2) * D) / D, d = t % D;
+            const int head = sec < G ? kh * G + sec : sec == G ? a.NH + kh : a.NH + a.NKV + kh;
+            y[j * sl + rowb + (size_t)head * D + d] = 0.f;
+        }
+    /* the cluster's threads share the G*D outputs; each merges the C block partials of its element */
+    const size_t ob = (size_t)r * a.NH * D + (size_t)kh * GD;
+    for (int e = rank * WPB * 32 + threadIdx.x; e < GD; e += C * WPB * 32) {
+        const int g = e / D;
+        float mj[8], lj[8], aj[8], M = -INFINITY, out = 0.f, L = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            mj[j] = -INFINITY, lj[j] = 0.f, aj[j] = 0.f;
+            if (j < C) {
+                const float *pm = C > 1 ? cluster.map_shared_rank(b_m, j) : b_m;
+                const float *pl = C > 1 ? cluster.map_shared_rank(b_l, j) : b_l;
+                const float *pa = C > 1 ? cluster.map_shared_rank(b_acc, j) : b_acc;
+                mj[j] = pm[g], lj[j] = pl[g], aj[j] = pa[e];
+            }
+            M = fmaxf(M, mj[j]);
+        }
+        if (M != -INFINITY)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float f = mj[j] == -INFINITY ? 0.f : expf(mj[j] - M);
+                out += f * aj[j], L += f * lj[j];
+            }
+        const float v = L > 0.f ? out / L : 0.f;
+        const size_t idx = ob + e;
+        o[idx] = v;
+        const __nv_bfloat16 hv = __float2bfloat16_rn(v);
+        oh[idx] = hv;
+        if (split) oh[(size_t)a.m * a.NH * D + idx] = __float2bfloat16_rn(v - __bfloat162float(hv));
+    }
+    if (C > 1) cluster.sync(); /* no block leaves while another may still read its shared memory */
+}
+
+static int a2_force = -1; /* test override of $G3_CUDA_ATTN2 (-1: none) */
+
+void g3c_attn2_force(int on) { a2_force = on; }
+
+int g3c_attn2_enabled(void) {
+    static int on = -1;
+    if (a2_force >= 0) return a2_force;
+    if (on < 0) {
+        const char *e = getenv("G3_CUDA_ATTN2");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on;
+}
+
+int g3c_attn2_supported(const g3c_attn_args *a) {
+    if (a->NKV < 1 || a->NH % a->NKV || a->m < 1 || a->m > 65535) return 0;
+    const int G = a->NH / a->NKV;
+    return (a->D == 64 || a->D == 128 || a->D == 256) && (G == 1 || G == 2 || G == 4 || G == 8) && G * a->D <= 1024;
+}
+
+/* Grid shape for m rows: the cluster size C (blocks per (row, kv head)) is the smallest power of two giving at least
+ * one block per SM, at most 8 (the portable limit); blocks of 4 warps. $G3_CUDA_ATTN2_C (1, 2, 4, 8) and
+ * $G3_CUDA_ATTN2_W (4, 16) force either. Measured on the H200 (27B shape, graphs of 62 layers, attention alone):
+ * 1 row at 600 keys C = 8: 9.5 us (C 4: 11.1, 2: 17.5, 1: 28.8; 16 warps: 14.5); 8 rows at ~550 keys C = 2: 24.6 us
+ * (C 1: 32.3, 4: 28.8); 32 rows at 65..96 keys C = 1: 15.4 us (C 2: 21.1); 64 rows C = 1: 28.6 us (C 2: 38.2).
+ * *wpb may be NULL. */
+int g3c_attn2_cluster(int m, int NKV, int *wpb) {
+    static int n_sm = 0, fc = -1, fw = -1;
+    if (fc < 0) {
+        const char *e = getenv("G3_CUDA_ATTN2_C"), *w = getenv("G3_CUDA_ATTN2_W");
+        const int v = e ? atoi(e) : 0, vw = w ? atoi(w) : 0;
+        fc = v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
+        fw = vw == 4 || vw == 16 ? vw : 0;
+    }
+    if (!n_sm) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n_sm < 1)
+            n_sm = 132;
+    }
+    int C = 1;
+    while (C < 8 && (long long)m * NKV * C < n_sm) C *= 2;
+    if (fc) C = fc;
+    if (wpb) *wpb = fw ? fw : 4;
+    return C;
+}
+
+struct a2_fu { /* fused inputs (y == NULL: q given) */
+    float *y;
+    int ny;
+    const float *qn, *kn;
+};
+
+template <int G, int EPL, int W>
+static cudaError_t a2_launch(const g3c_attn_args *a, const float *q, float *o, __nv_bfloat16 *oh, int split, int C,
+                             const a2_fu &f, cudaStream_t st) {
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cudaLaunchAttribute at[2];
+    int na = 0;
+    if (g3c_pdl_enabled() && st) {
+        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[na].val.programmaticStreamSerializationAllowed = 1;
+        na++;
+    }
+    if (C > 1) {
+        at[na].id = cudaLaunchAttributeClusterDimension;
+        at[na].val.clusterDim.x = 1, at[na].val.clusterDim.y = 1, at[na].val.clusterDim.z = (unsigned)C;
+        na++;
+    }
+    cfg.gridDim = dim3((unsigned)a->NKV, (unsigned)a->m, (unsigned)C), cfg.blockDim = dim3(W * 32);
+    cfg.dynamicSmemBytes = 0, cfg.stream = st, cfg.attrs = at, cfg.numAttrs = (unsigned)na;
+    if (f.y) return cudaLaunchKernelEx(&cfg, k_attn2<G, EPL, W, true>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
+    return cudaLaunchKernelEx(&cfg, k_attn2<G, EPL, W, false>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
+}
+
+/* 16-warp blocks only where the kernel fits 128 registers a thread and 32 KB of warp partials (G * EPL <= 8) */
+template <int G, int EPL>
+static cudaError_t a2_launch_w(const g3c_attn_args *a, const float *q, float *o, __nv_bfloat16 *oh, int split, int C,
+                               int W, const a2_fu &f, cudaStream_t st) {
+    if constexpr (G * EPL <= 8)
+        if (W == 16) return a2_launch<G, EPL, 16>(a, q, o, oh, split, C, f, st);
+    return a2_launch<G, EPL, 4>(a, q, o, oh, split, C, f, st);
+}
+
+template <int EPL>
+static cudaError_t a2_launch_d(const g3c_attn_args *a, const float *q, float *o, __nv_bfloat16 *oh, int split, int C,
+                               int W, const a2_fu &f, cudaStream_t st) {
+    switch (a->NH / a->NKV) {
+    case 1: return a2_launch_w<1, EPL>(a, q, o, oh, split, C, W, f, st);
+    case 2: return a2_launch_w<2, EPL>(a, q, o, oh, split, C, W, f, st);
+    case 4: return a2_launch_w<4, EPL>(a, q, o, oh, split, C, W, f, st);
+    case 8: if constexpr (EPL <= 4) return a2_launch_w<8, EPL>(a, q, o, oh, split, C, W, f, st);
+    }
+    return cudaErrorInvalidValue;
+}
+
+static cudaError_t a2_any(const g3c_attn_args *a, const float *q, float *o, __nv_bfloat16 *oh, int split,
+                          const a2_fu &f, cudaStream_t st) {
+    if (!g3c_attn2_supported(a)) return cudaErrorInvalidValue;
+    int W = 4;
+    const int C = g3c_attn2_cluster(a->m, a->NKV, &W);
+    if (a->D == 64) return a2_launch_d<2>(a, q, o, oh, split, C, W, f, st);
+    if (a->D == 128) return a2_launch_d<4>(a, q, o, oh, split, C, W, f, st);
+    return a2_launch_d<8>(a, q, o, oh, split, C, W, f, st);
+}
+
+cudaError_t g3c_attn2(const g3c_attn_args *a, const float *q, float *o, __nv_bfloat16 *oh, int split,
+                      cudaStream_t st) {
+    const a2_fu f = {NULL, 0, NULL, NULL};
+    return a2_any(a, q, o, oh, split, f, st);
+}
+
+cudaError_t g3c_attn2_fused(const g3c_attn_args *a, float *y, int ny, const float *qn, const float *kn, float *o,
+                            __nv_bfloat16 *oh, int split, cudaStream_t st) {
+    if (!y || ny < 1) return cudaErrorInvalidValue;
+    const a2_fu f = {y, ny, qn, kn};
+    return a2_any(a, NULL, o, oh, split, f, st);
+}
