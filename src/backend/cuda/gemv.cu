@@ -7,8 +7,9 @@
  * Work split: a block of 4 warps; KS of them (1, 2 or 4, by row length) form a row group that owns R consecutive
  * output rows and takes interleaved 16-byte chunks of each row (lane l of warp j of the group reads chunk
  * l + 32*j + 32*KS*i); the group's partial sums are combined in shared memory.
- * $G3_CUDA_GEMVPF=1 (bf16 weights, for comparison): k_gemv_pf keeps the next step's weight loads in flight during
- * the current step's math and issues the first step before the programmatic-dependent-launch wait. */
+ * bf16 weights ($G3_CUDA_GEMVPF, see gemv_mode): k_gemv_pf keeps the next step's weight loads in flight during the
+ * current step's math and issues the first step before the programmatic-dependent-launch wait (default from 2 rows);
+ * k_gemv_p is a persistent variant (one block per SM, equal step ranges per warp). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -242,14 +243,150 @@ __global__ void __launch_bounds__(128) k_gemv_pf(g3_dmat w, const float *__restr
     finish<R, M>(acc, lane, warp, ks, KS, n0, w.n, m, y, ldy, geglu);
 }
 
+/* bf16 weights, persistent ($G3_CUDA_GEMVPF=2): one block of GP_T threads per SM, each warp walks its row groups of
+ * R rows (2; 4 from 4 activation rows; group g = warp id + total warps * j), whole rows per warp, U chunks per row
+ * and lane per step, with the next step's weights always in flight, across row-group boundaries too, so that the
+ * small matrices (qkv, o) end in one short tail instead of block waves; the first step is loaded before the
+ * programmatic-dependent-launch wait. Same arithmetic order within a chunk as k_gemv. */
+#define GP_T 512
+template <int M, int R, int U>
+__global__ void __launch_bounds__(GP_T, 1) k_gemv_p(g3_dmat w, const float *__restrict__ x, int ldx, int m,
+                                                   float *__restrict__ y, int ldy, int geglu, int sk) {
+    constexpr int NW = GP_T / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, K = w.k, nch = K / 8;
+    const int nrg = (w.n + R - 1) / R, spr = (nch + 32 * U - 1) / (32 * U), tw = gridDim.x * NW;
+    const uint4 zero4 = make_uint4(0, 0, 0, 0);
+    auto load = [&](bool any, int rg, int s, uint4 (&wv)[U][R]) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const uint4 *wr = (const uint4 *)((const __nv_bfloat16 *)w.q + (size_t)min(rg * R + r, w.n - 1) * K);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int cc = s * 32 * U + 32 * u + lane;
+                wv[u][r] = any && cc < nch ? ld_w(wr + cc) : zero4;
+            }
+        }
+    };
+    /* the warp's steps: sk (no GeGLU): an equal contiguous range of the nrg * spr steps, partial row groups added to
+     * y atomically (y holds zeros on entry); else row groups g = warp id + tw * j, whole, outputs stored */
+    const int gw = blockIdx.x * NW + warp;
+    int rg = gw, s = 0, left = 0x7fffffff;
+    if (sk) {
+        const long long T = (long long)nrg * spr, t0 = T * gw / tw, t1 = T * (gw + 1) / tw;
+        rg = (int)(t0 / spr), s = (int)(t0 % spr), left = (int)(t1 - t0);
+    }
+    auto more = [&](int g, int l) { return sk ? l > 0 : g < nrg; };
+    uint4 wa[U][R];
+    load(more(rg, left), rg, s, wa);
+    g3c_pdl_wait();
+    const float *xr[M];
+#pragma unroll
+    for (int i = 0; i < M; i++) xr[i] = x + (size_t)min(i, m - 1) * ldx;
+    float acc[R][M];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int i = 0; i < M; i++) acc[r][i] = 0.f;
+    while (more(rg, left)) { /* warp-uniform */
+        const int rn = s + 1 == spr ? rg + (sk ? 1 : tw) : rg, sn = s + 1 == spr ? 0 : s + 1;
+        uint4 wb[U][R];
+        load(more(rn, left - 1), rn, sn, wb);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int cc = s * 32 * U + 32 * u + lane;
+            if (cc >= nch) break;
+            float wf[R][8];
+#pragma unroll
+            for (int r = 0; r < R; r++) decode8<G3Q_BF16>(wa[u][r], 0, wf[r]);
+#pragma unroll
+            for (int i = 0; i < M; i++) {
+                const float4 *xp = (const float4 *)(xr[i] + (size_t)cc * 8);
+                float4 a = __ldg(xp), b = __ldg(xp + 1);
+                float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float t = 0.f;
+#pragma unroll
+                    for (int e = 0; e < 8; e++) t = fmaf(wf[r][e], xv[e], t);
+                    acc[r][i] += t;
+                }
+            }
+        }
+        if (s + 1 == spr || (sk && left == 1)) { /* row group (or the range) done: warp sums, outputs */
+            const int n0 = rg * R;
+            float v[R][M];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int i = 0; i < M; i++) {
+                    float t = acc[r][i];
+#pragma unroll
+                    for (int o = 16; o; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+                    v[r][i] = t, acc[r][i] = 0.f;
+                }
+            if (lane < M && lane < m) {
+#pragma unroll
+                for (int i = 0; i < M; i++) {
+                    if (i != lane) continue;
+                    if (sk) {
+#pragma unroll
+                        for (int r = 0; r < R; r++)
+                            if (n0 + r < w.n) atomicAdd(y + (size_t)i * ldy + n0 + r, v[r][i]);
+                    } else if (!geglu) {
+#pragma unroll
+                        for (int r = 0; r < R; r++)
+                            if (n0 + r < w.n) y[(size_t)i * ldy + n0 + r] = v[r][i];
+                    } else {
+#pragma unroll
+                        for (int r = 0; r < R; r += 2)
+                            if (n0 + r + 1 < w.n) y[(size_t)i * ldy + (n0 + r) / 2] = gelu_tanh(v[r][i]) * v[r + 1][i];
+                    }
+                }
+            }
+        }
+        rg = rn, s = sn, left--;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) wa[u][r] = wb[u][r];
+    }
+}
+
+static int gp_n_sm(void) {
+    static int n = 0;
+    if (!n) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            n = 0;
+    }
+    return n;
+}
+
+/* $G3_CUDA_GEMVPF for bf16 weights: 0 k_gemv, 1 k_gemv_pf, 2 k_gemv_p (persistent). Default, measured on the H200
+ * (27B, tok/s): k_gemv at one row (69.8 against 66.9 pipelined and 67.5 persistent), the pipelined kernel from 2
+ * rows (8 rows: 327 aggregate against 282 and 307). Also measured slower at one row: k_gemv forced to 16 blocks per
+ * SM (32 registers, spills: 59.2), k_gemv with its first chunks prefetched into L2 before the wait (68.1). */
+static int gemv_mode(int m) {
+    const char *e = getenv("G3_CUDA_GEMVPF");
+    if (!e || !*e) return m <= 1 ? 0 : 1;
+    const int v = atoi(e);
+    return v < 0 || v > 2 ? 0 : v;
+}
+
 template <int QT, int M> static cudaError_t launch(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy,
                                             int geglu, cudaStream_t st) {
     constexpr int R = M <= 2 ? 2 : 4;
     /* warps per row group: enough chunks per lane for long rows, whole warps per row group for short ones */
     const int nch = w->k / qtraits<QT>::C, KS = nch >= 512 ? 4 : nch >= 192 ? 2 : 1, rows_blk = (4 / KS) * R;
     if constexpr (QT == G3Q_BF16) {
-        const char *pf = getenv("G3_CUDA_GEMVPF");
-        if (pf && !strcmp(pf, "1"))
+        const int mode = gemv_mode(M);
+        if (mode == 2 && gp_n_sm() > 0 && (!geglu || w->n % 2 == 0)) {
+            const int nrg = (w->n + R - 1) / R, need = (nrg + GP_T / 32 - 1) / (GP_T / 32), nsm = gp_n_sm();
+            return g3c_launch(k_gemv_p<M, R, M == 1 ? 4 : M == 2 ? 3 : 1>, dim3(need < nsm ? need : nsm), dim3(GP_T), 0,
+                              st, *w, x, ldx, m, y, ldy, geglu, geglu ? 0 : 1);
+        }
+        if (mode == 1)
             return g3c_launch(k_gemv_pf<M, R, M <= 2 ? 3 : 1>, dim3((w->n + rows_blk - 1) / rows_blk), dim3(128), 0, st,
                               *w, x, ldx, m, y, ldy, geglu, KS);
     }

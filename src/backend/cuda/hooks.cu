@@ -130,6 +130,7 @@ extern "C" g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n
     CKE(cudaMalloc((void **)&d.z, ng * 4), "alloc");
     CKE(cudaMalloc(&src, rb * n), "alloc");
     CKE(cudaMemcpy(src, w, rb * n, cudaMemcpyHostToDevice), "upload");
+    CKE(cudaDeviceSynchronize(), "upload");
     CKE(g3c_convert_rows(src, src_type, n, &d, 0, 1, st), "convert");
     CKE(cudaMalloc((void **)&dx, (size_t)m * k * 4), "alloc");
     CKE(cudaMalloc((void **)&dxh, (size_t)2 * m * k * 2), "alloc");
@@ -141,7 +142,7 @@ extern "C" g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n
     CKE(cudaMemset(cnt, 0, (size_t)(n / 16 + 1) * 4), "clear");
     CKE(cudaMalloc((void **)&scr, nk * 2), "alloc");
     CKE(cudaMemcpy(dx, x, (size_t)m * k * 4, cudaMemcpyHostToDevice), "upload");
-    CKE(cudaStreamSynchronize(st), "sync");
+    CKE(cudaDeviceSynchronize(), "sync"); /* the uploads (legacy stream) before the kernels on st */
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) CKE(cudaErrorUnknown, "cublasCreate");
     cublasSetStream(h, st);
     {
@@ -165,6 +166,7 @@ extern "C" g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n
         if (wdeq) {
             CKE(cudaMalloc((void **)&dw, nk * 4), "alloc");
             CKE(g3c_dequant_f32(&d, dw, st), "dequant");
+            CKE(cudaStreamSynchronize(st), "dequant"); /* st does not synchronize with the legacy stream's copies */
             CKE(cudaMemcpy(wdeq, dw, nk * 4, cudaMemcpyDeviceToHost), "download");
         }
         CKE(cudaDeviceSynchronize(), "sync");

@@ -33,11 +33,15 @@
  * buffer). The first step's weights are loaded before the programmatic-dependent-launch wait, so they stream while
  * the quantization kernel before runs. Outputs are written (not accumulated); GeGLU fuses as in gemv.cu.
  *
- * Where the quantization runs (reasoned, not measured): its own kernel, one extra launch per product (~2 us with
- * programmatic dependent launch, partly hidden behind the product's first weight loads; 62 layers x 4 products
- * ~0.5 ms per 27B token at worst), against quantizing inside the product, where every block would re-read m*k
- * floats from L2 (down projection, k = 21504: 86 KB per block, thousands of blocks). The next step would be the
- * producers (add-norm, attention, GeGLU) writing the q8 copy next to their float32 and bf16 ones. */
+ * Where the quantization runs: 3..8 rows, its own kernel k_q8 (one extra launch per product) before k_qgemv. 1-2 rows
+ * (the decode case, unless $G3_CUDA_QGEMVP=0): k_qgemv_p, one persistent block of 16 warps per SM that quantizes x
+ * into its shared memory itself (same layout and rounding; every block re-reads the m*k floats from L2: 86 KB at
+ * k = 21504, cheap next to a launch) and streams the weights with the next step always in flight across rows;
+ * without GeGLU the warps take equal contiguous ranges of (row pair, step) work and add their partial rows into y
+ * atomically (y holds zeros on entry, as for the tensor-core kernels), so the small matrices end without a tail of
+ * block waves. Measured on the H200 (27B, batch-1 decode, argmax on the GPU): int4 161.9 tok/s against 138.6 with
+ * $G3_CUDA_QGEMVP=0, int8 116.9 against 106.7; per layer (eager profile) int4 gate/up 43 us against 52, down 29
+ * against 31, qkv 16 against 17, o 12 against 14. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,14 +66,14 @@ static __device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
     return (uint32_t)(a & 255) | (uint32_t)(b & 255) << 8 | (uint32_t)(c & 255) << 16 | (uint32_t)(d & 255) << 24;
 }
 
-/* hl: also the residual plane xl (q_lo = rint((x*inv - q) * 254), so that x = d * (q + q_lo/254) within amax/64516);
- * the products are rounded explicitly (no FMA contraction) so that a CPU reference can reproduce q and q_lo. */
-__global__ void k_q8(const float *__restrict__ x, int ldx, int m, int k, int8_t *__restrict__ xq,
-                     int8_t *__restrict__ xl, float2 *__restrict__ xd, int il, int hl) {
-    g3c_pdl_wait();
+/* Quantizes item t (8 values: row t / (k/8), values 8*(t % (k/8)) ...) of x into xq / xl / xd (global or shared
+ * memory, same layout). ok = 0: the thread only takes part in the shuffles (the 4 threads of a block of 32 values are
+ * consecutive lanes, all in or all out). hl: also the residual plane xl (q_lo = rint((x*inv - q) * 254), so that
+ * x = d * (q + q_lo/254) within amax/64516); the products are rounded explicitly (no FMA contraction) so that a CPU
+ * reference can reproduce q and q_lo. */
+static __device__ __forceinline__ void q8_item(const float *__restrict__ x, int ldx, int k, long long t, bool ok,
+                                               int8_t *xq, int8_t *xl, float2 *xd, int il, int hl) {
     const int k8 = k / 8;
-    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x, tot = (long long)m * k8;
-    const bool ok = t < tot; /* blocks of 4 threads are all in or all out (k8 is a multiple of 4) */
     const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
     float v[8];
     if (ok) {
@@ -109,6 +113,13 @@ __global__ void k_q8(const float *__restrict__ x, int ldx, int m, int k, int8_t 
         if (hl) *(uint2 *)(xl + off) = make_uint2(pack4(ql[0], ql[1], ql[2], ql[3]), pack4(ql[4], ql[5], ql[6], ql[7]));
     }
     if (sub == 0) xd[(size_t)i * (k / 32) + blk] = make_float2(d, d * ((float)sq + (float)sl * (1.f / 254.f)));
+}
+
+__global__ void k_q8(const float *__restrict__ x, int ldx, int m, int k, int8_t *__restrict__ xq,
+                     int8_t *__restrict__ xl, float2 *__restrict__ xd, int il, int hl) {
+    g3c_pdl_wait();
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x, tot = (long long)m * (k / 8);
+    q8_item(x, ldx, k, t, t < tot, xq, xl, xd, il, hl);
 }
 
 /* ---- the product ------------------------------------------------------------------------------------------------ */
@@ -271,6 +282,156 @@ __global__ void __launch_bounds__(128, QGEMV_MINB(QT, M)) k_qgemv(g3_dmat w, con
     }
 }
 
+/* ---- persistent variant with the quantization inside (m <= 2, $G3_CUDA_QGEMVP) ----------------------------------- */
+/* One block of QP_T threads per SM: the block quantizes x into shared memory itself (same layout and rounding as k_q8,
+ * no separate launch), then each warp walks its row groups (2 rows; row group g = warp id + total warps * j) step by
+ * step (U chunks per row and lane, whole rows per warp: no cross-warp reduction), the next step's weights always in
+ * flight across row-group boundaries, and writes each row group's outputs (or GeGLU) after a warp reduction. The
+ * first step's weights are loaded before the programmatic-dependent-launch wait. Shared memory: q [M][k], q_lo [M][k]
+ * (HL), (d, sum) [M][k/32]: at k = 21504, M = 2 with the residual plane 97 KB. */
+#define QP_T 512
+template <int QT, int M, int U, bool PC, bool HL>
+__global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__restrict__ x, int ldx, int m,
+                                                     float *__restrict__ y, int ldy, int geglu, int gsh, int sk) {
+    constexpr int R = 2, V = QT == G3Q_INT4 ? 32 : 16, NW = QP_T / 32;
+    extern __shared__ __align__(16) unsigned char qp_sm[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, K = w.k, nch = K / V, ngr = K / w.g;
+    const int nrg = (w.n + R - 1) / R, spr = (nch + 32 * U - 1) / (32 * U), tw = gridDim.x * NW;
+    const size_t row_bytes = QT == G3Q_INT4 ? (size_t)K / 2 : (size_t)K;
+    int8_t *sq = (int8_t *)qp_sm, *sl = sq + (size_t)M * K;
+    float2 *sd = (float2 *)(sq + (size_t)(HL ? 2 : 1) * M * K);
+    const uint4 zero4 = make_uint4(0, 0, 0, 0);
+    /* weights and scales of step s of row group rg (zeros past the row or past the last row group) */
+    auto load = [&](bool any, int rg, int s, uint4 (&wv)[U][R], float (&sv)[U][R], float (&zv)[U][R]) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int nr = min(rg * R + r, w.n - 1);
+            const uint4 *wr = (const uint4 *)((const uint8_t *)w.q + (size_t)nr * row_bytes);
+            const float *sr = w.s + (size_t)nr * ngr, *zr = QT == G3Q_INT4 ? w.z + (size_t)nr * ngr : w.s;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int cc = s * 32 * U + 32 * u + lane;
+                const bool ok = any && cc < nch;
+                wv[u][r] = ok ? ld_w(wr + cc) : zero4;
+                sv[u][r] = !PC && ok ? __ldg(sr + (cc >> gsh)) : 0.f;
+                zv[u][r] = QT == G3Q_INT4 && ok ? __ldg(zr + (cc >> gsh)) : 0.f;
+            }
+        }
+    };
+    /* the warp's steps: sk (no GeGLU): an equal contiguous range of the nrg * spr steps, partial row groups added to
+     * y atomically (y holds zeros on entry); else row groups g = warp id + tw * j, whole, outputs stored */
+    const int gw = blockIdx.x * NW + warp;
+    int rg = gw, s = 0, left = 0x7fffffff;
+    if (sk) {
+        const long long T = (long long)nrg * spr, t0 = T * gw / tw, t1 = T * (gw + 1) / tw;
+        rg = (int)(t0 / spr), s = (int)(t0 % spr), left = (int)(t1 - t0);
+    }
+    auto more = [&](int g, int l) { return sk ? l > 0 : g < nrg; };
+    uint4 wa[U][R];
+    float sa[U][R], za[U][R];
+    load(more(rg, left), rg, s, wa, sa, za); /* independent of the previous kernel */
+    g3c_pdl_wait();
+    {
+        const long long tot = (long long)m * (K / 8); /* a multiple of 4, like QP_T: blocks of 32 all in or all out */
+        for (long long b0 = 0; b0 < tot; b0 += QP_T)
+            q8_item(x, ldx, K, b0 + threadIdx.x, b0 + threadIdx.x < tot, sq, sl, sd, QT == G3Q_INT4, HL);
+    }
+    __syncthreads();
+    float acc[R][M];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int i = 0; i < M; i++) acc[r][i] = 0.f;
+    while (more(rg, left)) { /* warp-uniform */
+        const int rn = s + 1 == spr ? rg + (sk ? 1 : tw) : rg, sn = s + 1 == spr ? 0 : s + 1;
+        uint4 wb[U][R];
+        float sb[U][R], zb[U][R];
+        load(more(rn, left - 1), rn, sn, wb, sb, zb); /* next step in flight during this one's math */
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int cc = s * 32 * U + 32 * u + lane;
+            if (cc >= nch) break;
+            if constexpr (QT == G3Q_INT4) {
+                uint32_t lo[R][4], hi[R][4];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint32_t wd[4] = {wa[u][r].x, wa[u][r].y, wa[u][r].z, wa[u][r].w};
+#pragma unroll
+                    for (int j = 0; j < 4; j++) lo[r][j] = wd[j] & 0x0F0F0F0Fu, hi[r][j] = (wd[j] >> 4) & 0x0F0F0F0Fu;
+                }
+#pragma unroll
+                for (int i = 0; i < M; i++) {
+                    const uint4 x0 = ((const uint4 *)(sq + (size_t)i * K))[cc];
+                    const uint4 x1 = ((const uint4 *)(sq + (size_t)i * K + K / 2))[cc];
+                    uint4 l0 = zero4, l1 = zero4;
+                    if constexpr (HL) {
+                        l0 = ((const uint4 *)(sl + (size_t)i * K))[cc];
+                        l1 = ((const uint4 *)(sl + (size_t)i * K + K / 2))[cc];
+                    }
+                    const float2 dd = sd[(size_t)i * (K / 32) + cc];
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        float f = (float)dot8(lo[r], hi[r], x0, x1);
+                        if constexpr (HL) f = fmaf((float)dot8(lo[r], hi[r], l0, l1), 1.f / 254.f, f);
+                        acc[r][i] = fmaf(sa[u][r] * dd.x, f, fmaf(za[u][r], dd.y, acc[r][i]));
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < M; i++) {
+                    const uint4 xv = ((const uint4 *)(sq + (size_t)i * K))[cc];
+                    uint4 lv = zero4;
+                    if constexpr (HL) lv = ((const uint4 *)(sl + (size_t)i * K))[cc];
+                    const float d = sd[(size_t)i * (K / 32) + (cc >> 1)].x;
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        float f = (float)dot4(wa[u][r], xv);
+                        if constexpr (HL) f = fmaf((float)dot4(wa[u][r], lv), 1.f / 254.f, f);
+                        acc[r][i] = fmaf(PC ? d : sa[u][r] * d, f, acc[r][i]);
+                    }
+                }
+            }
+        }
+        if (s + 1 == spr || (sk && left == 1)) { /* row group (or the range) done: warp sums, outputs */
+            const int n0 = rg * R;
+            float v[R][M];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const float sc = PC ? __ldg(w.s + min(n0 + r, w.n - 1)) : 1.f;
+#pragma unroll
+                for (int i = 0; i < M; i++) {
+                    float t = acc[r][i];
+#pragma unroll
+                    for (int o = 16; o; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+                    v[r][i] = t * sc, acc[r][i] = 0.f;
+                }
+            }
+            if (lane < M && lane < m) {
+#pragma unroll
+                for (int i = 0; i < M; i++) {
+                    if (i != lane) continue;
+                    if (sk) {
+#pragma unroll
+                        for (int r = 0; r < R; r++)
+                            if (n0 + r < w.n) atomicAdd(y + (size_t)i * ldy + n0 + r, v[r][i]);
+                    } else if (!geglu) {
+#pragma unroll
+                        for (int r = 0; r < R; r++)
+                            if (n0 + r < w.n) y[(size_t)i * ldy + n0 + r] = v[r][i];
+                    } else if (n0 + 1 < w.n) {
+                        y[(size_t)i * ldy + n0 / 2] = gelu_tanh(v[0][i]) * v[1][i];
+                    }
+                }
+            }
+        }
+        rg = rn, s = sn, left--;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) wa[u][r] = wb[u][r], sa[u][r] = sb[u][r], za[u][r] = zb[u][r];
+    }
+}
+
 /* ---- dispatch --------------------------------------------------------------------------------------------------- */
 static int log2_exact(int v) { /* -1 unless v is a power of two */
     if (v < 1 || (v & (v - 1))) return -1;
@@ -322,9 +483,76 @@ static cudaError_t launch_q(const g3_dmat *w, const int8_t *xq, const int8_t *xl
     return launch_m<G3Q_INT8, false, HL>(w, xq, xl, xd, m, y, ldy, geglu, st);
 }
 
+/* ---- persistent variant: dispatch ---- */
+#define QP_SMEM_MAX (200 << 10)
+static size_t qp_smem(int m, int k, int hl) { return (size_t)(hl ? 2 : 1) * m * k + (size_t)m * (k / 32) * 8; }
+
+int g3c_qgemvp_enabled(void) { /* $G3_CUDA_QGEMVP: 0 = the two-launch path at 1-2 rows too; read at every call */
+    const char *e = getenv("G3_CUDA_QGEMVP");
+    return !(e && !strcmp(e, "0"));
+}
+
+/* U (chunks per row and lane per step): 3 at one row, 2 at two; measured on the H200 (27B, one row): U = 4 slower
+ * (int4 152.9 against 161.9 tok/s, int8 114.9 against 116.9) */
+template <int QT, int M, bool PC, bool HL> static void *qp_kernel(void) {
+    return (void *)k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL>;
+}
+
+static int qp_n_sm = 0;
+cudaError_t g3c_qgemv_init(void) {
+    static int done = 0;
+    if (done) return cudaSuccess;
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&qp_n_sm, cudaDevAttrMultiProcessorCount, dev);
+    void *ks[] = {qp_kernel<G3Q_INT4, 1, false, false>(), qp_kernel<G3Q_INT4, 1, false, true>(),
+                  qp_kernel<G3Q_INT4, 2, false, false>(), qp_kernel<G3Q_INT4, 2, false, true>(),
+                  qp_kernel<G3Q_INT8, 1, false, false>(), qp_kernel<G3Q_INT8, 1, false, true>(),
+                  qp_kernel<G3Q_INT8, 2, false, false>(), qp_kernel<G3Q_INT8, 2, false, true>(),
+                  qp_kernel<G3Q_INT8, 1, true, false>(),  qp_kernel<G3Q_INT8, 1, true, true>(),
+                  qp_kernel<G3Q_INT8, 2, true, false>(),  qp_kernel<G3Q_INT8, 2, true, true>()};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_MAX);
+    if (e == cudaSuccess) done = 1;
+    return e;
+}
+
+template <int QT, int M, bool PC, bool HL>
+static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
+                            cudaStream_t st) {
+    const int V = QT == G3Q_INT4 ? 32 : 16, gsh = PC ? 0 : log2_exact(w->g / V);
+    const int nrg = (w->n + 1) / 2, need = (nrg + QP_T / 32 - 1) / (QP_T / 32);
+    const int blocks = need < qp_n_sm ? need : qp_n_sm;
+    return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL>, dim3(blocks), dim3(QP_T), qp_smem(M, w->k, HL), st,
+                      *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1);
+}
+
+template <bool HL>
+static cudaError_t launch_pq(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
+                             cudaStream_t st) {
+    if (w->qt == G3Q_INT4)
+        return m <= 1 ? launch_p<G3Q_INT4, 1, false, HL>(w, x, ldx, m, y, ldy, geglu, st)
+                      : launch_p<G3Q_INT4, 2, false, HL>(w, x, ldx, m, y, ldy, geglu, st);
+    if (w->g == w->k)
+        return m <= 1 ? launch_p<G3Q_INT8, 1, true, HL>(w, x, ldx, m, y, ldy, geglu, st)
+                      : launch_p<G3Q_INT8, 2, true, HL>(w, x, ldx, m, y, ldy, geglu, st);
+    return m <= 1 ? launch_p<G3Q_INT8, 1, false, HL>(w, x, ldx, m, y, ldy, geglu, st)
+                  : launch_p<G3Q_INT8, 2, false, HL>(w, x, ldx, m, y, ldy, geglu, st);
+}
+
 cudaError_t g3c_qgemv(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu, void *q8,
                       size_t q8_bytes, cudaStream_t st) {
     if (!g3c_qgemv_supported(w, m) || ldx % 4) return cudaErrorInvalidValue;
+    if (m <= 2 && g3c_qgemvp_enabled() && (!geglu || w->n % 2 == 0) && qp_smem(m, w->k, 1) <= QP_SMEM_MAX) {
+        cudaError_t e = g3c_qgemv_init();
+        if (e != cudaSuccess) return e;
+        if (qp_n_sm > 0) {
+            const int hl = m <= lo_rows();
+            e = hl ? launch_pq<true>(w, x, ldx, m, y, ldy, geglu, st)
+                   : launch_pq<false>(w, x, ldx, m, y, ldy, geglu, st);
+            return e == cudaSuccess ? cudaGetLastError() : e;
+        }
+    }
     const size_t need = g3c_qgemv_q8_bytes(m, w->k);
     void *tmp = NULL;
     if (!q8 || q8_bytes < need) { /* test hooks: a stream-ordered scratch (the backend passes its own buffer) */
