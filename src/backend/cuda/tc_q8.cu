@@ -1,5 +1,9 @@
-/* Small-batch products (9..64 activation rows) on int8 and int4 weights with int8 tensor cores ($G3_CUDA_TCM=3):
- * y += x W^T, the activations quantized to int8 inside the kernel, mma.sync m16n8k32 s8.s8.s32.
+/* Small-batch products (9..64 activation rows) on int8 and int4 weights with int8 tensor cores: y += x W^T, the
+ * activations quantized to int8 by a small kernel first, then mma.sync m16n8k32 s8.s8.s32. Taken for int4 by default
+ * and for int8 per channel too with $G3_CUDA_TCM=3 (tc_stage.cu decides; $G3_CUDA_TCM=1: never).
+ * Measured on the H200 (27B, g3cuda_bench --profile 1, 32 rows; staged bf16 kernel -> this one): int4 gate/up 110 ->
+ * 67 us, down 62 -> 40, qkv 30 -> 21, o 20 -> 17; int8 gate/up 120 -> 81 us; aggregate decode int4 32 seqs 2145 ->
+ * 3115 tok/s, 64 seqs 2828 -> 3902; int8 32 seqs 1997 -> 2580, 64 seqs 2592 -> 3536.
  *
  * Why (arithmetic, measured with ncu on the H200 for the staged bf16 kernel of tc_stage.cu, 27B int4 gate/up at 32
  * rows): 46e6 instructions for 3.6e6 bf16 mma (12.8 per mma: nibble masks, per-value scale/offset hfma2 + hsub2,
@@ -9,13 +13,16 @@
  *  - int8 mma does k = 32 per instruction (2x the bf16 rate): int8 weights are A fragments as loaded (no decode);
  *    int4 nibbles become int8 bytes (0..15) with one mask per 4 values (the activations of each 8 are stored in the
  *    matching order x0,x2,x4,x6,x1,x3,x5,x7 when quantized, so no permutes in the loop);
- *  - activations are quantized per row and block of 128 values (d = amax/127, q = rint(x/d)) while a stage is copied
- *    into shared memory (every block quantizes the same values the same way; ~20% of the loop's instructions);
+ *  - activations are quantized per row and block of 128 values (d = amax/127, q = rint(x/d)) by k_tq_quant into a
+ *    scratch (quantizing inside the product, every block redoing it per stage, cost a third of its instructions);
+ *    stages of xq and (d, d sum q) are copied to shared memory with cp.async along with the weights;
  *  - int32 sums are turned into float once per block of 128 values (= one int4 group, g % 128 == 0): per output
  *    y += s_g d_x acc (+ z_g d_x sum(q_x) for int4), int8 per channel: y += d_x acc, the channel scale at the end.
  *    ~4 float ops per 4 k32 mma per output element: ~3.5 instructions per bf16-mma-equivalent instead of 12.8.
- *  - weights stream through cp.async into a ring of 3 stages per warp (two stages in flight: ~64 KB per SM), the
- *    activations of the next stage are loaded into registers at the top of a stage and quantized at its end.
+ *  - weights stream through cp.async into a ring of 3 stages per warp (two stages in flight: ~64 KB per SM);
+ *  - int32 -> float by a magic-number add (two full-rate ops; I2F is a quarter-rate pipe).
+ * ncu (first version, quantizing in the loop): 35e6 instructions, 0.39 issued per cycle and scheduler (2 warps each:
+ * 238 registers), stalls mostly on fixed-latency dependencies; the next step would be more warps per SM.
  * Accuracy: the product is W_deq . xq exactly up to float rounding, |xq - x| <= amax/254 per value of a block of 128
  * (about the bf16 rounding of x for well-spread blocks, worse next to outliers; qgemv.cu uses blocks of 32 for <= 8
  * rows). Supported: int8 per channel and int4 in groups of 128*j, k % 128 == 0; everything else (fp8, the GGUF int8
@@ -30,9 +37,10 @@
  *     words 2h, 2h+1 of the same 16 values (natural order);
  *   int4, mma j (word j = 8 values): a0/a1 = word & 0x0F0F0F0F (values 0,2,4,6), a2/a3 = (word >> 4) & 0x0F0F0F0F
  *     (1,3,5,7); b0/b1 = the 8 activation bytes of those values, stored as (x0,x2,x4,x6)(x1,x3,x5,x7).
- * Shared activations: [2 buffers][MP rows][KS bytes] (16-byte units, unit XOR (row & 1) for int4 and (row & 1) << 2
- * for int8, so the 8 lanes of a phase, rows g, g+1 x t = 0..3, hit distinct banks), then per buffer, block and row
- * d and d * sum(q). */
+ * Shared activations: [3 buffers][MP rows][KS bytes] (16-byte units, unit XOR (row & 1) for int4 and (row & 1) << 2
+ * for int8, so the 8 lanes of a phase, rows g, g+1 x t = 0..3, hit distinct banks), then per buffer [SEGS][MP] float2
+ * (d, d * sum q). Unit u of a block uses ring slot and buffer (u - u0) % 3; its copies are issued at the top of unit
+ * u - 2 in one cp.async group, so at the top of unit u everything but the newest group must have landed. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,73 +116,88 @@ static __device__ __forceinline__ void tq_load_s(const g3_dmat &w, int tile, int
             }
 }
 
-/* activations of a stage: thread task idx = threadIdx.x + 256 r is row idx / (KS/8), 8-value piece idx % (KS/8);
- * the 16 tasks of one block of 128 are 16 consecutive lanes */
-template <int QT, int NT> struct tq_xr {
-    static constexpr int R = 8 * NT * tq_c<QT>::KS / 8 / (TQ_WARPS * 32);
-    uint4 v[R];
-};
-template <int QT, int NT>
-static __device__ __forceinline__ void tq_x_load(tq_xr<QT, NT> &xr, const __nv_bfloat16 *xh, int m, int K,
-                                                 int stage) {
-    constexpr int KS = tq_c<QT>::KS, PPR = KS / 8;
-#pragma unroll
-    for (int r = 0; r < tq_xr<QT, NT>::R; r++) {
-        const int idx = threadIdx.x + TQ_WARPS * 32 * r, i = idx / PPR, p = idx % PPR, kk = stage * KS + 8 * p;
-        xr.v[r] = i < m && kk < K ? __ldcg((const uint4 *)(xh + (size_t)i * K + kk)) : make_uint4(0, 0, 0, 0);
-    }
-}
-
+/* ---- activation quantization (pre-pass) ------------------------------------------------------------------------- */
 static __device__ __forceinline__ uint32_t tq_b4(int a, int b, int c, int d) {
     return (uint32_t)(a & 255) | (uint32_t)(b & 255) << 8 | (uint32_t)(c & 255) << 16 | (uint32_t)(d & 255) << 24;
 }
 
-/* quantizes the loaded stage into xs ([MP][UPR] units) and ds ([SEGS][MP] d, then [SEGS][MP] d * sum q) */
-template <int QT, int NT>
-static __device__ __forceinline__ void tq_x_store(const tq_xr<QT, NT> &xr, uint4 *xs, float *ds) {
-    constexpr int KS = tq_c<QT>::KS, PPR = KS / 8, UPR = tq_c<QT>::UPR, MP = 8 * NT, SEGS = tq_c<QT>::SEGS;
+/* xh bf16 [m][K] -> xq int8 [m][K] (int4 weights: each 8 values stored as x0,x2,x4,x6,x1,x3,x5,x7) and xd [m][K/128]
+ * float2 (d, d * sum q). One thread per 8 values, the 16 of one block of 128 are 16 consecutive lanes. */
+template <int QT>
+__global__ void __launch_bounds__(256) k_tq_quant(const __nv_bfloat16 *__restrict__ xh, int m, int K,
+                                                  int8_t *__restrict__ xq, float2 *__restrict__ xd) {
+    g3c_pdl_wait();
+    const int PPR = K / 8;
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool ok = idx < (long long)m * PPR;
+    const int i = ok ? (int)(idx / PPR) : 0, p = ok ? (int)(idx % PPR) : 0;
+    const uint4 v = ok ? __ldcg((const uint4 *)(xh + (size_t)i * K + 8 * p)) : make_uint4(0, 0, 0, 0);
+    const uint32_t wd[4] = {v.x, v.y, v.z, v.w};
+    float f[8];
 #pragma unroll
-    for (int r = 0; r < tq_xr<QT, NT>::R; r++) {
-        const int idx = threadIdx.x + TQ_WARPS * 32 * r, i = idx / PPR, p = idx % PPR;
-        const uint32_t wd[4] = {xr.v[r].x, xr.v[r].y, xr.v[r].z, xr.v[r].w};
-        float f[8];
+    for (int j = 0; j < 4; j++) f[2 * j] = __uint_as_float(wd[j] << 16), f[2 * j + 1] = __uint_as_float(wd[j] & 0xffff0000u);
+    float amax = 0.f;
 #pragma unroll
-        for (int j = 0; j < 4; j++) f[2 * j] = __uint_as_float(wd[j] << 16), f[2 * j + 1] = __uint_as_float(wd[j] & 0xffff0000u);
-        float amax = 0.f;
+    for (int j = 0; j < 8; j++) amax = fmaxf(amax, fabsf(f[j]));
 #pragma unroll
-        for (int j = 0; j < 8; j++) amax = fmaxf(amax, fabsf(f[j]));
+    for (int o = 1; o < 16; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    int q[8], sum = 0;
 #pragma unroll
-        for (int o = 1; o < 16; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float inv = amax > 0.f ? 127.f / amax : 0.f;
-        int q[8], sum = 0;
+    for (int j = 0; j < 8; j++) q[j] = __float2int_rn(f[j] * inv), sum += q[j];
 #pragma unroll
-        for (int j = 0; j < 8; j++) q[j] = __float2int_rn(f[j] * inv), sum += q[j];
-#pragma unroll
-        for (int o = 1; o < 16; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        uint2 pk;
-        if constexpr (QT == G3Q_INT4) pk = make_uint2(tq_b4(q[0], q[2], q[4], q[6]), tq_b4(q[1], q[3], q[5], q[7]));
-        else pk = make_uint2(tq_b4(q[0], q[1], q[2], q[3]), tq_b4(q[4], q[5], q[6], q[7]));
-        ((uint2 *)(xs + i * UPR + tq_swz<QT>(p >> 1, i)))[p & 1] = pk;
-        if ((p & 15) == 0) {
-            const float d = amax * (1.f / 127.f);
-            ds[(p >> 4) * MP + i] = d, ds[SEGS * MP + (p >> 4) * MP + i] = d * (float)sum;
-        }
+    for (int o = 1; o < 16; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (!ok) return;
+    uint2 pk;
+    if constexpr (QT == G3Q_INT4) pk = make_uint2(tq_b4(q[0], q[2], q[4], q[6]), tq_b4(q[1], q[3], q[5], q[7]));
+    else pk = make_uint2(tq_b4(q[0], q[1], q[2], q[3]), tq_b4(q[4], q[5], q[6], q[7]));
+    *(uint2 *)(xq + (size_t)i * K + 8 * p) = pk;
+    if ((p & 15) == 0) {
+        const float d = amax * (1.f / 127.f);
+        xd[(size_t)i * (K / 128) + (p >> 4)] = make_float2(d, d * (float)sum);
     }
 }
+
+/* activations of unit stage `stage` into buffer xs ([MP][UPR] units) and ds ([SEGS][MP] float2 (d, d * sum q)); rows
+ * >= m hold zeros from the start and are not touched */
+template <int QT, int NT>
+static __device__ __forceinline__ void tq_stage_x(uint4 *xs, float2 *ds, const int8_t *xq, const float2 *xd, int m,
+                                                  int K, int stage) {
+    constexpr int KS = tq_c<QT>::KS, UPR = tq_c<QT>::UPR, MP = 8 * NT, SEGS = tq_c<QT>::SEGS;
+    for (int idx = threadIdx.x; idx < m * UPR; idx += TQ_WARPS * 32) {
+        const int i = idx / UPR, c = idx % UPR, kk = stage * KS + 16 * c;
+        uint4 *d = xs + i * UPR + tq_swz<QT>(c, i);
+        if (kk < K) tq_cp16(d, xq + (size_t)i * K + kk);
+        else *d = make_uint4(0, 0, 0, 0);
+    }
+    const int nb = K / 128;
+    for (int idx = threadIdx.x; idx < m * SEGS; idx += TQ_WARPS * 32) {
+        const int i = idx / SEGS, sg = idx % SEGS, b = stage * SEGS + sg;
+        float2 *d = ds + sg * MP + i;
+        if (b < nb) {
+            const unsigned da = (unsigned)__cvta_generic_to_shared(d);
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(da), "l"(xd + (size_t)i * nb + b) : "memory");
+        } else *d = make_float2(0.f, 0.f);
+    }
+}
+
+/* exact int -> float for |v| < 2^22 with two full-rate ops (I2F is a quarter-rate pipe) */
+static __device__ __forceinline__ float tq_i2f(int v) { return __int_as_float(v + 0x4B400000) - 12582912.f; }
 
 /* SC: 0 int8 per channel (scale at the end), 1 int4 (group scales and offsets). T tiles of 16 rows per warp. */
 template <int QT, int SC, int NT, int T>
 __global__ void __launch_bounds__(TQ_WARPS * 32, 1)
-    k_tq(g3_dmat w, const __nv_bfloat16 *__restrict__ xh, int m, float *__restrict__ y, int S, long long L) {
+    k_tq(g3_dmat w, const int8_t *__restrict__ xq, const float2 *__restrict__ xd, int m, float *__restrict__ y, int S,
+         long long L) {
     constexpr int SEGS = tq_c<QT>::SEGS, UPR = tq_c<QT>::UPR, MP = 8 * NT;
     constexpr int WSLOT = 2 * T * 2 * 32;
-    extern __shared__ uint4 tq_sm[]; /* ring [3][warps][WSLOT], xs [2][MP][UPR], ds [2][2][SEGS][MP] floats */
+    extern __shared__ uint4 tq_sm[]; /* ring [3][warps][WSLOT], xs [3][MP][UPR], ds [3][SEGS][MP] float2 */
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wi = threadIdx.x >> 5;
     const int n = w.n, K = w.k;
     const long long u0 = L * blockIdx.x / gridDim.x, u1 = L * (blockIdx.x + 1) / gridDim.x;
     uint4 *ring = tq_sm + wi * WSLOT; /* + slot * warps * WSLOT */
     uint4 *xsb = tq_sm + 3 * TQ_WARPS * WSLOT;
-    float *dsb = (float *)(xsb + 2 * MP * UPR);
+    float2 *dsb = (float2 *)(xsb + 3 * MP * UPR);
     /* (tile, stage) of units u, u + 1, u + 2 */
     int tl0 = (int)(u0 / S), st0 = (int)(u0 % S);
     int tl1 = st0 + 1 == S ? tl0 + 1 : tl0, st1 = st0 + 1 == S ? 0 : st0 + 1;
@@ -192,9 +215,15 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, 1)
         return;
     }
     nxt = cur;
-    tq_xr<QT, NT> xr;
-    tq_x_load<QT, NT>(xr, xh, m, K, st0);
-    tq_x_store<QT, NT>(xr, xsb, dsb);
+    /* rows m..MP-1 of the three activation buffers stay zero */
+    for (int idx = threadIdx.x; idx < 3 * MP * UPR; idx += TQ_WARPS * 32)
+        if ((idx / UPR) % MP >= m) xsb[idx] = make_uint4(0, 0, 0, 0);
+    for (int idx = threadIdx.x; idx < 3 * SEGS * MP; idx += TQ_WARPS * 32)
+        if (idx % MP >= m) dsb[idx] = make_float2(0.f, 0.f);
+    tq_stage_x<QT, NT>(xsb, dsb, xq, xd, m, K, st0);
+    tq_commit();
+    if (u0 + 1 < u1) tq_stage_x<QT, NT>(xsb + MP * UPR, dsb + SEGS * MP, xq, xd, m, K, st1);
+    tq_commit();
     float acc[T][NT][4];
 #pragma unroll
     for (int tt = 0; tt < T; tt++)
@@ -202,21 +231,21 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, 1)
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[tt][nt][e] = 0.f;
-    int it = 0, xb = 0; /* ring slot (u - u0) % 3, activation buffer (u - u0) % 2 */
+    int it = 0; /* ring slot and activation buffer of unit u: (u - u0) % 3 */
     for (long long u = u0; u < u1; u++) {
-        asm volatile("cp.async.wait_group 1;" ::: "memory"); /* all but unit u + 1's weights have landed */
-        __syncthreads(); /* stage u's activations are stored; everyone is done with unit u - 1's buffers */
+        asm volatile("cp.async.wait_group 1;" ::: "memory"); /* all but unit u + 1's copies have landed */
+        __syncthreads(); /* everyone's copies of unit u are visible; everyone is done with unit u - 1's buffers */
         {
-            const int ns = it == 0 ? 2 : it - 1; /* = unit u - 1's slot, free now */
-            if (u + 2 < u1) tq_load_w<T>(w, tl2, st2, wi, lane, ring + ns * TQ_WARPS * WSLOT);
+            const int ns = it == 0 ? 2 : it - 1; /* = unit u - 1's slot and buffer, free now */
+            if (u + 2 < u1) {
+                tq_load_w<T>(w, tl2, st2, wi, lane, ring + ns * TQ_WARPS * WSLOT);
+                tq_stage_x<QT, NT>(xsb + ns * MP * UPR, dsb + ns * SEGS * MP, xq, xd, m, K, st2);
+            }
             tq_commit();
         }
-        if (u + 1 < u1) {
-            tq_load_s<QT, SC, T>(w, tl1, st1, wi, g, nxt);
-            tq_x_load<QT, NT>(xr, xh, m, K, st1);
-        }
-        const uint4 *xs = xsb + xb * MP * UPR;
-        const float *ds = dsb + xb * 2 * SEGS * MP;
+        if (u + 1 < u1) tq_load_s<QT, SC, T>(w, tl1, st1, wi, g, nxt);
+        const uint4 *xs = xsb + it * MP * UPR;
+        const float2 *ds = dsb + it * SEGS * MP;
         const uint4 *ws = ring + it * TQ_WARPS * WSLOT + lane;
 #pragma unroll
         for (int sg = 0; sg < SEGS; sg++) {
@@ -281,23 +310,21 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, 1)
             /* block sg done: y += s d acc (+ z d sum q) */
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const float2 dd = *(const float2 *)(ds + sg * MP + 8 * nt + 2 * t);
-                const float2 sx = *(const float2 *)(ds + SEGS * MP + sg * MP + 8 * nt + 2 * t);
+                const float4 dd = *(const float4 *)(ds + sg * MP + 8 * nt + 2 * t); /* (d, d sum q) of 2t, 2t+1 */
 #pragma unroll
                 for (int tt = 0; tt < T; tt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const float d = (e & 1) ? dd.y : dd.x, f = (float)ai[tt][nt][e];
+                        const float d = (e & 1) ? dd.z : dd.x, f = tq_i2f(ai[tt][nt][e]);
                         if constexpr (SC == 0) acc[tt][nt][e] = fmaf(d, f, acc[tt][nt][e]);
                         else {
                             acc[tt][nt][e] = fmaf(cur.s[sg][tt][e >> 1] * d, f, acc[tt][nt][e]);
                             if constexpr (QT == G3Q_INT4)
-                                acc[tt][nt][e] = fmaf(cur.z[sg][tt][e >> 1], (e & 1) ? sx.y : sx.x, acc[tt][nt][e]);
+                                acc[tt][nt][e] = fmaf(cur.z[sg][tt][e >> 1], (e & 1) ? dd.w : dd.y, acc[tt][nt][e]);
                         }
                     }
             }
         }
-        if (u + 1 < u1) tq_x_store<QT, NT>(xr, xsb + (xb ^ 1) * MP * UPR, dsb + (xb ^ 1) * 2 * SEGS * MP);
         if (u + 1 == u1 || st0 + 1 == S) { /* tile done (or this block's share of it): add into y */
             const bool vec = (n & 1) == 0;  /* float2 atomics need even n */
 #pragma unroll
@@ -338,13 +365,13 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, 1)
         cur = nxt;
         tl0 = tl1, st0 = st1, tl1 = tl2, st1 = st2;
         tl2 = st1 + 1 == S ? tl1 + 1 : tl1, st2 = st1 + 1 == S ? 0 : st1 + 1;
-        it = it == 2 ? 0 : it + 1, xb ^= 1;
+        it = it == 2 ? 0 : it + 1;
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
 }
 
 /* ---- dispatch -------------------------------------------------------------------------------------------------- */
-typedef void (*tq_kernel)(g3_dmat, const __nv_bfloat16 *, int, float *, int, long long);
+typedef void (*tq_kernel)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long);
 typedef struct tq_inst {
     tq_kernel k;
     int smem, rows; /* dynamic shared memory bytes, weight rows per block tile */
@@ -357,7 +384,7 @@ static int tq_ready;
 
 template <int QT, int SC, int NT> static tq_inst tq_mk() {
     constexpr int T = NT == 8 ? 1 : 2, MP = 8 * NT;
-    const int smem = 3 * TQ_WARPS * 2 * T * 2 * 32 * 16 + 2 * MP * tq_c<QT>::KS + 2 * 2 * tq_c<QT>::SEGS * MP * 4;
+    const int smem = 3 * TQ_WARPS * 2 * T * 2 * 32 * 16 + 3 * MP * tq_c<QT>::KS + 3 * tq_c<QT>::SEGS * MP * 8;
     tq_inst r = {k_tq<QT, SC, NT, T>, smem, TQ_WARPS * T * 16, 0};
     return r;
 }
@@ -391,7 +418,22 @@ static cudaError_t tq_setup(tq_inst *ti) {
     return cudaSuccess;
 }
 
+#define TQ_UNCLAIMED ((cudaStream_t)(intptr_t)-1)
+static const size_t tq_scr_bytes = (size_t)4 << 20; /* 64 rows up to k = 61680 */
+/* scratch of the quantized activations when the caller has none: one buffer per stream, allocated outside graph
+ * capture (a captured call without one takes a stream-ordered allocation, freed after the product) */
+static struct {
+    cudaStream_t st;
+    void *p;
+    size_t bytes;
+} tq_scr[8];
+
 cudaError_t g3c_tq_init(void) {
+    if (!tq_scr[0].p) { /* before any graph capture: the scratch of the first stream that asks */
+        cudaError_t e = cudaMalloc(&tq_scr[0].p, tq_scr_bytes);
+        if (e != cudaSuccess) return e;
+        tq_scr[0].st = TQ_UNCLAIMED, tq_scr[0].bytes = tq_scr_bytes;
+    }
     tq_build();
     for (int v = 0; v < 2; v++)
         for (int c = 0; c < 3; c++) {
@@ -401,16 +443,69 @@ cudaError_t g3c_tq_init(void) {
     return cudaSuccess;
 }
 
-cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, cudaStream_t st) {
+size_t g3c_tq_q8_bytes(int m, int k) { return (size_t)m * k + (size_t)m * (k / 128) * sizeof(float2); }
+
+cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,
+                      cudaStream_t st) {
     if (!g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     tq_build();
     tq_inst *ti = &tq_table[tq_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2];
     cudaError_t e = tq_setup(ti); /* no-op after g3c_tq_init */
     if (e != cudaSuccess) return e;
-    const int KS = w->qt == G3Q_INT4 ? 256 : 128, S = (w->k + KS - 1) / KS, tiles = (w->n + ti->rows - 1) / ti->rows;
-    const long long L = (long long)tiles * S;
-    long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * ti->bps;
-    if (blocks > L) blocks = L;
-    if (blocks < 1) blocks = 1;
-    return g3c_launch(ti->k, dim3((unsigned)blocks), dim3(TQ_WARPS * 32), (size_t)ti->smem, st, *w, xh, m, y, S, L);
+    const size_t need = g3c_tq_q8_bytes(m, w->k);
+    void *tmp = NULL;
+    if (!q8 || q8_bytes < need) {
+        int slot = -1;
+        for (int i = 0; i < 8 && slot < 0; i++)
+            if (tq_scr[i].p && tq_scr[i].st == st) slot = i;
+        for (int i = 0; i < 8 && slot < 0; i++) /* the buffer of g3c_tq_init, not yet taken by a stream */
+            if (tq_scr[i].p && tq_scr[i].st == TQ_UNCLAIMED && tq_scr[i].bytes >= need) slot = i, tq_scr[i].st = st;
+        if (slot >= 0 && tq_scr[slot].bytes >= need) q8 = tq_scr[slot].p;
+        else {
+            cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+            e = cudaStreamIsCapturing(st, &cs);
+            if (e != cudaSuccess) return e;
+            if (cs == cudaStreamCaptureStatusNone) {
+                for (int i = 0; i < 8 && slot < 0; i++)
+                    if (!tq_scr[i].p) slot = i;
+                if (slot < 0) slot = 0;
+                if (tq_scr[slot].p) {
+                    e = cudaDeviceSynchronize(); /* its stream may be gone (tests make one per call) */
+                    if (e == cudaSuccess) e = cudaFree(tq_scr[slot].p);
+                    if (e != cudaSuccess) return e;
+                    tq_scr[slot].p = NULL;
+                }
+                const size_t bytes = need > tq_scr_bytes ? need : tq_scr_bytes;
+                e = cudaMalloc(&tq_scr[slot].p, bytes);
+                if (e != cudaSuccess) return e;
+                tq_scr[slot].st = st, tq_scr[slot].bytes = bytes, q8 = tq_scr[slot].p;
+            } else {
+                e = cudaMallocAsync(&tmp, need, st);
+                if (e != cudaSuccess) return e;
+                q8 = tmp;
+            }
+        }
+    }
+    int8_t *xq = (int8_t *)q8;
+    float2 *xd = (float2 *)(xq + (size_t)m * w->k); /* m*k is a multiple of 128: 8-byte aligned */
+    const long long th = (long long)m * (w->k / 8);
+    e = w->qt == G3Q_INT4 ? g3c_launch(k_tq_quant<G3Q_INT4>, dim3((unsigned)((th + 255) / 256)), dim3(256), 0, st, xh,
+                                       m, w->k, xq, xd)
+                          : g3c_launch(k_tq_quant<G3Q_INT8>, dim3((unsigned)((th + 255) / 256)), dim3(256), 0, st, xh,
+                                       m, w->k, xq, xd);
+    if (e == cudaSuccess) {
+        const int KS = w->qt == G3Q_INT4 ? 256 : 128, S = (w->k + KS - 1) / KS;
+        const int tiles = (w->n + ti->rows - 1) / ti->rows;
+        const long long L = (long long)tiles * S;
+        long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * ti->bps;
+        if (blocks > L) blocks = L;
+        if (blocks < 1) blocks = 1;
+        e = g3c_launch(ti->k, dim3((unsigned)blocks), dim3(TQ_WARPS * 32), (size_t)ti->smem, st, *w,
+                       (const int8_t *)xq, (const float2 *)xd, m, y, S, L);
+    }
+    if (tmp) {
+        cudaError_t e2 = cudaFreeAsync(tmp, st);
+        if (e == cudaSuccess) e = e2;
+    }
+    return e;
 }

@@ -13,6 +13,9 @@
  *
  * Scales: per-channel int8/fp8 at the end; grouped int8 (GGUF 16/32) and int4 (any group, a multiple of 32) are
  * dequantized to bf16 per 16-byte chunk (MODE 2 of tc_decode).
+ * Default: int4 weights (groups of 128*j) go to the int8 tensor-core kernel of tc_q8.cu instead (2x the tensor rate,
+ * ~4x fewer instructions: 27B gate/up at 32 rows 110 -> 67 us on the H200); $G3_CUDA_TCM=3 sends int8 per-channel
+ * weights there too (120 -> 81 us), $G3_CUDA_TCM=1 keeps this kernel for every format.
  * $G3_CUDA_TCM=0 keeps k_tc for these batches (for comparison); $G3_CUDA_TCM=2 takes the variant that streams the
  * weights through cp.async too (three stages in flight per warp instead of one, the register file no longer the
  * limit); $G3_CUDA_TCMPF=1 adds an L2 prefetch of the weights of the stage after next (register variant). */
@@ -316,15 +319,17 @@ static int tcm_variant(const g3_dmat *w) {
     return -1;
 }
 
-/* $G3_CUDA_TCM: 0 off, 2 weights through cp.async (AS = 1), 3 int8 tensor cores (tc_q8.cu) where they apply (else
- * as 1), else registers */
+/* $G3_CUDA_TCM: 0 off, 1 this kernel (weights in registers), 2 weights through cp.async (AS = 1), 3 int8 tensor
+ * cores (tc_q8.cu) for int8 and int4 where they apply; unset (4): tc_q8.cu for int4 only, this kernel otherwise */
 static int tcm_mode(void) {
     const char *e = getenv("G3_CUDA_TCM");
-    return e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "2") ? 2 : e && !strcmp(e, "3") ? 3 : 1;
+    if (!e || !*e) return 4;
+    return !strcmp(e, "0") ? 0 : !strcmp(e, "2") ? 2 : !strcmp(e, "3") ? 3 : 1;
 }
 /* tc_q8.cu */
 int g3c_tq_supported(const g3_dmat *w, int m);
-cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, cudaStream_t st);
+cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,
+                      cudaStream_t st);
 cudaError_t g3c_tq_init(void);
 static int tcm_enabled(void) {
     return tcm_mode() != 0;
@@ -362,7 +367,9 @@ cudaError_t g3c_tcm_init(void) {
 
 cudaError_t g3c_tcm_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, cudaStream_t st) {
     if (!g3c_tcm_supported(w, m)) return cudaErrorInvalidValue;
-    if (tcm_mode() == 3 && g3c_tq_supported(w, m)) return g3c_tq_mm(w, xh, m, y, n_sm, st);
+    const int md = tcm_mode();
+    if ((md == 3 || (md == 4 && w->qt == G3Q_INT4)) && g3c_tq_supported(w, m))
+        return g3c_tq_mm(w, xh, m, y, n_sm, NULL, 0, st);
     tcm_build();
     tcm_inst *ti = &tcm_table[tcm_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2][tcm_mode() == 2];
     cudaError_t e = tcm_setup(ti); /* no-op after g3c_tcm_init */
