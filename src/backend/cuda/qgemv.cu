@@ -493,7 +493,9 @@ int g3c_qgemvp_enabled(void) { /* $G3_CUDA_QGEMVP: 0 = the two-launch path at 1-
 }
 
 /* U (chunks per row and lane per step): 3 at one row, 2 at two; measured on the H200 (27B, one row): U = 4 slower
- * (int4 152.9 against 161.9 tok/s, int8 114.9 against 116.9) */
+ * (int4 152.9 against 161.9 tok/s, int8 114.9 against 116.9). Also tried: the residual plane's dp4a continuing the
+ * main plane's int32 sum (254 q + q_lo, one conversion and float product less per row and chunk): no change
+ * (int4 170.8 against 171.1, int8 121.5 against 121.6), so the arithmetic is not what limits these kernels. */
 template <int QT, int M, bool PC, bool HL> static void *qp_kernel(void) {
     return (void *)k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL>;
 }
