@@ -678,12 +678,16 @@ static void run_qgemv(uint32_t src_type, const char *quant, int n, int k, int m,
 static void test_qgemv(void **state) {
     (void)state;
     need_gpu();
-    const int ms[] = {1, 3, 8};
-    for (int pass = 0; pass < 2; pass++) {
-        /* pass 0: default residual plane up to 2 rows; pass 1: q alone at every m (the faster variant) */
+    /* a failed test may have left them set */
+    unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV");
+    const int ms[] = {1, 2, 3, 8};
+    for (int pass = 0; pass < 4; pass++) {
+        /* pass 0: default residual plane up to 2 rows; pass 1: q alone at every m (the faster variant); passes 2, 3:
+         * the same with $G3_CUDA_QGEMVP=0 (two launches, not the persistent kernel at 1-2 rows) */
         setenv("G3_CUDA_QGEMV", "8", 1);
-        if (pass) setenv("G3_CUDA_Q8LO", "0", 1);
-        for (size_t i = 0; i < 3; i++) {
+        if (pass & 1) setenv("G3_CUDA_Q8LO", "0", 1);
+        if (pass & 2) setenv("G3_CUDA_QGEMVP", "0", 1);
+        for (size_t i = 0; i < 4; i++) {
             /* n = 45: not a multiple of any row tile (8 rows per block at short rows, 2-4 at long ones) */
             run_qgemv(G3_DTYPE_F32, "int8", 45, 5376, ms[i], 0);  /* per channel, 2 warps per row */
             run_qgemv(G3_DTYPE_F32, "int8", 45, 21504, ms[i], 0); /* 4 warps per row */
@@ -696,8 +700,15 @@ static void test_qgemv(void **state) {
         }
         run_qgemv(G3_DTYPE_F32, "int4", 6, 96, 1, 0);     /* fewer chunks than lanes */
         run_qgemv(G3_DTYPE_F32, "int8", 130, 512, 2, 1);  /* GeGLU fused (gate, up pairs) */
+        run_qgemv(G3_DTYPE_F32, "int8", 130, 512, 1, 1);
         run_qgemv(G3_DTYPE_F32, "int4", 132, 5376, 5, 1);
-        unsetenv("G3_CUDA_Q8LO");
+        /* more row groups (2 rows) than warps of the persistent grid (16 per SM, 132 SMs on the H200: 4224): each
+         * warp walks several row groups, its pipeline crossing row-group boundaries; odd n leaves a half group */
+        run_qgemv(G3_DTYPE_F32, "int4", 9001, 160, 1, 0);
+        run_qgemv(G3_DTYPE_F32, "int8", 9001, 96, 2, 0);
+        run_qgemv(G3_DTYPE_F32, "int4", 9002, 128, 2, 1);
+        run_qgemv(G3_DTYPE_F32, "int8", 9002, 256, 1, 1);
+        unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP");
     }
     /* the switch: 0 = today's choice (tensor cores for exact int4/int8 per channel, CUDA-core GEMV for groups < 128) */
     setenv("G3_CUDA_QGEMV", "0", 1);
@@ -713,21 +724,32 @@ static void test_qgemv(void **state) {
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, 1), 0);
 }
 
-/* bf16 weights on the pipelined CUDA-core GEMV ($G3_CUDA_GEMVPF=1): exact float32 arithmetic as the default GEMV
- * (same order within a chunk), so the same 2e-5 of max|y| as the exact paths (tol_for). */
+/* bf16 weights on every CUDA-core GEMV variant ($G3_CUDA_GEMVPF): exact float32 arithmetic as the first GEMV (same
+ * order within a chunk; the persistent one adds partial sums of a row atomically, in any order), so the same 2e-5
+ * of max|y| as the exact paths (tol_for). */
 static void test_gemv_pipelined(void **state) {
     (void)state;
     need_gpu();
-    setenv("G3_CUDA_GEMVPF", "1", 1);
+    unsetenv("G3_CUDA_GEMVPF"); /* a failed test may have left it */
     const int ms[] = {1, 2, 3, 8};
-    for (size_t i = 0; i < 4; i++) {
-        assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, ms[i]), 0);
-        run_mm("bf16", 45, 5376, ms[i], 1, 0, 3.0e-4, 2e-5);
-        run_mm("bf16", 37, 21504, ms[i], 1, 0, 3.0e-4, 2e-5);
-        run_mm("bf16", 45, 4096, ms[i], 1, 0, 3.0e-4, 2e-5);
+    /* pipelined, persistent, the first GEMV (defaults: 0 at one row, 1 beyond) */
+    static const char *modes[] = {"1", "2", "0"};
+    for (int mi = 0; mi < 3; mi++) {
+        setenv("G3_CUDA_GEMVPF", modes[mi], 1);
+        for (size_t i = 0; i < 4; i++) {
+            assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, ms[i]), 0);
+            run_mm("bf16", 45, 5376, ms[i], 1, 0, 3.0e-4, 2e-5);
+            run_mm("bf16", 37, 21504, ms[i], 1, 0, 3.0e-4, 2e-5);
+            run_mm("bf16", 45, 4096, ms[i], 1, 0, 3.0e-4, 2e-5);
+        }
+        run_mm("bf16", 2, 8, 1, 1, 0, 3.0e-4, 2e-5);      /* fewer chunks than lanes */
+        run_mm("bf16", 130, 512, 1, 1, 1, 3.0e-4, 2e-5);  /* GeGLU fused */
+        run_mm("bf16", 130, 512, 2, 1, 1, 3.0e-4, 2e-5);
+        /* more row groups than warps of the persistent grid (4224 on the H200): several per warp; odd n */
+        run_mm("bf16", 9001, 136, 1, 1, 0, 3.0e-4, 2e-5);
+        run_mm("bf16", 9001, 264, 3, 1, 0, 3.0e-4, 2e-5);
+        run_mm("bf16", 9002, 128, 2, 1, 1, 3.0e-4, 2e-5);
     }
-    run_mm("bf16", 2, 8, 1, 1, 0, 3.0e-4, 2e-5);      /* fewer chunks than lanes */
-    run_mm("bf16", 130, 512, 1, 1, 1, 3.0e-4, 2e-5);  /* GeGLU fused */
     unsetenv("G3_CUDA_GEMVPF");
 }
 

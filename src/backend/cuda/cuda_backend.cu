@@ -300,6 +300,7 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         CK(cudaDeviceGetAttribute(&b->n_sm, cudaDevAttrMultiProcessorCount, cfg->device), "device query");
         if (cublasCreate(&b->cub) != CUBLAS_STATUS_SUCCESS) CK(cudaErrorUnknown, "cublasCreate");
         CK(g3c_tc_init(), "tensor-core kernel occupancy");
+        CK(g3c_qgemv_init(), "dp4a kernel shared memory");
         size_t ws = 64u << 20;
         CK(cudaMalloc(&b->cub_ws, ws), "cuBLAS workspace");
         cublasSetStream(b->cub, b->st);

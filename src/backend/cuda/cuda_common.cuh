@@ -130,6 +130,12 @@ int g3c_qgemv_supported(const g3_dmat *w, int m);
 size_t g3c_qgemv_q8_bytes(int m, int k);
 cudaError_t g3c_qgemv(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu, void *q8,
                       size_t q8_bytes, cudaStream_t st);
+/* 1-2 rows (unless $G3_CUDA_QGEMVP=0): one persistent kernel that quantizes x itself into shared memory (no q8 buffer,
+ * no second launch); without geglu it ADDS into y, which must hold zeros (as every product output does between
+ * uses; so does the persistent bf16 GEMV, $G3_CUDA_GEMVPF=2). g3c_qgemv_init: its shared-memory limits (call once
+ * before capturing graphs; idempotent). */
+cudaError_t g3c_qgemv_init(void);
+int g3c_qgemvp_enabled(void);
 
 /* ---- matrix products on tensor cores (tc_gemv.cu) ----------------------------------------------------------- */
 /* y[i][j] += sum_k x[i][k] W[j][k] for i < m (atomically; y must hold zeros or a partial sum), with xh the bf16
