@@ -595,6 +595,13 @@ static void test_matmul_staged(void **state) {
         run_mm("int8", 45, 128, ms3[i], 1, 0, 5.0e-4, 1e-2);
     }
     run_mm("int8", 160, 256, 30, 1, 1, 5.0e-4, 2e-2); /* GeGLU after the product (as above) */
+    setenv("G3_CUDA_TQOCC", "2", 1); /* one tile per warp, two blocks per SM (registers capped) */
+    for (size_t i = 0; i < 4; i++) {
+        run_mm("int4", 264, 5376, ms[i], 1, 0, 7.0e-3, 1e-2);
+        run_mm("int8", 37, 21504, ms[i], 1, 0, 5.0e-4, 1e-2);
+    }
+    run_mm("int4", 96, 384, 48, 1, 0, 7.0e-3, 1e-2);
+    unsetenv("G3_CUDA_TQOCC");
     unsetenv("G3_CUDA_TCM");
 }
 /* ---- decode products with q8 activations and dp4a (qgemv.cu) ----------------------------------------------------- */

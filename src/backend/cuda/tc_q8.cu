@@ -22,7 +22,9 @@
  *  - weights stream through cp.async into a ring of 3 stages per warp (two stages in flight: ~64 KB per SM);
  *  - int32 -> float by a magic-number add (two full-rate ops; I2F is a quarter-rate pipe).
  * ncu (first version, quantizing in the loop): 35e6 instructions, 0.39 issued per cycle and scheduler (2 warps each:
- * 238 registers), stalls mostly on fixed-latency dependencies; the next step would be more warps per SM.
+ * 238 registers), stalls mostly on fixed-latency dependencies. $G3_CUDA_TQOCC=2 takes a variant with one tile per
+ * warp and registers capped at 128 (two blocks, 4 warps per scheduler; small spills at int4 NT >= 4): compiled and
+ * covered by test_matmul_staged, not yet measured.
  * Accuracy: the product is W_deq . xq exactly up to float rounding, |xq - x| <= amax/254 per value of a block of 128
  * (about the bf16 rounding of x for well-spread blocks, worse next to outliers; qgemv.cu uses blocks of 32 for <= 8
  * rows). Supported: int8 per channel and int4 in groups of 128*j, k % 128 == 0; everything else (fp8, the GGUF int8
@@ -185,8 +187,8 @@ static __device__ __forceinline__ void tq_stage_x(uint4 *xs, float2 *ds, const i
 static __device__ __forceinline__ float tq_i2f(int v) { return __int_as_float(v + 0x4B400000) - 12582912.f; }
 
 /* SC: 0 int8 per channel (scale at the end), 1 int4 (group scales and offsets). T tiles of 16 rows per warp. */
-template <int QT, int SC, int NT, int T>
-__global__ void __launch_bounds__(TQ_WARPS * 32, 1)
+template <int QT, int SC, int NT, int T, int MINB>
+__global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
     k_tq(g3_dmat w, const int8_t *__restrict__ xq, const float2 *__restrict__ xd, int m, float *__restrict__ y, int S,
          long long L) {
     constexpr int SEGS = tq_c<QT>::SEGS, UPR = tq_c<QT>::UPR, MP = 8 * NT;
@@ -378,23 +380,27 @@ typedef struct tq_inst {
     int bps;        /* resident blocks per SM (0: not yet set up) */
 } tq_inst;
 
-/* tq_table[variant][NT 2, 4, 8]: variant 0 int8 per channel, 1 int4 */
-static tq_inst tq_table[2][3];
+/* tq_table[occupancy][variant][NT 2, 4, 8]: variant 0 int8 per channel, 1 int4; occupancy 0: one block per SM,
+ * two tiles per warp (one at NT = 8); 1 ($G3_CUDA_TQOCC=2): one tile per warp, registers capped for two blocks per
+ * SM (4 warps per scheduler instead of 2: ncu showed the single block issuing 0.39 per cycle) */
+static tq_inst tq_table[2][2][3];
 static int tq_ready;
 
-template <int QT, int SC, int NT> static tq_inst tq_mk() {
-    constexpr int T = NT == 8 ? 1 : 2, MP = 8 * NT;
+template <int QT, int SC, int NT, int OCC> static tq_inst tq_mk() {
+    constexpr int T = NT == 8 || OCC ? 1 : 2, MP = 8 * NT;
     const int smem = 3 * TQ_WARPS * 2 * T * 2 * 32 * 16 + 3 * MP * tq_c<QT>::KS + 3 * tq_c<QT>::SEGS * MP * 8;
-    tq_inst r = {k_tq<QT, SC, NT, T>, smem, TQ_WARPS * T * 16, 0};
+    tq_inst r = {k_tq<QT, SC, NT, T, OCC ? 2 : 1>, smem, TQ_WARPS * T * 16, 0};
     return r;
 }
-template <int QT, int SC> static void tq_row(tq_inst *row) {
-    row[0] = tq_mk<QT, SC, 2>(), row[1] = tq_mk<QT, SC, 4>(), row[2] = tq_mk<QT, SC, 8>();
+template <int QT, int SC, int OCC> static void tq_row(tq_inst *row) {
+    row[0] = tq_mk<QT, SC, 2, OCC>(), row[1] = tq_mk<QT, SC, 4, OCC>(), row[2] = tq_mk<QT, SC, 8, OCC>();
 }
 static void tq_build(void) {
     if (tq_ready) return;
-    tq_row<G3Q_INT8, 0>(tq_table[0]);
-    tq_row<G3Q_INT4, 1>(tq_table[1]);
+    tq_row<G3Q_INT8, 0, 0>(tq_table[0][0]);
+    tq_row<G3Q_INT4, 1, 0>(tq_table[0][1]);
+    tq_row<G3Q_INT8, 0, 1>(tq_table[1][0]);
+    tq_row<G3Q_INT4, 1, 1>(tq_table[1][1]);
     tq_ready = 1;
 }
 
@@ -435,9 +441,9 @@ cudaError_t g3c_tq_init(void) {
         tq_scr[0].st = TQ_UNCLAIMED, tq_scr[0].bytes = tq_scr_bytes;
     }
     tq_build();
-    for (int v = 0; v < 2; v++)
+    for (int v = 0; v < 4; v++)
         for (int c = 0; c < 3; c++) {
-            cudaError_t e = tq_setup(&tq_table[v][c]);
+            cudaError_t e = tq_setup(&tq_table[v / 2][v % 2][c]);
             if (e != cudaSuccess) return e;
         }
     return cudaSuccess;
@@ -449,7 +455,8 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
                       cudaStream_t st) {
     if (!g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     tq_build();
-    tq_inst *ti = &tq_table[tq_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2];
+    const char *oe = getenv("G3_CUDA_TQOCC");
+    tq_inst *ti = &tq_table[oe && !strcmp(oe, "2")][tq_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2];
     cudaError_t e = tq_setup(ti); /* no-op after g3c_tq_init */
     if (e != cudaSuccess) return e;
     const size_t need = g3c_tq_q8_bytes(m, w->k);
