@@ -426,8 +426,8 @@ static cudaError_t tq_setup(tq_inst *ti) {
 
 #define TQ_UNCLAIMED ((cudaStream_t)(intptr_t)-1)
 static const size_t tq_scr_bytes = (size_t)4 << 20; /* 64 rows up to k = 61680 */
-/* scratch of the quantized activations when the caller has none: one buffer per stream, allocated outside graph
- * capture (a captured call without one takes a stream-ordered allocation, freed after the product) */
+/* scratch of the quantized activations when the caller has none: up to 8 buffers, each taken by the first stream
+ * that needs one outside graph capture (g3c_tq_init makes the first before any capture) */
 static struct {
     cudaStream_t st;
     void *p;
@@ -462,35 +462,30 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
     const size_t need = g3c_tq_q8_bytes(m, w->k);
     void *tmp = NULL;
     if (!q8 || q8_bytes < need) {
+        /* a buffer is never freed or replaced (captured graphs keep its address); with no slot left, or during a
+         * capture, the product takes a stream-ordered allocation of its own */
         int slot = -1;
         for (int i = 0; i < 8 && slot < 0; i++)
-            if (tq_scr[i].p && tq_scr[i].st == st) slot = i;
+            if (tq_scr[i].p && tq_scr[i].st == st && tq_scr[i].bytes >= need) slot = i;
         for (int i = 0; i < 8 && slot < 0; i++) /* the buffer of g3c_tq_init, not yet taken by a stream */
             if (tq_scr[i].p && tq_scr[i].st == TQ_UNCLAIMED && tq_scr[i].bytes >= need) slot = i, tq_scr[i].st = st;
-        if (slot >= 0 && tq_scr[slot].bytes >= need) q8 = tq_scr[slot].p;
-        else {
+        if (slot < 0) {
             cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
             e = cudaStreamIsCapturing(st, &cs);
             if (e != cudaSuccess) return e;
-            if (cs == cudaStreamCaptureStatusNone) {
-                for (int i = 0; i < 8 && slot < 0; i++)
-                    if (!tq_scr[i].p) slot = i;
-                if (slot < 0) slot = 0;
-                if (tq_scr[slot].p) {
-                    e = cudaDeviceSynchronize(); /* its stream may be gone (tests make one per call) */
-                    if (e == cudaSuccess) e = cudaFree(tq_scr[slot].p);
+            for (int i = 0; i < 8 && slot < 0 && cs == cudaStreamCaptureStatusNone; i++)
+                if (!tq_scr[i].p) {
+                    const size_t bytes = need > tq_scr_bytes ? need : tq_scr_bytes;
+                    e = cudaMalloc(&tq_scr[i].p, bytes);
                     if (e != cudaSuccess) return e;
-                    tq_scr[slot].p = NULL;
+                    tq_scr[i].st = st, tq_scr[i].bytes = bytes, slot = i;
                 }
-                const size_t bytes = need > tq_scr_bytes ? need : tq_scr_bytes;
-                e = cudaMalloc(&tq_scr[slot].p, bytes);
-                if (e != cudaSuccess) return e;
-                tq_scr[slot].st = st, tq_scr[slot].bytes = bytes, q8 = tq_scr[slot].p;
-            } else {
-                e = cudaMallocAsync(&tmp, need, st);
-                if (e != cudaSuccess) return e;
-                q8 = tmp;
-            }
+        }
+        if (slot >= 0) q8 = tq_scr[slot].p;
+        else {
+            e = cudaMallocAsync(&tmp, need, st);
+            if (e != cudaSuccess) return e;
+            q8 = tmp;
         }
     }
     int8_t *xq = (int8_t *)q8;
