@@ -2,7 +2,8 @@
  * bf16 weights (the fixtures are bf16) within 1e-3 * max(1, max|ref|) at every prompt position, prefill in one
  * chunk and in chunks of 7, greedy continuations through the decode graphs (one sequence, and four at once) equal
  * up to the first step whose reference margin is below 0.01; resident int8 / fp8 / int4 and GGUF Q8_0 weights:
- * mean KL and top-1 agreement over the long prompt. Skipped without CUDA, a GPU or the fixtures. */
+ * mean KL and top-1 agreement over the long prompt, in prefill chunks of 512 (cuBLAS), 16 (the 9..64-row kernels)
+ * and 1 (the decode kernels). Skipped without CUDA, a GPU or the fixtures. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -202,6 +203,12 @@ static void test_small_a(void **state) {
      * head included): a guard against breakage (garbage logits give ~ln(V) = 6.9), not a quality claim */
     check_kl(dir, &r, "int4 group 128", 512, 4.0, 0.1);
     check_kl(dir, &r, "int4 group 128", 1, 4.0, 0.1);
+    check_kl(dir, &r, "int4 group 128", 16, 4.0, 0.1); /* 16-row steps: the int8 tensor-core kernel (tc_q8.cu) */
+    setenv("G3_CUDA_QUANT", "int8", 1);
+    check_kl(dir, &r, "int8 per channel", 16, 0.03, 0.9); /* 16-row steps: the staged kernel */
+    setenv("G3_CUDA_TCM", "3", 1);
+    check_kl(dir, &r, "int8 per channel, TCM=3", 16, 0.03, 0.9);
+    unsetenv("G3_CUDA_TCM");
     unsetenv("G3_CUDA_QUANT");
     tu_ref_free(&r);
 }
@@ -222,10 +229,20 @@ static void test_own_models(void **state) {
         }
         unsetenv("G3_CUDA_QUANT");
         check_exact(dir, &r, 1e-3);
+        setenv("G3_CUDA_NOZERO", "1", 1); /* prefill steps > 64 rows: row kernels leave y to cuBLAS (opt-in path) */
+        check_exact(dir, &r, 1e-3);
+        unsetenv("G3_CUDA_NOZERO");
         if (r.n_prompts > 3 && r.p[3].all) { /* the demo model's reference keeps last-position logits only */
             setenv("G3_CUDA_QUANT", "int8", 1);
             check_kl(dir, &r, "int8 per channel", 512, 0.03, 0.9);
             check_kl(dir, &r, "int8 per channel", 1, 0.03, 0.9);
+            check_kl(dir, &r, "int8 per channel", 16, 0.03, 0.9); /* 16-row steps: the 9..64-row kernels */
+            setenv("G3_CUDA_TCM", "3", 1);                          /* int8 on the int8 tensor-core kernel too */
+            check_kl(dir, &r, "int8 per channel, TCM=3", 16, 0.03, 0.9);
+            unsetenv("G3_CUDA_TCM");
+            setenv("G3_CUDA_QUANT", "int4", 1); /* a guard (garbage gives ~ln(512) = 6.2 nats), as for small-a */
+            check_kl(dir, &r, "int4 group 128", 16, 4.0, 0.1);
+            check_kl(dir, &r, "int4 group 128", 1, 4.0, 0.1);
             unsetenv("G3_CUDA_QUANT");
         }
         tu_ref_free(&r);

@@ -423,7 +423,7 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
     g3c_mm_ctx mc = {b->cub, b->st, b->wscratch, split, b->n_sm, b->tcnt, b->tcnt_n, b->q8, b->q8_bytes};
     int ny, fused;
     /* prefill with every product on cuBLAS (beta = 0 overwrites y): the row kernels leave y as it is and skip the
-     * float32 copies only GEMV paths read; y is cleared once after the last layer ($G3_CUDA_NOZERO=0: off) */
+     * float32 copies only GEMV paths read; y is cleared once after the last layer (opt-in: $G3_CUDA_NOZERO=1) */
     int rf = m > 64 && g3c_nozero_enabled() ? G3C_KEEP_Y | G3C_NO_F32 : 0;
     for (int l = 0; l < c->n_layers && rf; l++) {
         const layer_dev *L = &b->L[l];

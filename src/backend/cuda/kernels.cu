@@ -334,10 +334,12 @@ __global__ void __launch_bounds__(256) k_finish4(float *y, int ny, size_t n4, fl
     }
 }
 
-/* 1 unless $G3_CUDA_NOZERO=0 (read at every call). */
+/* 1 when $G3_CUDA_NOZERO=1 (read at every call). Off by default: the row kernels' flags passed their kernel tests on
+ * the H200, but the whole-model protocol (y left dirty through the layers, cleared once at the end) has not run
+ * through test_cuda_model on a GPU yet. */
 int g3c_nozero_enabled(void) {
     const char *e = getenv("G3_CUDA_NOZERO");
-    return !(e && !strcmp(e, "0"));
+    return e && !strcmp(e, "1");
 }
 
 /* 1 unless $G3_CUDA_ROWK=0 (read at every call, so tests and benchmarks can switch). */
