@@ -146,9 +146,11 @@ static void test_vs_cpu_all_types(void **state) {
     compare(G3_DTYPE_F32, 20.0f, 10.0f, 40, 16); /* softcaps */
     compare(G3_DTYPE_BF16, 0, 0, 150, 1);        /* decode path at every position: split attention, 3 chunks */
     compare(G3_DTYPE_Q4_K, 0, 0, 70, 7);
+    compare(G3_DTYPE_F16, 0, 0, 40, 3); /* 4-row bucket: matvec1n, fused post-norm tails */
     setenv("G3_VULKAN_NO_SUBGROUPS", "1", 1); /* every kernel's shared-memory reduction variant */
     compare(G3_DTYPE_F16, 5.0f, 0, 70, 16);
     compare(G3_DTYPE_F16, 0, 0, 70, 1);
+    compare(G3_DTYPE_BF16, 0, 0, 40, 5);
     unsetenv("G3_VULKAN_NO_SUBGROUPS");
 }
 
@@ -284,8 +286,75 @@ static void test_ops_copy_block_staging_errors(void **state) {
     g3_model_free(m);
 }
 
+/* The decode switches: $G3_VULKAN_FUSE=0 (post-norms and the split-attention merge as dispatches of their own) and
+ * $G3_VULKAN_MATVECN=0 (2..8-row products through matvec.comp): 3 more dispatches per layer in buckets of up to 8
+ * rows, none more beyond,
+ * and give the same logits as the default (fused tails, matvec1n) for 1, 3 and 8 decode rows and a 10-row prefill. */
+static float *switch_run(g3_model *m, const char *fuse, const char *matvecn, int *disp) {
+    const g3_backend_ops *ops = g3_backend_find("vulkan");
+    g3_backend_cfg cfg = {.max_seqs = MAXS, .max_rows = 12, .kv_block = BLK, .max_blocks_per_seq = BPS,
+                          .n_blocks_global = NB, .n_blocks_local = NB};
+    g3_backend *b = NULL;
+    g3_error err = {0};
+    setenv("G3_VULKAN_FUSE", fuse, 1);
+    setenv("G3_VULKAN_MATVECN", matvecn, 1);
+    g3_status rc = ops->create(m, &cfg, &b, &err);
+    unsetenv("G3_VULKAN_FUSE");
+    unsetenv("G3_VULKAN_MATVECN");
+    if (rc) fail_msg("create: %s", err.msg);
+    static const int rows[5] = {1, 2, 4, 8, 12};
+    for (int i = 0; i < 5; i++) disp[i] = g3_vulkan_body_dispatches(b, rows[i]);
+    int V = m->cfg.vocab;
+    tables t;
+    memset(&t, -1, sizeof t);
+    for (int i = 0; i < 6; i++) t.g[0][i] = i, t.l[0][i] = i;
+    int32_t tok[12], pos[12], seq[12];
+    float *out = malloc(sizeof(float) * 4 * (size_t)V);
+    for (int i = 0; i < 12; i++) tok[i] = (i * 53 + 11) % V, pos[i] = i, seq[i] = 0;
+    if (run(ops, b, &t, tok, pos, seq, 10, out, &err)) fail_msg("prefill: %s", err.msg); /* 12-row bucket */
+    int steps[3] = {1, 3, 8}, p0 = 10;
+    for (int s = 0; s < 3; s++) { /* decode-sized batches: rows p0..p0+n-1 of the same sequence */
+        for (int i = 0; i < steps[s]; i++) pos[i] = p0 + i, tok[i] = (p0 * 7 + i) % V, seq[i] = 0;
+        if (run(ops, b, &t, tok, pos, seq, steps[s], out + (size_t)(1 + s) * V, &err)) fail_msg("step: %s", err.msg);
+        p0 += steps[s];
+    }
+    ops->destroy(b);
+    return out;
+}
+
+static void test_decode_switches(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    g3_model *m = custom_model(G3_DTYPE_Q8_0, 0, 0);
+    int V = m->cfg.vocab, L = m->cfg.n_layers, dn[5], d0[5], dv[5];
+    float *fused = switch_run(m, "1", "1", dn), *plain = switch_run(m, "0", "1", d0), *old = switch_run(m, "0", "0", dv);
+    printf("  dispatches per body (1, 2, 4, 8, 12 rows; %d layers): fused %d %d %d %d %d, G3_VULKAN_FUSE=0 %d %d %d %d %d\n",
+           L, dn[0], dn[1], dn[2], dn[3], dn[4], d0[0], d0[1], d0[2], d0[3], d0[4]);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(d0[i] - dn[i], 3 * L);
+        assert_int_equal(dn[i], 1 + 6 * L); /* embed; QKV, qk_rope, attn+merge, Wo+tail, gate/up, down+tail */
+        assert_int_equal(dv[i], d0[i]);
+    }
+    assert_int_equal(dn[4], d0[4]); /* beyond 8 rows: tiled matmul, add_norm dispatches as before */
+    for (int s = 0; s < 4; s++) {
+        double mx = 1, d1 = 0, d2 = 0;
+        for (int i = 0; i < V; i++) {
+            size_t k = (size_t)s * V + i;
+            mx = fmax(mx, fabs(plain[k]));
+            d1 = fmax(d1, fabs(fused[k] - plain[k]));
+            d2 = fmax(d2, fabs(old[k] - plain[k]));
+            if (isnan(fused[k]) || isnan(old[k])) d1 = INFINITY;
+        }
+        printf("  step %d: fused vs separate %.2e, matvec1n vs matvec %.2e (relative)\n", s, d1 / mx, d2 / mx);
+        assert_true(d1 / mx < 1e-5 && d2 / mx < 1e-5);
+    }
+    free(fused), free(plain), free(old);
+    g3_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_decode_switches),
         cmocka_unit_test(test_vs_cpu_all_types),
         cmocka_unit_test(test_kv_f16),
         cmocka_unit_test(test_ops_copy_block_staging_errors),

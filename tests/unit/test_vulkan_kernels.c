@@ -101,8 +101,10 @@ static void test_matmul_all_types(void **state) {
         check_matmul(types[t], 37, k, 1, 1, 0);  /* odd n: the last matvec workgroup has one channel */
         check_matmul(types[t], 37, k, 1, 1, 1);  /* one row: matvec1 for F16/BF16/Q8_0/Q4_0, GeGLU */
         check_matmul(types[t], 37, 1024, 1, 1, 0); /* one row, several chunks per thread (and a partial pair) */
-        check_matmul(types[t], 70, k, 8, 1, 0);
+        check_matmul(types[t], 70, k, 8, 1, 0);  /* 2..8 rows: matvec1n for F16/BF16/Q8_0/Q4_0 */
         check_matmul(types[t], 70, k, 5, 1, 1);
+        check_matmul(types[t], 37, 1024, 2, 1, 0); /* odd n, several chunks per thread and a partial pair */
+        check_matmul(types[t], 37, 1024, 7, 1, 1);
         check_matmul(types[t], 70, k, 70, 2, 0); /* partial 64x64 tiles in both directions */
         check_matmul(types[t], 45, k, 9, 2, 1);
     }
@@ -128,6 +130,16 @@ static void test_matvec_without_matvec1(void **state) {
     check_matmul(G3_DTYPE_Q8_0, 37, 1024, 1, 1, 0);
     check_matmul(G3_DTYPE_Q4_0, 37, 160, 1, 1, 1);
     unsetenv("G3_VULKAN_MATVEC1");
+}
+
+/* $G3_VULKAN_MATVECN=0: 2..8-row products through matvec.comp (the kernel before matvec1n). */
+static void test_matvec_without_matvecn(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    setenv("G3_VULKAN_MATVECN", "0", 1);
+    check_matmul(G3_DTYPE_Q8_0, 37, 1024, 4, 1, 0);
+    check_matmul(G3_DTYPE_Q4_0, 37, 160, 8, 1, 1);
+    unsetenv("G3_VULKAN_MATVECN");
 }
 
 /* Every backend, test context and device listing of this process shares one Vulkan instance: the NVIDIA driver fails
@@ -196,6 +208,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_all_types),
         cmocka_unit_test(test_matmul_without_subgroups),
         cmocka_unit_test(test_matvec_without_matvec1),
+        cmocka_unit_test(test_matvec_without_matvecn),
         cmocka_unit_test(test_coopmat),
         cmocka_unit_test(test_sincos_large_angles),
         cmocka_unit_test(test_one_instance),

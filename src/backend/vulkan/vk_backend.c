@@ -33,13 +33,20 @@ static void vk_destroy(g3_backend *b) {
     }
     free(b->layers);
     g3vk_weight_free(vk, &b->embed);
-    g3vk_buf *bufs[] = {&b->norms, &b->kv[0], &b->kv[1], &b->act, &b->params, &b->logits, &b->logits_dev, &b->ids};
+    g3vk_buf *bufs[] = {&b->norms, &b->kv[0],     &b->kv[1], &b->act, &b->params,
+                        &b->logits, &b->logits_dev, &b->ids,   &b->cnt};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g3vk_buf_free(vk, bufs[i]);
     g3vk_deinit(vk); /* frees the command pool and with it the command buffers */
     free(b);
 }
 
 const char *g3_vulkan_device_name(const g3_backend *b) { return b->device_name; }
+
+int g3_vulkan_body_dispatches(const g3_backend *b, int rows) {
+    for (int i = 0; i < b->n_buckets; i++)
+        if (b->bucket_rows[i] >= rows) return b->body_dispatches[i];
+    return -1;
+}
 
 /* Shapes and types the kernels handle. */
 static g3_status check_model(const g3_model *m, g3_error *err) {
@@ -236,7 +243,9 @@ static g3_status vk_create(const g3_model *m, const g3_backend_cfg *cfg, g3_back
         goto fail;
     if ((rc = g3vk_buf_create(&b->vk, (size_t)b->lch * (size_t)c->vocab * 4, G3VK_MEM_DEVICE, "logits", &b->logits_dev,
                               err)) ||
-        (rc = g3vk_buf_create(&b->vk, (size_t)b->lch * 4, G3VK_MEM_READBACK, "token ids", &b->ids, err)))
+        (rc = g3vk_buf_create(&b->vk, (size_t)b->lch * 4, G3VK_MEM_READBACK, "token ids", &b->ids, err)) ||
+        (rc = g3vk_buf_create(&b->vk, 4 * (G3VK_CNT_ATTN + (size_t)G3VK_MV_ROWS * (size_t)c->n_heads),
+                              G3VK_MEM_DEVICE, "kernel counters", &b->cnt, err)))
         goto fail;
     int32_t *P = b->params.map;
     memset(P, 0, b->p_ints * 4);
@@ -245,6 +254,7 @@ static g3_status vk_create(const g3_model *m, const g3_backend_cfg *cfg, g3_back
     /* zero the KV pools once (nothing reads unwritten positions; this only makes runs reproducible) */
     if ((rc = g3vk_once_begin(&b->vk, err))) goto fail;
     for (int kind = 0; kind < 2; kind++) b->vk.vkCmdFillBuffer(b->vk.once, b->kv[kind].buf, 0, VK_WHOLE_SIZE, 0);
+    b->vk.vkCmdFillBuffer(b->vk.once, b->cnt.buf, 0, VK_WHOLE_SIZE, 0); /* the tails' counters start at 0 */
     if ((rc = g3vk_once_submit(&b->vk, err))) goto fail;
     /* row buckets 1, 2, 4, ... and max_rows; pipelines and command buffers */
     for (int r = 1; b->n_buckets < G3VK_MAX_BUCKETS - 1; r *= 2) {

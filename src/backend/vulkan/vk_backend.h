@@ -26,6 +26,8 @@ typedef struct vk_layer {
     int li;                    /* index within its kind */
 } vk_layer;
 
+#define G3VK_CNT_ATTN 64 /* first counter of the split-attention merges in g3_backend.cnt */
+
 struct g3_backend {
     g3vk vk;
     const g3_model *m;
@@ -49,6 +51,8 @@ struct g3_backend {
     g3vk_buf logits;           /* [lch][vocab] float32, host-visible */
     g3vk_buf logits_dev;       /* [lch][vocab] float32, device-local: the greedy path's logits */
     g3vk_buf ids;              /* [lch] int32, host-visible: the greedy path's picks */
+    g3vk_buf cnt;              /* uint32 counters, zero between dispatches: [0] post-norm tails, [64 + r*NH + h]
+                                  split-attention merges (G3VK_CNT_ATTN) */
     int lch;                   /* logits rows per head submission */
     int ctx;                   /* max_blocks_per_seq * kv_block */
     int n_chunks, chunk_len;   /* split attention for small buckets */
@@ -56,6 +60,7 @@ struct g3_backend {
     size_t p_ints;
     int n_buckets, bucket_rows[G3VK_MAX_BUCKETS];
     VkCommandBuffer body[G3VK_MAX_BUCKETS]; /* embed + layers + final norm for rows <= bucket_rows[i] */
+    int body_dispatches[G3VK_MAX_BUCKETS];  /* dispatches recorded into body[i] */
     VkCommandBuffer head[3];   /* gather + logits: [0] matvec (<= 8 rows), [1] matmul, [2] one row (matvec1) */
     VkCommandBuffer head_argmax[3]; /* gather + logits + argmax on the device (forward_argmax) */
     char device_name[256];

@@ -330,6 +330,10 @@ g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
     vk->force_staging = st && *st == '1';
     const char *mv1 = getenv("G3_VULKAN_MATVEC1");
     vk->matvec1 = !(mv1 && *mv1 == '0');
+    const char *mvn = getenv("G3_VULKAN_MATVECN");
+    vk->matvecn = !(mvn && *mvn == '0');
+    const char *fu = getenv("G3_VULKAN_FUSE");
+    vk->fuse = !(fu && *fu == '0');
     vk->vkGetPhysicalDeviceProperties(vk->pdev, &vk->props);
     vk->vkGetPhysicalDeviceMemoryProperties(vk->pdev, &vk->memp);
     /* compute queue: prefer a family without graphics (dedicated compute) */
@@ -428,15 +432,16 @@ const char *g3vk_type_suffix(uint32_t type) {
 
 static const char *kernel_names[G3VK_K_COUNT] = {
     "matvec",  "matvec_geglu", "matmul",   "matmul_geglu", "embed",  "matvec1", "matvec1_geglu", "matmul_cm",
-    "matmul_cm_geglu", "qk_rope", "attn", "attn_combine", "add_norm", "gather", "geglu", "argmax", "test_sincos",
+    "matmul_cm_geglu", "matvec1n", "matvec1n_geglu", "qk_rope", "attn", "attn_combine", "add_norm", "gather", "geglu", "argmax", "test_sincos",
     "qk_rope_kv16", "attn_kv16"};
 
 int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu) {
     if (rows > 8 && vk->coopmat) return geglu ? G3VK_K_MATMUL_CM_GEGLU : G3VK_K_MATMUL_CM;
     if (rows > 8) return geglu ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL;
-    int mv1 = vk->matvec1 && rows == 1 && k % 32 == 0 &&
-              (type == G3_DTYPE_F16 || type == G3_DTYPE_BF16 || type == G3_DTYPE_Q8_0 || type == G3_DTYPE_Q4_0);
-    if (mv1) return geglu ? G3VK_K_MATVEC1_GEGLU : G3VK_K_MATVEC1;
+    int chunked = k % 32 == 0 &&
+                  (type == G3_DTYPE_F16 || type == G3_DTYPE_BF16 || type == G3_DTYPE_Q8_0 || type == G3_DTYPE_Q4_0);
+    if (chunked && rows == 1 && vk->matvec1) return geglu ? G3VK_K_MATVEC1_GEGLU : G3VK_K_MATVEC1;
+    if (chunked && rows > 1 && vk->matvecn) return geglu ? G3VK_K_MATVEC1N_GEGLU : G3VK_K_MATVEC1N;
     return geglu ? G3VK_K_MATVEC_GEGLU : G3VK_K_MATVEC;
 }
 

@@ -39,7 +39,8 @@
 
 /* Pipelines: kernels templated on the weight type, then the type-independent ones. */
 enum { G3VK_K_MATVEC, G3VK_K_MATVEC_GEGLU, G3VK_K_MATMUL, G3VK_K_MATMUL_GEGLU, G3VK_K_EMBED, G3VK_K_MATVEC1,
-       G3VK_K_MATVEC1_GEGLU, G3VK_K_MATMUL_CM, G3VK_K_MATMUL_CM_GEGLU, G3VK_K_TYPED };
+       G3VK_K_MATVEC1_GEGLU, G3VK_K_MATMUL_CM, G3VK_K_MATMUL_CM_GEGLU, G3VK_K_MATVEC1N, G3VK_K_MATVEC1N_GEGLU,
+       G3VK_K_TYPED };
 enum { G3VK_K_QK_ROPE = G3VK_K_TYPED, G3VK_K_ATTN, G3VK_K_ATTN_COMBINE, G3VK_K_ADD_NORM, G3VK_K_GATHER, G3VK_K_GEGLU,
        G3VK_K_ARGMAX, G3VK_K_TEST_SINCOS, G3VK_K_QK_ROPE_KV16, G3VK_K_ATTN_KV16, G3VK_K_COUNT };
 #define G3VK_NTYPES 7 /* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K */
@@ -79,6 +80,8 @@ typedef struct g3vk {
     uint32_t subgroup_size;
     int force_staging;      /* $G3_VULKAN_STAGING=1: upload through a staging buffer even into mappable memory */
     int matvec1;            /* one-row buckets use matvec1.comp where it serves the type ($G3_VULKAN_MATVEC1=0: no) */
+    int matvecn;            /* 2..8-row buckets use matvec1.comp built for 8 rows ($G3_VULKAN_MATVECN=0: matvec.comp) */
+    int fuse;               /* decode Wo/down products end with the post-norm tail ($G3_VULKAN_FUSE=0: add_norm.comp) */
     int coopmat;            /* VK_NV_cooperative_matrix enabled: prefill through matmul_cm.comp ($G3_VULKAN_COOPMAT=1) */
     VkCommandPool pool;
     VkCommandBuffer once;   /* one-shot work: uploads, block copies */
@@ -117,8 +120,9 @@ const char *g3vk_type_suffix(uint32_t type); /* "q8_0", ...; NULL for a type wit
 int g3vk_type_index(uint32_t type);         /* 0..G3VK_NTYPES-1, -1 if unsupported */
 /* The pipeline of kernel `kind` (typed kernels: for weight type `type`), created on first use. */
 g3_status g3vk_pipeline(g3vk *vk, int kind, uint32_t type, VkPipeline *out, g3_error *err);
-/* The kernel for y = x W^T over a bucket of `rows` rows (W: type, k values per row; geglu: with W2): matvec1 for one
- * row of F16/BF16/Q8_0/Q4_0 with k % 32 == 0, matvec up to G3VK_MV_ROWS rows (8), the tiled matmul beyond (on
+/* The kernel for y = x W^T over a bucket of `rows` rows (W: type, k values per row; geglu: with W2): for F16/BF16/
+ * Q8_0/Q4_0 with k % 32 == 0 matvec1 (one row) or matvec1n (2..8 rows), else matvec up to G3VK_MV_ROWS rows (8),
+ * the tiled matmul beyond (on
  * cooperative matrices where enabled; same grid). All
  * matvec kernels compute 2 channels per workgroup (GeGLU: 1 channel of gate and up). */
 int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu);
@@ -156,8 +160,9 @@ extern const int g3vk_spirv_count;
 /* ---- push constants (layouts match the shaders' push_constant blocks) ----------------------------------------- */
 typedef struct pc_matmul {
     uint64_t w, waux, w2, w2aux, x, y, params;
-    uint32_t N, K, ldx, ldy, nrows_idx, mode;
+    uint32_t N, K, ldx, ldy, nrows_idx, mode; /* mode: 0 plain, 1 softcap, 2 post-norm tail (matvec kernels) */
     float cap;
+    uint64_t h, xo, cnt; /* mode 2 (shaders/tail_norm.glsl): residual, normed output, zeroed counter */
 } pc_matmul;
 
 typedef struct pc_embed {
@@ -197,6 +202,7 @@ typedef struct pc_attn {
     uint64_t q, kv, out, part, params;
     uint32_t ld, NH, KVH, D, B, li, block_floats, table, window, chunk_len, n_chunks, mode, out_ld;
     float scale, cap;
+    uint64_t cnt; /* mode 2 (split decode, merge fused): [rows][NH] zeroed counters */
 } pc_attn;
 
 typedef struct pc_attn_combine {

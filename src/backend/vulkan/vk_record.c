@@ -6,6 +6,10 @@
  *   embed+norm [R]  ->  QKV projection  ->  QK-norm+rope+KV write [NH+KVH, R]  ->  attention [chunks, NH, R]
  *   (+ combine [NH, R] for split decode)  ->  Wo  ->  post-norm + residual + pre-FFN norm [R]
  *   ->  gate/up + GeGLU  ->  down  ->  post-norm + residual + next norm [R]
+ * In buckets of up to 8 rows, unless $G3_VULKAN_FUSE=0, the two post-norm dispatches are folded into the Wo and
+ * down products (their last workgroup runs the norm tail, shaders/tail_norm.glsl) and the combine into attention
+ * (the last chunk of each row and head merges): 6 dispatches per layer instead of 9 for decode (with fused QKV and
+ * gate/up; b->body_dispatches counts them per bucket).
  * Head: gather the wanted rows [lch] -> logits = x E^T (softcap) into host-visible memory; or, for greedy steps,
  * into device memory followed by an argmax per row [lch], so that only token ids travel. */
 #include <math.h>
@@ -18,6 +22,7 @@ typedef struct rec {
     VkCommandBuffer cb;
     g3_error *err;
     g3_status rc;
+    int dispatches; /* recorded so far */
 } rec;
 
 static void bind(rec *r, int kind, uint32_t type) {
@@ -32,6 +37,7 @@ static void push_dispatch(rec *r, const void *pc, size_t size, uint32_t gx, uint
     g3vk *vk = &r->b->vk;
     vk->vkCmdPushConstants(r->cb, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)size, pc);
     vk->vkCmdDispatch(r->cb, gx, gy, gz);
+    r->dispatches++;
 }
 
 /* Between dispatches of one command buffer: shader writes before shader reads and writes, compute stage only (the
@@ -46,9 +52,20 @@ static void barrier(rec *r) {
 
 static uint32_t cdiv(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
 
-/* y[row][ldy] = x W^T (+ GeGLU with W2): matvec for small buckets, tiled matmul otherwise. */
-static void matmul(rec *r, int rows, const g3vk_weight *w, const g3vk_weight *w2, uint64_t x, uint32_t ldx,
-                   uint64_t y, uint32_t ldy, int nrows_idx, int softcap) {
+/* The post-norm tail folded into a decode product (mode 2): h += rms(y) * w1, then x = rms(h) * w2. */
+typedef struct tail {
+    uint64_t w1, w2;
+} tail;
+
+/* Whether this bucket's Wo/down products carry the post-norm tail (matvec kernels; vec4 rows). */
+static int tail_fused(const g3_backend *b, int rows) {
+    return b->vk.fuse && rows <= G3VK_MV_ROWS && b->m->cfg.hidden % 4 == 0;
+}
+
+/* y[row][ldy] = x W^T (+ GeGLU with W2, or followed by the norm tail tl): matvec for small buckets, tiled matmul
+ * otherwise. */
+static void matmul_t(rec *r, int rows, const g3vk_weight *w, const g3vk_weight *w2, uint64_t x, uint32_t ldx,
+                     uint64_t y, uint32_t ldy, int nrows_idx, int softcap, const tail *tl) {
     g3_backend *b = r->b;
     int small = rows <= G3VK_MV_ROWS;
     int kind = g3vk_matmul_kind(&b->vk, rows, w->type, w->k, w2 != NULL);
@@ -57,6 +74,10 @@ static void matmul(rec *r, int rows, const g3vk_weight *w, const g3vk_weight *w2
                     .y = y, .params = b->params.addr, .N = (uint32_t)w->n, .K = (uint32_t)w->k, .ldx = ldx,
                     .ldy = ldy, .nrows_idx = (uint32_t)nrows_idx, .mode = softcap ? 1u : 0u,
                     .cap = b->m->cfg.final_softcap};
+    if (tl) { /* only with tail_fused(): one matvec, ldy = N = H */
+        pc.mode = 2, pc.cap = b->m->cfg.rms_eps, pc.w2 = tl->w1, pc.w2aux = tl->w2;
+        pc.h = b->a_h, pc.xo = b->a_x, pc.cnt = b->cnt.addr;
+    }
     if (small) {
         uint32_t groups = w2 ? (uint32_t)w->n : cdiv((uint64_t)w->n, 2);
         uint32_t gx = groups < 32768 ? groups : 32768;
@@ -64,6 +85,11 @@ static void matmul(rec *r, int rows, const g3vk_weight *w, const g3vk_weight *w2
     } else {
         push_dispatch(r, &pc, sizeof pc, cdiv((uint64_t)w->n, w2 ? 32 : 64), cdiv((uint64_t)rows, 64), 1);
     }
+}
+
+static void matmul(rec *r, int rows, const g3vk_weight *w, const g3vk_weight *w2, uint64_t x, uint32_t ldx,
+                   uint64_t y, uint32_t ldy, int nrows_idx, int softcap) {
+    matmul_t(r, rows, w, w2, x, ldx, y, ldy, nrows_idx, softcap, NULL);
 }
 
 static void add_norm(rec *r, int rows, uint64_t w1, uint64_t w2) {
@@ -107,11 +133,12 @@ static void layer(rec *r, int rows, int l) {
                   .li = (uint32_t)L->li, .block_floats = (uint32_t)b->block_floats[L->kind],
                   .table = (uint32_t)L->kind, .window = L->kind ? (uint32_t)c->sliding_window : 0u,
                   .chunk_len = split ? (uint32_t)b->chunk_len : (uint32_t)b->ctx,
-                  .n_chunks = split ? (uint32_t)b->n_chunks : 1u, .mode = split ? 1u : 0u, .out_ld = Q,
-                  .scale = 1.0f / sqrtf(c->query_pre_attn_scalar), .cap = c->attn_softcap};
+                  .n_chunks = split ? (uint32_t)b->n_chunks : 1u, .mode = split ? (b->vk.fuse ? 2u : 1u) : 0u,
+                  .out_ld = Q, .scale = 1.0f / sqrtf(c->query_pre_attn_scalar), .cap = c->attn_softcap,
+                  .cnt = b->cnt.addr + 4 * G3VK_CNT_ATTN};
     push_dispatch(r, &pa, sizeof pa, pa.n_chunks, NH, (uint32_t)rows);
     barrier(r);
-    if (split) {
+    if (split && pa.mode == 1) { /* merge not fused into attn */
         bind(r, G3VK_K_ATTN_COMBINE, 0);
         pc_attn_combine pcmb = {.out = b->a_att, .part = b->a_part, .params = b->params.addr, .NH = NH, .D = D,
                                 .window = pa.window, .chunk_len = pa.chunk_len, .n_chunks = pa.n_chunks, .out_ld = Q};
@@ -119,10 +146,16 @@ static void layer(rec *r, int rows, int l) {
         barrier(r);
     }
     /* output projection, post-attention norm + residual, pre-FFN norm */
-    matmul(r, rows, &L->wo, NULL, b->a_att, Q, b->a_t, H, G3VK_P_NROWS, 0);
+    int fuse = tail_fused(b, rows);
+    tail t_attn = {L->n_post_attn, L->n_pre_ffn};
+    uint64_t next = l + 1 < c->n_layers ? b->layers[l + 1].n_in : b->n_final;
+    tail t_ffn = {L->n_post_ffn, next};
+    matmul_t(r, rows, &L->wo, NULL, b->a_att, Q, b->a_t, H, G3VK_P_NROWS, 0, fuse ? &t_attn : NULL);
     barrier(r);
-    add_norm(r, rows, L->n_post_attn, L->n_pre_ffn);
-    barrier(r);
+    if (!fuse) {
+        add_norm(r, rows, L->n_post_attn, L->n_pre_ffn);
+        barrier(r);
+    }
     /* MLP */
     if (L->fused_geglu) {
         matmul(r, rows, &L->gate, &L->up, b->a_x, H, b->a_gate, F, G3VK_P_NROWS, 0);
@@ -135,11 +168,13 @@ static void layer(rec *r, int rows, int l) {
         push_dispatch(r, &pg, sizeof pg, cdiv(F, 256), (uint32_t)rows, 1);
     }
     barrier(r);
-    matmul(r, rows, &L->down, NULL, b->a_gate, F, b->a_t, H, G3VK_P_NROWS, 0);
+    /* down projection, post-FFN norm + residual, then the next layer's input norm (or the final norm) */
+    matmul_t(r, rows, &L->down, NULL, b->a_gate, F, b->a_t, H, G3VK_P_NROWS, 0, fuse ? &t_ffn : NULL);
     barrier(r);
-    /* post-FFN norm + residual, then the next layer's input norm (or the final norm) */
-    add_norm(r, rows, L->n_post_ffn, l + 1 < c->n_layers ? b->layers[l + 1].n_in : b->n_final);
-    barrier(r);
+    if (!fuse) {
+        add_norm(r, rows, L->n_post_ffn, next);
+        barrier(r);
+    }
 }
 
 static g3_status begin(rec *r, VkCommandBuffer cb) {
@@ -160,7 +195,8 @@ static g3_status end(rec *r) {
     return g3vk_check(r->b->vk.vkEndCommandBuffer(r->cb), "vkEndCommandBuffer", r->err);
 }
 
-static g3_status record_body(g3_backend *b, VkCommandBuffer cb, int rows, g3_error *err) {
+static g3_status record_body(g3_backend *b, VkCommandBuffer cb, int bucket, g3_error *err) {
+    int rows = b->bucket_rows[bucket];
     rec r = {.b = b, .err = err};
     G3_TRY(begin(&r, cb));
     const g3_config *c = &b->m->cfg;
@@ -170,6 +206,7 @@ static g3_status record_body(g3_backend *b, VkCommandBuffer cb, int rows, g3_err
     push_dispatch(&r, &pe, sizeof pe, (uint32_t)rows, 1, 1);
     barrier(&r);
     for (int l = 0; l < c->n_layers; l++) layer(&r, rows, l);
+    b->body_dispatches[bucket] = r.dispatches;
     return end(&r);
 }
 
@@ -204,7 +241,7 @@ g3_status g3vk_record_all(g3_backend *b, g3_error *err) {
     b->head[0] = cbs[b->n_buckets], b->head[1] = cbs[b->n_buckets + 1];
     b->head_argmax[0] = cbs[b->n_buckets + 2], b->head_argmax[1] = cbs[b->n_buckets + 3];
     b->head[2] = cbs[b->n_buckets + 4], b->head_argmax[2] = cbs[b->n_buckets + 5];
-    for (int i = 0; i < b->n_buckets; i++) G3_TRY(record_body(b, b->body[i], b->bucket_rows[i], err));
+    for (int i = 0; i < b->n_buckets; i++) G3_TRY(record_body(b, b->body[i], i, err));
     int small = b->lch < G3VK_MV_ROWS ? b->lch : G3VK_MV_ROWS;
     for (int am = 0; am < 2; am++) {
         G3_TRY(record_head(b, am ? b->head_argmax[0] : b->head[0], small, am, err));

@@ -9,7 +9,7 @@
  * Environment: G3_VULKAN_DEVICE=N (device index), G3_VULKAN_STAGING=1 (upload through a staging buffer even where
  * device memory is host-visible; for tests), G3_VULKAN_NO_SUBGROUPS=1 (use the shared-memory reduction variants of the
  * shaders even where subgroup arithmetic exists; for tests), G3_VULKAN_VALIDATE=1 (enable VK_LAYER_KHRONOS_validation
- * if present). */
+ * if present); A/B switches of the decode kernels in docs/VULKAN.md (G3_VULKAN_MATVEC1, _MATVECN, _FUSE, ...). */
 #ifndef G3_BACKEND_VULKAN_VULKAN_API_H
 #define G3_BACKEND_VULKAN_VULKAN_API_H
 
@@ -40,6 +40,9 @@ g3_status g3_vulkan_list_devices(g3_vulkan_device *out, int max, int *n, g3_erro
 int g3_vulkan_print_devices(FILE *f);
 /* Name of the device a backend runs on. */
 const char *g3_vulkan_device_name(const g3_backend *b);
+/* Dispatches recorded into the body command buffer (embedding to final norm) that serves `rows` rows; -1 if rows is
+ * beyond max_rows. For dispatch-count tests and docs/VULKAN.md's figures. */
+int g3_vulkan_body_dispatches(const g3_backend *b, int rows);
 
 /* ---- test hooks ------------------------------------------------------------------------------------------ */
 /* y = x W^T for m rows (float32 [m][k]) of weights w (n rows of k values stored as `type`, GGUF block layout),

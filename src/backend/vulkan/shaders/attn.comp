@@ -2,7 +2,10 @@
 // Attention of one query head of one row over the keys of a chunk of its span (first..pos; first = pos - W + 1 on
 // sliding layers), in steps of WG keys with an online softmax. mode 0: the chunk is the whole span and the
 // normalized output goes to out[r][h*D..]. mode 1 (split decode): writes the chunk's (max, sum, unnormalized out)
-// to part[(r*NH + h)*n_chunks + c], to be merged by attn_combine. Grid: (n_chunks, NH, rows).
+// to part[(r*NH + h)*n_chunks + c], to be merged by attn_combine. mode 2: mode 1, and the workgroup that stores the
+// last of a (row, head)'s chunks merges them as attn_combine does (counter cnt[r*NH + h], 0 before and after; the
+// partial states are stored coherently and fenced before the count, fenced again before the merge; no workgroup
+// waits on another). $G3_VULKAN_FUSE=0: mode 1 and a separate attn_combine dispatch. Grid: (n_chunks, NH, rows).
 // KV16: the cache holds f16 (qk_rope.comp built with KV16 writes it); offsets below count elements either way.
 #define WG 64
 #define DMAX 256
@@ -13,7 +16,32 @@ layout(push_constant) uniform PC {
     uint64_t q, kv, out_, part, params;
     uint ld, NH, KVH, D, B, li, block_floats, table, window, chunk_len, n_chunks, mode, out_ld;
     float scale, cap;
+    uint64_t cnt; // mode 2: [rows][NH] counters
 } pc;
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer CntBuf { uint v[]; };
+shared uint merge_sh;
+
+// mode 2, in the workgroup that stored the last chunk of (r, h): the merge of attn_combine.comp over nc chunks.
+void merge(uint r, uint h, uint nc) {
+    uint D = pc.D, tid = gl_LocalInvocationID.x;
+    uint64_t base = uint64_t(r * pc.NH + h) * pc.n_chunks * (D + 2u);
+    float M = -1.0 / 0.0;
+    for (uint c = 0; c < nc; c++) M = max(M, FBufC(pc.part + (base + c * (D + 2u)) * 4u).v[0]);
+    float L = 0.0;
+    for (uint c = 0; c < nc; c++) {
+        uint64_t pb = base + c * (D + 2u);
+        L += FBufC(pc.part + (pb + 1u) * 4u).v[0] * exp(FBufC(pc.part + pb * 4u).v[0] - M);
+    }
+    float inv = 1.0 / L;
+    for (uint d = tid; d < D; d += WG) {
+        float a = 0.0;
+        for (uint c = 0; c < nc; c++) {
+            uint64_t pb = base + c * (D + 2u);
+            a += FBufC(pc.part + (pb + 2u + d) * 4u).v[0] * exp(FBufC(pc.part + pb * 4u).v[0] - M);
+        }
+        stf(pc.out_, uint64_t(r) * pc.out_ld + h * D + d, a * inv);
+    }
+}
 
 #ifdef KV16
 // element e (f16) of the cache
@@ -99,12 +127,27 @@ void main() {
     } else {
         uint64_t pb = (uint64_t(r * pc.NH + h) * pc.n_chunks + c) * (D + 2u);
         if (tid == 0u) {
-            stf(pc.part, pb, m);
-            stf(pc.part, pb + 1u, l);
+            stfc(pc.part, pb, m);
+            stfc(pc.part, pb + 1u, l);
         }
         [[unroll]] for (uint j = 0; j < DMAX / WG; j++) {
             uint d = tid + j * WG;
-            if (d < D) stf(pc.part, pb + 2u + d, o[j]);
+            if (d < D) stfc(pc.part, pb + 2u + d, o[j]);
+        }
+        if (pc.mode == 2u) {
+            uint nc = (uint(pos - first) + pc.chunk_len) / pc.chunk_len; // chunks holding keys (as attn_combine)
+            memoryBarrierBuffer();
+            barrier();
+            if (tid == 0u) {
+                uint old = atomicAdd(CntBuf(pc.cnt).v[r * pc.NH + h], 1u);
+                merge_sh = old + 1u == nc ? 1u : 0u;
+                if (old + 1u == nc) atomicExchange(CntBuf(pc.cnt).v[r * pc.NH + h], 0u); // for the next dispatch
+            }
+            barrier();
+            if (merge_sh != 0u) {
+                memoryBarrierBuffer();
+                merge(r, h, nc);
+            }
         }
     }
 }

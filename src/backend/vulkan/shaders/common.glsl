@@ -10,6 +10,7 @@
 #endif
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer FBufC { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer F4Buf { vec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer IBuf { int v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer IBufW { int v[]; };
@@ -36,6 +37,8 @@ int prm(uint64_t params, uint i) { return IBuf(params).v[i]; }
 // float element idx of an array at base (64-bit element index)
 float ldf(uint64_t base, uint64_t idx) { return FBuf(base + idx * 4u).v[0]; }
 void stf(uint64_t base, uint64_t idx, float v) { FBuf(base + idx * 4u).v[0] = v; }
+// coherent store: visible to other workgroups of the same dispatch after a memoryBarrierBuffer (tail_norm.glsl)
+void stfc(uint64_t base, uint64_t idx, float v) { FBufC(base + idx * 4u).v[0] = v; }
 
 // ---- reductions over the workgroup (WG threads, 1-D) -----------------------------------------------------------
 // wg_sum/wg_max: every thread gets the result. Callers keep control flow uniform.

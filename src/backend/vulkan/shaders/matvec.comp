@@ -1,7 +1,7 @@
 #version 450
 // y[r][c] = sum_k x[r][k] * W[c][k] for up to RMAX activation rows (decode): a workgroup computes NR output
 // channels for every row, so each weight value is read once per step. With GEGLU, the workgroup computes channel c
-// of the gate (W) and of the up (W2) projection and stores gelu(gate) * up. mode 1 applies a softcap (logits).
+// of the gate (W) and of the up (W2) projection and stores gelu(gate) * up. mode 1 applies a softcap (logits); mode 2 the post-norm tail (tail_norm.glsl).
 #define WG 64
 #define RMAX 8
 #define NR 2
@@ -13,7 +13,11 @@ layout(push_constant) uniform PC {
     uint64_t w, waux, w2, w2aux, x, y, params;
     uint N, K, ldx, ldy, nrows_idx, mode;
     float cap;
+    uint64_t h, xo, cnt; // mode 2 (tail_norm.glsl)
 } pc;
+#ifndef GEGLU
+#include "tail_norm.glsl"
+#endif
 
 #define NV (NR * RMAX)
 shared float part_sh[NV][WG];
@@ -89,7 +93,10 @@ void main() {
         stf(pc.y, uint64_t(r) * pc.ldy + c0, gelu_tanh(v[0]) * v[1]);
 #else
         [[unroll]] for (uint a = 0; a < NR; a++)
-            if (c0 + a < pc.N) stf(pc.y, uint64_t(r) * pc.ldy + c0 + a, pc.mode == 1u ? softcap(v[a], pc.cap) : v[a]);
+            if (c0 + a < pc.N) stfc(pc.y, uint64_t(r) * pc.ldy + c0 + a, pc.mode == 1u ? softcap(v[a], pc.cap) : v[a]);
 #endif
     }
+#ifndef GEGLU
+    if (pc.mode == 2u) tail_add_norm(nr, (pc.N + NR - 1u) / NR);
+#endif
 }

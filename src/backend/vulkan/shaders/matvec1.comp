@@ -1,13 +1,15 @@
 #version 450
-// Decode y[r][c] = sum_k x[r][k] * W[c][k] for the one-row bucket (RMAX rows at most, 1 by default) and the weight
-// types that decode carries in bulk: F16, BF16, Q8_0, Q4_0 (K a multiple of 32). Same grid and results as matvec.comp
-// (NR = 2 output channels per workgroup; GEGLU: channel c of gate and up), but built for memory throughput:
+// Decode y[r][c] = sum_k x[r][k] * W[c][k] for up to RMAX rows (built with RMAX 1 for the one-row bucket and 8 for the
+// 2..8-row buckets) and the weight types that decode carries in bulk: F16, BF16, Q8_0, Q4_0 (K a multiple of 32).
+// Same grid and results as matvec.comp (NR = 2 output channels per workgroup; GEGLU: channel c of gate and up; mode 1
+// softcap, mode 2 the post-norm tail of tail_norm.glsl), but built for memory throughput:
+//   - every weight chunk is loaded once and used for all nr rows (the rows' activations are read per chunk);
 //   - each thread takes 16-byte chunks of the rows (8 f16/bf16, 16 Q8_0, 32 Q4_0 values: a Q4_0 chunk is one block),
 //     two chunks per iteration per row, all loads issued before any arithmetic (4 x 16 B in flight per thread);
 //   - integers become floats through the exponent (2^23 + byte as a float bit pattern, minus 2^23 + offset: exact),
 //     not int-to-float conversions, which run at a quarter rate or less on NVIDIA;
 //   - the block scale multiplies the chunk's dot product once instead of every weight.
-// $G3_VULKAN_MATVEC1=0 selects matvec.comp for this bucket instead.
+// $G3_VULKAN_MATVEC1=0 selects matvec.comp for the one-row bucket, $G3_VULKAN_MATVECN=0 for the 2..8-row ones.
 #ifndef RMAX
 #define RMAX 1
 #endif
@@ -21,7 +23,11 @@ layout(push_constant) uniform PC {
     uint64_t w, waux, w2, w2aux, x, y, params;
     uint N, K, ldx, ldy, nrows_idx, mode;
     float cap;
+    uint64_t h, xo, cnt; // mode 2 (tail_norm.glsl)
 } pc;
+#ifndef GEGLU
+#include "tail_norm.glsl"
+#endif
 
 #if WTYPE == T_F16 || WTYPE == T_BF16
 #define VPC 8u
@@ -162,7 +168,10 @@ void main() {
         stf(pc.y, uint64_t(r) * pc.ldy + c0, gelu_tanh(v[0]) * v[1]);
 #else
         [[unroll]] for (uint a = 0; a < NR; a++)
-            if (c0 + a < pc.N) stf(pc.y, uint64_t(r) * pc.ldy + c0 + a, pc.mode == 1u ? softcap(v[a], pc.cap) : v[a]);
+            if (c0 + a < pc.N) stfc(pc.y, uint64_t(r) * pc.ldy + c0 + a, pc.mode == 1u ? softcap(v[a], pc.cap) : v[a]);
 #endif
     }
+#ifndef GEGLU
+    if (pc.mode == 2u) tail_add_norm(nr, (pc.N + NR - 1u) / NR);
+#endif
 }
