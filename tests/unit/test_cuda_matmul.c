@@ -1,0 +1,373 @@
+/* CUDA matrix products against CPU references: every resident format on every path (tensor-core kernels for decode
+ * and small batches, the staged and int8 tensor-core kernels for 9..64 rows, CUDA-core GEMV, dp4a GEMV on q8
+ * activations, cuBLAS for many rows), long rows, GGUF block types. Skipped without CUDA or a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#ifdef G3_HAVE_CUDA
+#include "backend/cuda/cuda_api.h"
+#include "model/dtype.h"
+#include "cuda_testutil.h"
+
+static void test_matmul_formats(void **state) {
+    (void)state;
+    need_gpu();
+    setenv("G3_CUDA_QGEMV", "0", 1); /* the exact paths (q8 activations: test_qgemv) */
+    /* weights uniform in +-0.1: bf16 rounding <= 0.1*2^-9, int8 step 0.2/254, int4 step 0.2/15, fp8 3 bits */
+    const int ms[] = {1, 2, 3, 5, 8, 13, 20, 40, 64, 72};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        run_mm("bf16", 96, 384, ms[i], 1, 0, 3.0e-4, tol_for("bf16", ms[i], 1));
+        run_mm("int8", 96, 384, ms[i], 1, 0, 5.0e-4, tol_for("int8", ms[i], 1));
+        run_mm("int4", 96, 384, ms[i], 1, 0, 7.0e-3, tol_for("int4", ms[i], 1));
+        run_mm("fp8", 96, 384, ms[i], 1, 0, 7.0e-3, tol_for("fp8", ms[i], 1));
+    }
+    run_mm("bf16", 64, 256, 20, 2, 0, 3.0e-4, 2e-2); /* plain bf16 activations: ~2^-9 relative */
+    run_mm("bf16", 64, 256, 3, 2, 0, 3.0e-4, 2e-2);  /* plain, tensor cores, one column per row */
+    run_mm("int4", 64, 256, 6, 2, 0, 7.0e-3, 2e-2);
+    run_mm("bf16", 128, 256, 1, 1, 1, 3.0e-4, 2e-5); /* GeGLU fused into the CUDA-core GEMV */
+    run_mm("int4", 128, 256, 4, 1, 1, 7.0e-3, 2e-5); /* GeGLU after the tensor-core product */
+    run_mm("int8", 128, 256, 30, 1, 1, 5.0e-4, 1e-2);
+    setenv("G3_CUDA_FUSE", "1", 1); /* GeGLU fused into the tensor-core product (tile finisher) */
+    run_mm("int4", 128, 256, 4, 1, 1, 7.0e-3, 2e-5);
+    run_mm("int8", 160, 256, 30, 1, 1, 5.0e-4, 1e-2);
+    unsetenv("G3_CUDA_FUSE");
+    run_mm("bf16", 128, 256, 24, 1, 1, 3.0e-4, 2e-5); /* GeGLU after cuBLAS */
+    run_mm("bf16", 2, 8, 1, 1, 0, 3.0e-4, 2e-5);      /* fewer chunks than lanes, one partial tile */
+    /* the tensor-core kernel for bf16 weights (not the default path) and the L2-prefetch variant */
+    setenv("G3_CUDA_TC", "all", 1);
+    setenv("G3_CUDA_TCPF", "1", 1);
+    run_mm("bf16", 96, 384, 1, 1, 0, 3.0e-4, 2e-5);
+    run_mm("bf16", 96, 384, 7, 1, 0, 3.0e-4, 2e-5);
+    run_mm("bf16", 2, 8, 1, 1, 0, 3.0e-4, 2e-5);
+    run_mm("int4", 96, 384, 3, 1, 0, 7.0e-3, 2e-5);
+    unsetenv("G3_CUDA_TC");
+    unsetenv("G3_CUDA_TCPF");
+}
+
+/* long rows (many rounds per tile, split among warps) and a partial last tile */
+static void test_matmul_long_rows(void **state) {
+    (void)state;
+    need_gpu();
+    setenv("G3_CUDA_QGEMV", "0", 1); /* the exact paths (q8 activations: test_qgemv) */
+    const int ms[] = {1, 4, 8, 24, 64};
+    const char *qs[] = {"bf16", "int8", "int4", "fp8"};
+    const double tw[] = {3.0e-4, 5.0e-4, 7.0e-3, 7.0e-3};
+    for (size_t qi = 0; qi < 4; qi++)
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+            if (!strcmp(qs[qi], "bf16") && ms[i] > 8) continue; /* cuBLAS, covered above */
+            run_mm(qs[qi], 300, 4096, ms[i], 1, 0, tw[qi], tol_for(qs[qi], ms[i], 1));
+        }
+    run_mm("int4", 40, 21504, 1, 1, 0, 7.0e-3, 2e-5); /* a down-projection's row length */
+    run_mm("bf16", 40, 21504, 2, 1, 0, 3.0e-4, 2e-5);
+    setenv("G3_CUDA_TC", "all", 1); /* bf16 through the tensor cores too */
+    run_mm("bf16", 300, 4096, 1, 1, 0, 3.0e-4, 2e-5);
+    run_mm("bf16", 40, 21504, 5, 1, 0, 3.0e-4, 2e-5);
+    unsetenv("G3_CUDA_TC");
+}
+
+/* GGUF block types: the resident copy must equal the portable dequantizer's values. */
+static void test_gguf_types(void **state) {
+    (void)state;
+    need_gpu();
+    setenv("G3_CUDA_QGEMV", "0", 1); /* the exact paths (q8 activations: test_qgemv) */
+    const uint32_t types[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K, G3_DTYPE_F16, G3_DTYPE_BF16};
+    const int n = 24, k = 512;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            const int m = pass ? 24 : 3; /* decode (exact paths) and a small batch (bf16 activations) */
+            uint32_t t = types[ti];
+            size_t rb = g3_row_bytes(t, k);
+            assert_true(rb > 0);
+            uint8_t *raw = malloc(rb * n);
+            float *src = malloc(sizeof(float) * k), *ref = malloc(sizeof(float) * (size_t)n * k);
+            float *wd = malloc(sizeof(float) * (size_t)n * k), *x = malloc(sizeof(float) * (size_t)m * k);
+            float *y = malloc(sizeof(float) * (size_t)m * n);
+            g3_error err = {0};
+            for (int r = 0; r < n; r++) {
+                for (int i = 0; i < k; i++) src[i] = frand() * (1 + r % 3);
+                assert_int_equal(g3_quantize_row(t, src, raw + rb * r, k, &err), G3_OK);
+                g3_dequant_row(t, raw + rb * r, ref + (size_t)r * k, k);
+            }
+            for (int i = 0; i < m * k; i++) x[i] = frand();
+            if (g3_cuda_test_matmul(t, raw, n, k, "bf16", 1, 0, x, m, y, wd, &err) != G3_OK) fail_msg("%s", err.msg);
+            double d = 0, mx = 0;
+            for (size_t i = 0; i < (size_t)n * k; i++) d = fmax(d, fabs(wd[i] - ref[i])), mx = fmax(mx, fabs(ref[i]));
+            double dy = check_mm(ref, n, k, x, m, y, 0);
+            printf("  type %2u m=%-2d path %d: max|resident - dequant_row| = %.2e (of %.2f), product rel err %.2e\n", t, m,
+                   g3_cuda_test_mm_path(t, n, k, "bf16", 1, m), d, mx, dy);
+            /* F16 / BF16 become bf16: F16 loses 3 bits; block types are repacked exactly */
+            double tol = t == G3_DTYPE_F16 ? mx * 4e-3 : mx * 1e-6;
+            assert_true(d <= tol);
+            int is_float = t == G3_DTYPE_F16 || t == G3_DTYPE_BF16;
+            assert_true(dy <= (t == G3_DTYPE_F16 ? 4e-3 : is_float || m <= 8 ? 2e-5 : 1e-2));
+            free(raw), free(src), free(ref), free(wd), free(x), free(y);
+        }
+    }
+}
+
+/* 9..64 rows on quantized weights: the staged tensor-core kernel (tc_stage.cu; $G3_CUDA_TCM=2: its cp.async weight
+ * variant) and, with $G3_CUDA_TCM=0, the warp kernel it replaces. n = 264: two 256-row block tiles, the second
+ * partial; n = 37: odd (scalar atomics), with a down projection's row length. Tolerance 1e-2 of max|y| as for every bf16-activation path (tol_for): activations
+ * rounded to bf16 (2^-9 relative) and, for int4 and grouped int8, weights dequantized to bf16 in registers (2^-9);
+ * with random signs the sum over k keeps the relative error near 2^-8 (~4e-3 seen in the host emulation). */
+static void run_gguf_mm(uint32_t t, int n, int k, int m) {
+    size_t rb = g3_row_bytes(t, k);
+    assert_true(rb > 0);
+    uint8_t *raw = malloc(rb * n);
+    float *src = malloc(sizeof(float) * k), *ref = malloc(sizeof(float) * (size_t)n * k);
+    float *x = malloc(sizeof(float) * (size_t)m * k), *y = malloc(sizeof(float) * (size_t)m * n);
+    g3_error err = {0};
+    for (int r = 0; r < n; r++) {
+        for (int i = 0; i < k; i++) src[i] = frand() * (1 + r % 3);
+        assert_int_equal(g3_quantize_row(t, src, raw + rb * r, k, &err), G3_OK);
+        g3_dequant_row(t, raw + rb * r, ref + (size_t)r * k, k);
+    }
+    for (int i = 0; i < m * k; i++) x[i] = frand();
+    for (int i = 0; i < m * n; i++) y[i] = NAN;
+    if (g3_cuda_test_matmul(t, raw, n, k, "bf16", 1, 0, x, m, y, NULL, &err) != G3_OK) fail_msg("%s", err.msg);
+    double dy = check_mm(ref, n, k, x, m, y, 0);
+    int path = g3_cuda_test_mm_path(t, n, k, "bf16", 1, m);
+    printf("  type %2u n=%d k=%d m=%-2d path %d: product rel err %.2e\n", t, n, k, m, path, dy);
+    assert_int_equal(path, 1); /* tensor cores */
+    assert_true(dy <= 1e-2);
+    free(raw), free(src), free(ref), free(x), free(y);
+}
+
+static void test_matmul_staged(void **state) {
+    (void)state;
+    need_gpu();
+    const int ms[] = {9, 17, 32, 64};
+    const char *qs[] = {"int8", "int4", "fp8"};
+    const double tw[] = {5.0e-4, 7.0e-3, 7.0e-3};
+    /* default (int4: int8 tensor cores of tc_q8.cu; others staged), staged (weights in registers), staged
+     * (cp.async), warp kernel, int8 tensor cores for int8 per channel too (fp8 falls back to the staged kernel).
+     * tc_q8.cu quantizes the activations to int8 per block of 128 (|xq - x| <= amax/254, ~0.4% of a uniform block's
+     * values, ~2e-3 relative to max|y| with random signs; 5e-3 seen), so the same 1e-2 bound holds. */
+    static const char *modes[] = {NULL, "1", "2", "0", "3"};
+    for (int pass = 0; pass < 5; pass++) {
+        if (modes[pass]) setenv("G3_CUDA_TCM", modes[pass], 1);
+        printf("  G3_CUDA_TCM=%s\n", modes[pass] ? modes[pass] : "(default)");
+        for (size_t qi = 0; qi < 3; qi++)
+            for (size_t i = 0; i < 4; i++) {
+                assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 5376, qs[qi], 1, ms[i]), 1);
+                run_mm(qs[qi], 264, 5376, ms[i], 1, 0, tw[qi], 1e-2);
+                run_mm(qs[qi], 37, 21504, ms[i], 1, 0, tw[qi], 1e-2);
+            }
+        run_mm("int4", 160, 512, 32, 1, 1, 7.0e-3, 2e-2); /* GeGLU after the product: gelu(g)*u compounds the
+                                                           * ~5e-3 errors of g and u (measured up to 1.04e-2) */
+        run_mm("int8", 96, 384, 20, 2, 0, 5.0e-4, 2e-2);  /* plain activations requested */
+        unsetenv("G3_CUDA_TCM");
+    }
+    setenv("G3_CUDA_FUSE", "1", 1); /* fused GeGLU keeps the warp kernel (tile finisher) */
+    run_mm("int4", 160, 512, 32, 1, 1, 7.0e-3, 2e-2); /* as above */
+    unsetenv("G3_CUDA_FUSE");
+    setenv("G3_CUDA_TCMPF", "1", 1); /* with the L2 prefetch of the stage after next */
+    run_mm("int4", 264, 5376, 32, 1, 0, 7.0e-3, 1e-2);
+    run_mm("int8", 37, 21504, 64, 1, 0, 5.0e-4, 1e-2);
+    unsetenv("G3_CUDA_TCMPF");
+    /* GGUF-derived formats: Q8_0 -> int8/32, Q6_K -> int8/16, Q4_0 and Q4_K -> int4/32 */
+    const uint32_t types[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q6_K, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K};
+    for (size_t ti = 0; ti < 4; ti++)
+        for (size_t i = 0; i < 4; i++) run_gguf_mm(types[ti], 40, 2816, ms[i]);
+    run_gguf_mm(G3_DTYPE_Q4_K, 37, 21504, 32);
+    /* $G3_CUDA_TCM=3: GGUF groups of 16/32 stay on the staged kernel; int4 with a half last stage (k = 384: 256 +
+     * 128), int8 with one stage, odd n, every row count of a tile variant */
+    setenv("G3_CUDA_TCM", "3", 1);
+    for (size_t ti = 0; ti < 4; ti++) run_gguf_mm(types[ti], 40, 2816, 32);
+    const int ms3[] = {9, 16, 24, 33, 48, 63};
+    for (size_t i = 0; i < 6; i++) {
+        run_mm("int4", 96, 384, ms3[i], 1, 0, 7.0e-3, 1e-2);
+        run_mm("int8", 45, 128, ms3[i], 1, 0, 5.0e-4, 1e-2);
+    }
+    run_mm("int8", 160, 256, 30, 1, 1, 5.0e-4, 2e-2); /* GeGLU after the product (as above) */
+    setenv("G3_CUDA_TQOCC", "2", 1); /* one tile per warp, two blocks per SM (registers capped) */
+    for (size_t i = 0; i < 4; i++) {
+        run_mm("int4", 264, 5376, ms[i], 1, 0, 7.0e-3, 1e-2);
+        run_mm("int8", 37, 21504, ms[i], 1, 0, 5.0e-4, 1e-2);
+    }
+    run_mm("int4", 96, 384, 48, 1, 0, 7.0e-3, 1e-2);
+    unsetenv("G3_CUDA_TQOCC");
+    unsetenv("G3_CUDA_TCM");
+}
+/* ---- decode products with q8 activations and dp4a (qgemv.cu) ----------------------------------------------------- */
+/* The activation quantization of qgemv.cu, reproduced: per block of 32 values d = amax/127, q = rint(x * 127/amax),
+ * with the residual plane (lo) q_lo = rint((x*127/amax - q) * 254); xh = d * (q + q_lo/254). The products are
+ * rounded one at a time (volatile: no contraction) as the kernel does with __fmul_rn. */
+static void q8_emulate(const float *x, int m, int k, int lo, float *xh) {
+    for (int i = 0; i < m; i++)
+        for (int b = 0; b < k / 32; b++) {
+            const float *v = x + (size_t)i * k + 32 * b;
+            float amax = 0.f;
+            for (int e = 0; e < 32; e++) amax = fmaxf(amax, fabsf(v[e]));
+            const float inv = amax > 0.f ? 127.f / amax : 0.f, d = amax / 127.f;
+            for (int e = 0; e < 32; e++) {
+                volatile float p = v[e] * inv;
+                float q = rintf(p), ql = 0.f;
+                if (lo) {
+                    volatile float r = p - q;
+                    volatile float r2 = r * 254.f;
+                    ql = rintf(r2);
+                }
+                xh[(size_t)i * k + 32 * b + e] = (float)((double)d * ((double)q + (double)ql / 254.0));
+            }
+        }
+}
+
+/* One qgemv product: weights `quant` from float (src_type F32) or a GGUF block type; checks (1) the path is the dp4a
+ * one, (2) y against W_deq . xh in double (xh emulated as above): the kernel computes exactly that up to float32
+ * rounding of ~k/16 partial terms per output (int32 dot products are exact), so 5e-5 of max|y| is ample while a
+ * single misplaced activation byte or scale moves y by ~1e-3 of max|y| or more; (2b) without geglu, y against
+ * W_deq . x with the bound sum_t |w_t| |xh_t - x_t| (+ 1e-5 max|y| of rounding) on every output: the error the
+ * quantization of x alone may cause. */
+static void run_qgemv(uint32_t src_type, const char *quant, int n, int k, int m, int geglu) {
+    size_t rb = src_type == G3_DTYPE_F32 ? sizeof(float) * (size_t)k : g3_row_bytes(src_type, k);
+    assert_true(rb > 0);
+    uint8_t *raw = malloc(rb * n);
+    float *src = malloc(sizeof(float) * k), *x = malloc(sizeof(float) * (size_t)m * k);
+    float *xh = malloc(sizeof(float) * (size_t)m * k), *y = malloc(sizeof(float) * (size_t)m * n);
+    float *wd = malloc(sizeof(float) * (size_t)n * k);
+    g3_error err = {0};
+    for (int r = 0; r < n; r++) {
+        for (int i = 0; i < k; i++) src[i] = frand() * 0.1f * (1 + r % 3);
+        if (src_type == G3_DTYPE_F32) memcpy(raw + rb * r, src, rb);
+        else assert_int_equal(g3_quantize_row(src_type, src, raw + rb * r, k, &err), G3_OK);
+    }
+    /* activations with outliers (every 97th value x20, as in real residual streams) and one all-zero block */
+    for (size_t i = 0; i < (size_t)m * k; i++) x[i] = frand() * (i % 97 == 5 ? 20.f : 1.f);
+    for (int i = 0; i < 32; i++) x[(size_t)(m - 1) * k + 32 + i] = 0.f;
+    for (size_t i = 0; i < (size_t)m * n; i++) y[i] = NAN;
+    const int path = g3_cuda_test_mm_path(src_type, n, k, quant, 1, m);
+    if (g3_cuda_test_matmul(src_type, raw, n, k, quant, 1, geglu, x, m, y, wd, &err) != G3_OK)
+        fail_msg("%s: %s", quant, err.msg);
+    const char *lo_env = getenv("G3_CUDA_Q8LO");
+    const int lo = m <= (lo_env && *lo_env ? atoi(lo_env) : 2);
+    q8_emulate(x, m, k, lo, xh);
+    double dq = check_mm(wd, n, k, xh, m, y, geglu), worst = 0;
+    if (!geglu) {
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                double r = 0, bound = 0, absum = 0;
+                for (int t = 0; t < k; t++) {
+                    double wv = wd[(size_t)j * k + t];
+                    r += wv * x[(size_t)i * k + t];
+                    absum += fabs(wv * x[(size_t)i * k + t]);
+                    bound += fabs(wv) * fabs((double)xh[(size_t)i * k + t] - x[(size_t)i * k + t]);
+                }
+                /* float32 rounding: ~40 roundings in series, each <= 2^-24 of a partial sum <= sum |w x| */
+                const double e = fabs(y[(size_t)i * n + j] - r), slack = 3e-6 * absum;
+                worst = fmax(worst, isnan(e) ? INFINITY : e / (bound + slack));
+                if (!(e <= bound + slack))
+                    fail_msg("%s m=%d row %d out %d: |y - W x| = %g beyond the q8 bound %g", quant, m, i, j, e, bound);
+            }
+    }
+    printf("  qgemv %-4s type %2u n=%-3d k=%-5d m=%d geglu=%d path %d lo=%d: rel err vs W.xh %.2e, |err vs W.x| / bound "
+           "%.3f\n", quant, src_type, n, k, m, geglu, path, lo, dq, worst);
+    assert_int_equal(path, 3);
+    if (!(dq <= 5e-5)) fail_msg("%s m=%d: product error vs the emulated q8 %g > 5e-5", quant, m, dq);
+    free(raw), free(src), free(x), free(xh), free(y), free(wd);
+}
+
+static void test_qgemv(void **state) {
+    (void)state;
+    need_gpu();
+    /* a failed test may have left them set */
+    unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV");
+    const int ms[] = {1, 2, 3, 8};
+    for (int pass = 0; pass < 4; pass++) {
+        /* pass 0: default residual plane up to 2 rows; pass 1: q alone at every m (the faster variant); passes 2, 3:
+         * the same with $G3_CUDA_QGEMVP=0 (two launches, not the persistent kernel at 1-2 rows) */
+        setenv("G3_CUDA_QGEMV", "8", 1);
+        if (pass & 1) setenv("G3_CUDA_Q8LO", "0", 1);
+        if (pass & 2) setenv("G3_CUDA_QGEMVP", "0", 1);
+        for (size_t i = 0; i < 4; i++) {
+            /* n = 45: not a multiple of any row tile (8 rows per block at short rows, 2-4 at long ones) */
+            run_qgemv(G3_DTYPE_F32, "int8", 45, 5376, ms[i], 0);  /* per channel, 2 warps per row */
+            run_qgemv(G3_DTYPE_F32, "int8", 45, 21504, ms[i], 0); /* 4 warps per row */
+            run_qgemv(G3_DTYPE_F32, "int4", 45, 5376, ms[i], 0);  /* groups of 128 */
+            run_qgemv(G3_DTYPE_F32, "int4", 37, 21504, ms[i], 0);
+            run_qgemv(G3_DTYPE_Q8_0, "bf16", 45, 4096, ms[i], 0); /* int8 groups of 32 */
+            run_qgemv(G3_DTYPE_Q6_K, "bf16", 45, 5376, ms[i], 0); /* int8 groups of 16 */
+            run_qgemv(G3_DTYPE_Q4_0, "bf16", 45, 21504, ms[i], 0); /* int4 groups of 32 */
+            run_qgemv(G3_DTYPE_Q4_K, "bf16", 45, 2816, ms[i], 0);
+        }
+        run_qgemv(G3_DTYPE_F32, "int4", 6, 96, 1, 0);     /* fewer chunks than lanes */
+        run_qgemv(G3_DTYPE_F32, "int8", 130, 512, 2, 1);  /* GeGLU fused (gate, up pairs) */
+        run_qgemv(G3_DTYPE_F32, "int8", 130, 512, 1, 1);
+        run_qgemv(G3_DTYPE_F32, "int4", 132, 5376, 5, 1);
+        /* more row groups (2 rows) than warps of the persistent grid (16 per SM, 132 SMs on the H200: 4224): each
+         * warp walks several row groups, its pipeline crossing row-group boundaries; odd n leaves a half group */
+        run_qgemv(G3_DTYPE_F32, "int4", 9001, 160, 1, 0);
+        run_qgemv(G3_DTYPE_F32, "int8", 9001, 96, 2, 0);
+        run_qgemv(G3_DTYPE_F32, "int4", 9002, 128, 2, 1);
+        run_qgemv(G3_DTYPE_F32, "int8", 9002, 256, 1, 1);
+        unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP");
+    }
+    /* the switch: 0 = today's choice (tensor cores for exact int4/int8 per channel, CUDA-core GEMV for groups < 128) */
+    setenv("G3_CUDA_QGEMV", "0", 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 1), 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_Q8_0, 45, 4096, "bf16", 1, 1), 0);
+    setenv("G3_CUDA_QGEMV", "2", 1); /* up to 2 rows */
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 2), 3);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 3), 1);
+    unsetenv("G3_CUDA_QGEMV");
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 8), 3); /* default: on up to 8 */
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 9), 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "fp8", 1, 1), 1); /* fp8 stays on tensor cores */
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, 1), 0);
+}
+
+/* bf16 weights on every CUDA-core GEMV variant ($G3_CUDA_GEMVPF): exact float32 arithmetic as the first GEMV (same
+ * order within a chunk; the persistent one adds partial sums of a row atomically, in any order), so the same 2e-5
+ * of max|y| as the exact paths (tol_for). */
+static void test_gemv_pipelined(void **state) {
+    (void)state;
+    need_gpu();
+    unsetenv("G3_CUDA_GEMVPF"); /* a failed test may have left it */
+    const int ms[] = {1, 2, 3, 8};
+    /* pipelined, persistent, the first GEMV (defaults: 0 at one row, 1 beyond) */
+    static const char *modes[] = {"1", "2", "0"};
+    for (int mi = 0; mi < 3; mi++) {
+        setenv("G3_CUDA_GEMVPF", modes[mi], 1);
+        for (size_t i = 0; i < 4; i++) {
+            assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, ms[i]), 0);
+            run_mm("bf16", 45, 5376, ms[i], 1, 0, 3.0e-4, 2e-5);
+            run_mm("bf16", 37, 21504, ms[i], 1, 0, 3.0e-4, 2e-5);
+            run_mm("bf16", 45, 4096, ms[i], 1, 0, 3.0e-4, 2e-5);
+        }
+        run_mm("bf16", 2, 8, 1, 1, 0, 3.0e-4, 2e-5);      /* fewer chunks than lanes */
+        run_mm("bf16", 130, 512, 1, 1, 1, 3.0e-4, 2e-5);  /* GeGLU fused */
+        run_mm("bf16", 130, 512, 2, 1, 1, 3.0e-4, 2e-5);
+        /* more row groups than warps of the persistent grid (4224 on the H200): several per warp; odd n */
+        run_mm("bf16", 9001, 136, 1, 1, 0, 3.0e-4, 2e-5);
+        run_mm("bf16", 9001, 264, 3, 1, 0, 3.0e-4, 2e-5);
+        run_mm("bf16", 9002, 128, 2, 1, 1, 3.0e-4, 2e-5);
+    }
+    unsetenv("G3_CUDA_GEMVPF");
+}
+#else
+static void no_cuda(void **state) {
+    (void)state;
+    printf("  built without CUDA (no nvcc): skipped\n");
+    skip();
+}
+#endif
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+#ifdef G3_HAVE_CUDA
+        cmocka_unit_test(test_matmul_formats),
+        cmocka_unit_test(test_matmul_long_rows),
+        cmocka_unit_test(test_gguf_types),
+        cmocka_unit_test(test_matmul_staged),
+        cmocka_unit_test(test_qgemv),
+        cmocka_unit_test(test_gemv_pipelined),
+#else
+        cmocka_unit_test(no_cuda),
+#endif
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
