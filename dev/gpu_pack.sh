@@ -7,8 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${1:-build-gpu}"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DG3_CUDA=ON >/dev/null
-T="gemma3 test_cuda_kernels test_cuda_model g3cuda_bench"
-for t in tests/unit/test_vulkan_*.c; do T="$T $(basename "$t" .c)"; done
+T="gemma3 g3cuda_bench"
+for t in tests/unit/test_cuda_*.c tests/unit/test_vulkan_*.c; do T="$T $(basename "$t" .c)"; done
 nice cmake --build "$BUILD" -j2 --target $T >/dev/null
 rm -rf .gpu/stage && mkdir -p .gpu/stage/lib
 for t in $T; do strip -o ".gpu/stage/$t" "$BUILD/$t"; done

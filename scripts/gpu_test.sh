@@ -4,7 +4,9 @@
 #
 #   scripts/gpu_test.sh [--bench-args "--sizes 1b,4b,27b --quants bf16,int8,int4"] [--no-bench] [--no-tests]
 #
-# Environment: G3_GPU_PREBUILT=DIR  use DIR/{test_cuda_kernels,test_cuda_model,g3cuda_bench} (and DIR/lib/*.so on
+# Tests: every tests/unit/test_cuda_*.c (test_cuda_matmul, test_cuda_attention, test_cuda_rows: kernels against CPU
+# references; test_cuda_model: whole models against the fixtures' references).
+# Environment: G3_GPU_PREBUILT=DIR  use DIR/{test_cuda_*,g3cuda_bench} (and DIR/lib/*.so on
 #              LD_LIBRARY_PATH) instead of building (for machines without the Debian -dev packages);
 #              G3_FIXTURES=DIR      fixture models (default ../shared/fixtures); OUT=DIR  where logs go (default
 #              ./gpu-results); G3_TEST_TIMEOUT / G3_BENCH_TIMEOUT  seconds allowed per test / for the benchmark
@@ -22,6 +24,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 OUT="${OUT:-$PWD/gpu-results}"
+TESTS=""
+for t in tests/unit/test_cuda_*.c; do TESTS="$TESTS $(basename "$t" .c)"; done
 mkdir -p "$OUT"
 export G3_FIXTURES="${G3_FIXTURES:-$PWD/../shared/fixtures}"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/gpu.txt"
@@ -32,14 +36,15 @@ if [ -n "${G3_GPU_PREBUILT:-}" ]; then
 else
   BIN="$PWD/build-gpu"
   cmake -S . -B "$BIN" -DCMAKE_BUILD_TYPE=Release -DG3_CUDA=ON >"$OUT/cmake.log" 2>&1 || { tail -20 "$OUT/cmake.log"; exit 1; }
-  cmake --build "$BIN" -j"$(nproc)" --target test_cuda_kernels test_cuda_model g3cuda_bench >"$OUT/build.log" 2>&1 \
+  # shellcheck disable=SC2086
+  cmake --build "$BIN" -j"$(nproc)" --target $TESTS g3cuda_bench >"$OUT/build.log" 2>&1 \
     || { tail -30 "$OUT/build.log"; exit 1; }
 fi
 
 status=0
 summary=""
 if [ "$RUN_TESTS" = 1 ]; then
-  for t in test_cuda_kernels test_cuda_model; do
+  for t in $TESTS; do
     timeout "${G3_TEST_TIMEOUT:-900}" "$BIN/$t" >"$OUT/$t.log" 2>&1
     rc=$?
     [ $rc -ne 0 ] && status=1
