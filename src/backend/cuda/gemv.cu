@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/device_util.cuh"
 
 template <int QT> struct qtraits;
 template <> struct qtraits<G3Q_BF16> { static constexpr int C = 8; };  /* values per 16-byte chunk */
@@ -54,10 +55,6 @@ template <int QT> __device__ __forceinline__ void decode8(const uint4 &v, int j,
 #pragma unroll
         for (int b = 0; b < 4; b++) f[2 * b] = magic_byte(t, b) - 8388608.f, f[2 * b + 1] = magic_byte(u, b) - 8388608.f;
     }
-}
-
-__device__ __forceinline__ float gelu_tanh(float x) {
-    return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
 /* Sums each row group's partials (lanes, then the KS warps through shared memory) and writes y (or GeGLU). */
@@ -173,14 +170,6 @@ __global__ void __launch_bounds__(128) k_gemv(g3_dmat w, const float *__restrict
 /* bf16 weights, pipelined ($G3_CUDA_GEMVPF=1): U chunks per row per step, the next step's weights loaded (no L1
  * allocation) before this step's math, the first step's before the programmatic-dependent-launch wait. Same work
  * split, arithmetic order within a chunk and epilogue as k_gemv. */
-static __device__ __forceinline__ uint4 ld_w(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 template <int M, int R, int U>
 __global__ void __launch_bounds__(128) k_gemv_pf(g3_dmat w, const float *__restrict__ x, int ldx, int m,
                                                  float *__restrict__ y, int ldy, int geglu, int KS) {
@@ -195,7 +184,7 @@ __global__ void __launch_bounds__(128) k_gemv_pf(g3_dmat w, const float *__restr
 #pragma unroll
     for (int u = 0; u < U; u++)
 #pragma unroll
-        for (int r = 0; r < R; r++) wa[u][r] = c + u * step < nch ? ld_w(wr[r] + c + u * step) : zero4;
+        for (int r = 0; r < R; r++) wa[u][r] = c + u * step < nch ? g3c_ld_stream(wr[r] + c + u * step) : zero4;
     g3c_pdl_wait();
     const float *xr[M];
 #pragma unroll
@@ -212,7 +201,7 @@ __global__ void __launch_bounds__(128) k_gemv_pf(g3_dmat w, const float *__restr
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 const int cc = c + (U + u) * step;
-                wb[u][r] = cc < nch ? ld_w(wr[r] + cc) : zero4;
+                wb[u][r] = cc < nch ? g3c_ld_stream(wr[r] + cc) : zero4;
             }
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -263,7 +252,7 @@ __global__ void __launch_bounds__(GP_T, 1) k_gemv_p(g3_dmat w, const float *__re
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int cc = s * 32 * U + 32 * u + lane;
-                wv[u][r] = any && cc < nch ? ld_w(wr + cc) : zero4;
+                wv[u][r] = any && cc < nch ? g3c_ld_stream(wr + cc) : zero4;
             }
         }
     };

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/device_util.cuh"
 
 #define NT 256
 
@@ -138,10 +139,6 @@ __global__ void __launch_bounds__(1024) k_add_norm_r(float *x, float *y, int ny,
             if (xh) put_bf16(xh, split, m, r, H, i, o);
         }
     }
-}
-
-__device__ __forceinline__ float gelu_tanh(float x) {
-    return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
 __global__ void k_geglu(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split) {

@@ -46,19 +46,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
-
-/* streamed weights: no L1 allocation (activations and scales keep L1), 256-byte L2 prefetch */
-static __device__ __forceinline__ uint4 ld_w(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-static __device__ __forceinline__ float gelu_tanh(float x) {
-    return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
+#include "backend/cuda/device_util.cuh"
 
 /* ---- activation quantization ------------------------------------------------------------------------------------ */
 /* One thread per 8 values; the 4 threads of a block of 32 are consecutive lanes. */
@@ -176,7 +164,7 @@ __global__ void __launch_bounds__(128, QGEMV_MINB(QT, M)) k_qgemv(g3_dmat w, con
             const bool ok = cc < nch;
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                wv[u][r] = ok ? ld_w(wr[r] + cc) : zero4;
+                wv[u][r] = ok ? g3c_ld_stream(wr[r] + cc) : zero4;
                 sv[u][r] = !PC && ok ? __ldg(sr[r] + (cc >> gsh)) : 0.f;
                 zv[u][r] = QT == G3Q_INT4 && ok ? __ldg(zr[r] + (cc >> gsh)) : 0.f;
             }
@@ -312,7 +300,7 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
             for (int u = 0; u < U; u++) {
                 const int cc = s * 32 * U + 32 * u + lane;
                 const bool ok = any && cc < nch;
-                wv[u][r] = ok ? ld_w(wr + cc) : zero4;
+                wv[u][r] = ok ? g3c_ld_stream(wr + cc) : zero4;
                 sv[u][r] = !PC && ok ? __ldg(sr + (cc >> gsh)) : 0.f;
                 zv[u][r] = QT == G3Q_INT4 && ok ? __ldg(zr + (cc >> gsh)) : 0.f;
             }

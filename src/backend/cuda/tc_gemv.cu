@@ -24,25 +24,13 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/device_util.cuh"
 #include "backend/cuda/tc_frag.cuh"
 
 template <int QT> struct tcv { static constexpr int V = QT == G3Q_BF16 ? 8 : QT == G3Q_INT4 ? 32 : 16; };
 static int tcv_values(int qt) { return qt == G3Q_BF16 ? 8 : qt == G3Q_INT4 ? 32 : 16; } /* values per 16 bytes */
 
-/* streamed weights: no L1 allocation, 256-byte L2 prefetch (rows are read front to back) */
-static __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 static __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-
-static __device__ __forceinline__ float gelu_tanh(float x) {
-    return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
 
 template <int QT, int MODE, int NT, int SPLIT, int T, int U>
 __global__ void __launch_bounds__(128, T == 2 ? 2 : QT == G3Q_INT4 ? 3 : 4)
@@ -122,8 +110,8 @@ __global__ void __launch_bounds__(128, T == 2 ? 2 : QT == G3Q_INT4 ? 3 : 4)
                 const bool ok = rr < r1 && kc < nch;
 #pragma unroll
                 for (int tt = 0; tt < T; tt++) {
-                    wa[uu][tt] = ok ? ld_stream(pa[tt] + kc) : zero4;
-                    wb[uu][tt] = ok ? ld_stream(pb[tt] + kc) : zero4;
+                    wa[uu][tt] = ok ? g3c_ld_stream(pa[tt] + kc) : zero4;
+                    wb[uu][tt] = ok ? g3c_ld_stream(pb[tt] + kc) : zero4;
                     sa[uu][tt] = za[uu][tt] = sb[uu][tt] = zb[uu][tt] = 0.f;
                     if constexpr (MODE != 0) {
                         int grp = MODE == 1 ? (rr * 4 * V) / w.g : (kc * V) / w.g;

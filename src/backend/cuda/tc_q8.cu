@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/device_util.cuh"
 
 #define TQ_WARPS 8
 
@@ -55,12 +56,6 @@ template <int QT> struct tq_c {
     static constexpr int SEGS = KS / 128;                   /* activation blocks per stage */
     static constexpr int UPR = KS / 16;                     /* 16-byte units per activation row */
 };
-
-static __device__ __forceinline__ void tq_cp16(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-static __device__ __forceinline__ void tq_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 static __device__ __forceinline__ void tq_mma(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                               uint32_t b0, uint32_t b1) {
@@ -88,7 +83,7 @@ static __device__ __forceinline__ void tq_load_w(const g3_dmat &w, int tile, int
             const int base = ((tile * TQ_WARPS + wi) * T + tt) * 16;
             const int ra = min(base + g, n - 1), rb = min(base + g + 8, n - 1), kc = stage * 8 + 4 * rl + t;
             uint4 *da = slot + ((rl * T + tt) * 2) * 32 + lane, *db = da + 32;
-            if (kc < nch) tq_cp16(da, W + (size_t)ra * nch + kc), tq_cp16(db, W + (size_t)rb * nch + kc);
+            if (kc < nch) g3c_cp16(da, W + (size_t)ra * nch + kc), g3c_cp16(db, W + (size_t)rb * nch + kc);
             else *da = make_uint4(0, 0, 0, 0), *db = make_uint4(0, 0, 0, 0);
         }
 }
@@ -169,7 +164,7 @@ static __device__ __forceinline__ void tq_stage_x(uint4 *xs, float2 *ds, const i
     for (int idx = threadIdx.x; idx < m * UPR; idx += TQ_WARPS * 32) {
         const int i = idx / UPR, c = idx % UPR, kk = stage * KS + 16 * c;
         uint4 *d = xs + i * UPR + tq_swz<QT>(c, i);
-        if (kk < K) tq_cp16(d, xq + (size_t)i * K + kk);
+        if (kk < K) g3c_cp16(d, xq + (size_t)i * K + kk);
         else *d = make_uint4(0, 0, 0, 0);
     }
     const int nb = K / 128;
@@ -206,9 +201,9 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
     int tl2 = st1 + 1 == S ? tl1 + 1 : tl1, st2 = st1 + 1 == S ? 0 : st1 + 1;
     /* the weights do not depend on the previous kernel: start their loads before waiting for it */
     if (u0 < u1) tq_load_w<T>(w, tl0, st0, wi, lane, ring);
-    tq_commit();
+    g3c_cp_commit();
     if (u0 + 1 < u1) tq_load_w<T>(w, tl1, st1, wi, lane, ring + TQ_WARPS * WSLOT);
-    tq_commit();
+    g3c_cp_commit();
     tq_sc<QT, SC, T> cur, nxt;
     if (u0 < u1) tq_load_s<QT, SC, T>(w, tl0, st0, wi, g, cur);
     g3c_pdl_wait();
@@ -223,9 +218,9 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
     for (int idx = threadIdx.x; idx < 3 * SEGS * MP; idx += TQ_WARPS * 32)
         if (idx % MP >= m) dsb[idx] = make_float2(0.f, 0.f);
     tq_stage_x<QT, NT>(xsb, dsb, xq, xd, m, K, st0);
-    tq_commit();
+    g3c_cp_commit();
     if (u0 + 1 < u1) tq_stage_x<QT, NT>(xsb + MP * UPR, dsb + SEGS * MP, xq, xd, m, K, st1);
-    tq_commit();
+    g3c_cp_commit();
     float acc[T][NT][4];
 #pragma unroll
     for (int tt = 0; tt < T; tt++)
@@ -243,7 +238,7 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
                 tq_load_w<T>(w, tl2, st2, wi, lane, ring + ns * TQ_WARPS * WSLOT);
                 tq_stage_x<QT, NT>(xsb + ns * MP * UPR, dsb + ns * SEGS * MP, xq, xd, m, K, st2);
             }
-            tq_commit();
+            g3c_cp_commit();
         }
         if (u + 1 < u1) tq_load_s<QT, SC, T>(w, tl1, st1, wi, g, nxt);
         const uint4 *xs = xsb + it * MP * UPR;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/device_util.cuh"
 #include "backend/cuda/tc_frag.cuh"
 
 #define TCM_WARPS 8
@@ -31,18 +32,6 @@
 
 template <int QT> struct tcm_v { static constexpr int V = QT == G3Q_BF16 ? 8 : QT == G3Q_INT4 ? 32 : 16; };
 
-static __device__ __forceinline__ uint4 tcm_ld_stream(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-static __device__ __forceinline__ void tcm_cp16(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-static __device__ __forceinline__ void tcm_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 static __device__ __forceinline__ void tcm_cp_wait0() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 /* one stage of weights of this lane: chunks of rows g and g+8 of each of the warp's T tiles, per round */
@@ -72,11 +61,11 @@ static __device__ __forceinline__ void tcm_load_w(const g3_dmat &w, long long u,
             const bool ok = kc < nch;
             if (ring) {
                 uint4 *da = ring + ((rl * TCM_T + tt) * 2) * 32 + lane, *db = da + 32;
-                if (ok) tcm_cp16(da, W + (size_t)ra * nch + kc), tcm_cp16(db, W + (size_t)rb * nch + kc);
+                if (ok) g3c_cp16(da, W + (size_t)ra * nch + kc), g3c_cp16(db, W + (size_t)rb * nch + kc);
                 else *da = z4, *db = z4;
             } else {
-                r.a[rl][tt] = ok ? tcm_ld_stream(W + (size_t)ra * nch + kc) : z4;
-                r.b[rl][tt] = ok ? tcm_ld_stream(W + (size_t)rb * nch + kc) : z4;
+                r.a[rl][tt] = ok ? g3c_ld_stream(W + (size_t)ra * nch + kc) : z4;
+                r.b[rl][tt] = ok ? g3c_ld_stream(W + (size_t)rb * nch + kc) : z4;
             }
         }
 }
@@ -132,7 +121,7 @@ static __device__ __forceinline__ void tcm_stage_x(uint4 *xs, const __nv_bfloat1
     for (int idx = threadIdx.x; idx < MP * V; idx += TCM_WARPS * 32) {
         const int i = idx / V, p = idx % V, kk = k0 + 8 * p;
         uint4 *d = xs + i * V + tc_swz<QT>(p, i);
-        if (i < m && kk < K) tcm_cp16(d, xh + (size_t)i * K + kk);
+        if (i < m && kk < K) g3c_cp16(d, xh + (size_t)i * K + kk);
         else *d = make_uint4(0, 0, 0, 0);
     }
 }
@@ -162,7 +151,7 @@ __global__ void __launch_bounds__(TCM_WARPS * 32, 1)
         if (AS && u0 + 1 < u1) tcm_load_w<QT>(w, u0 + 1, S, wi, g, t, cur, ring + TCM_WARPS * WSLOT);
         tcm_load_s<QT, MODE>(w, u0, S, wi, g, t, cur);
     }
-    if (AS) tcm_cp_commit();
+    if (AS) g3c_cp_commit();
     g3c_pdl_wait();
     if (u0 >= u1) {
         tcm_cp_wait0();
@@ -170,10 +159,10 @@ __global__ void __launch_bounds__(TCM_WARPS * 32, 1)
     }
     tcm_load_s<QT, MODE>(w, u0, S, wi, g, t, nxt); /* defined values for the copy at the end of the last stage */
     tcm_stage_x<QT, NT>(tcm_xs, xh, m, K, (int)(u0 % S));
-    tcm_cp_commit();
+    g3c_cp_commit();
     if (AS) {
         if (u0 + 1 < u1) tcm_stage_x<QT, NT>(tcm_xs + MP * V, xh, m, K, (int)((u0 + 1) % S));
-        tcm_cp_commit();
+        g3c_cp_commit();
     }
     float acc[T][NT][4];
 #pragma unroll
@@ -193,11 +182,11 @@ __global__ void __launch_bounds__(TCM_WARPS * 32, 1)
                 tcm_stage_x<QT, NT>(tcm_xs + nb * MP * V, xh, m, K, (int)((u + 2) % S));
                 tcm_load_w<QT>(w, u + 2, S, wi, g, t, nxt, ring + nb * TCM_WARPS * WSLOT);
             }
-            tcm_cp_commit();
+            g3c_cp_commit();
             if (u + 1 < u1) tcm_load_s<QT, MODE>(w, u + 1, S, wi, g, t, nxt);
         } else if (u + 1 < u1) {
             tcm_stage_x<QT, NT>(tcm_xs + (it ^ 1) * MP * V, xh, m, K, (int)((u + 1) % S));
-            tcm_cp_commit();
+            g3c_cp_commit();
             tcm_load_w<QT>(w, u + 1, S, wi, g, t, nxt, NULL);
             tcm_load_s<QT, MODE>(w, u + 1, S, wi, g, t, nxt);
             if (pf && u + 2 < u1) tcm_prefetch<QT>(w, u + 2, S, wi, g, t);
