@@ -450,14 +450,7 @@ int g3c_dfuse_enabled(void) {
 extern "C" {
 #include "backend/cuda/cuda_api.h"
 }
-#define AT_CK(call, what)                                                                                              \
-    do {                                                                                                               \
-        cudaError_t e_ = (call);                                                                                       \
-        if (e_ != cudaSuccess) {                                                                                       \
-            rc = g3c_fail(err, G3_ERR_DEVICE, "cuda: decode attention test: %s: %s", what, cudaGetErrorString(e_));    \
-            goto out;                                                                                                  \
-        }                                                                                                              \
-    } while (0)
+#define AT_CK(call, what) G3C_CK_GOTO(call, "decode attention test: " what, out)
 
 extern "C" g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, int fused, const float *hist_qkv,
                                                    const int32_t *hist_pos, const int32_t *hist_useq, int m_hist,

@@ -457,14 +457,7 @@ cudaError_t g3c_attention_prefill(const g3c_attn_args *a, const float *q, float 
 }
 
 /* ---- test hooks (prefill_api.h) ------------------------------------------------------------------------------- */
-#define CKT(call, what)                                                                                                \
-    do {                                                                                                               \
-        cudaError_t e_ = (call);                                                                                       \
-        if (e_ != cudaSuccess) {                                                                                       \
-            rc = g3c_fail(err, G3_ERR_DEVICE, "cuda: %s: %s", what, cudaGetErrorString(e_));                           \
-            goto out;                                                                                                  \
-        }                                                                                                              \
-    } while (0)
+#define CKT(call, what) G3C_CK_GOTO(call, what, out)
 
 extern "C" g3_status g3_cuda_test_prefill_attention(const g3_cuda_attn_test *t, const float *qkv,
                                                     const int32_t *pos, const int32_t *useq, const int32_t *bt,

@@ -287,14 +287,7 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
     b->graphs_on = !(opts && opts->no_graphs) && !(gr && !strcmp(gr, "0"));
     snprintf(b->desc, sizeof b->desc, "%s, gemm %s", qs && *qs ? qs : "bf16", b->split ? "bf16x2" : "bf16");
     g3_status rc = G3_OK;
-#define CK(call, what)                                                                                                 \
-    do {                                                                                                               \
-        cudaError_t e_ = (call);                                                                                       \
-        if (e_ != cudaSuccess) {                                                                                       \
-            rc = g3c_fail(err, G3_ERR_DEVICE, "cuda: %s: %s", what, cudaGetErrorString(e_));                           \
-            goto fail;                                                                                                 \
-        }                                                                                                              \
-    } while (0)
+#define CK(call, what) G3C_CK_GOTO(call, what, fail)
     {
         CK(cudaStreamCreateWithFlags(&b->st, cudaStreamNonBlocking), "stream");
         CK(cudaDeviceGetAttribute(&b->n_sm, cudaDevAttrMultiProcessorCount, cfg->device), "device query");

@@ -68,6 +68,15 @@ g3_status g3c_fail(g3_error *err, g3_status code, const char *fmt, ...);
             return g3c_fail(err, G3_ERR_DEVICE, "cuda: %s failed (%s:%d): %s", what, __FILE__, __LINE__,               \
                             cudaGetErrorString(e_));                                                                   \
     } while (0)
+/* The same where the caller cleans up: sets the caller's g3_status rc and jumps to `label`. */
+#define G3C_CK_GOTO(call, what, label)                                                                                 \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            rc = g3c_fail(err, G3_ERR_DEVICE, "cuda: %s: %s", what, cudaGetErrorString(e_));                           \
+            goto label;                                                                                                \
+        }                                                                                                              \
+    } while (0)
 
 /* ---- launches ------------------------------------------------------------------------------------------------ */
 /* Programmatic dependent launch: forward kernels are launched with programmatic stream serialization, so the next

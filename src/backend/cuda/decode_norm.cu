@@ -176,14 +176,7 @@ cudaError_t g3c_add_norm_dec(float *x, float *y, int ny, const float *w1, const 
 }
 
 /* ---- test hook ------------------------------------------------------------------------------------------------ */
-#define DN_CK(call, what)                                                                                              \
-    do {                                                                                                               \
-        cudaError_t e_ = (call);                                                                                       \
-        if (e_ != cudaSuccess) {                                                                                       \
-            rc = g3c_fail(err, G3_ERR_DEVICE, "cuda: add_norm test: %s: %s", what, cudaGetErrorString(e_));            \
-            goto out;                                                                                                  \
-        }                                                                                                              \
-    } while (0)
+#define DN_CK(call, what) G3C_CK_GOTO(call, "add_norm test: " what, out)
 
 extern "C" g3_status g3_cuda_test_add_norm(int variant, int m, int H, int ny, const float *y, float *x,
                                            const float *w1, const float *w2, float eps, int split, float *xn,

@@ -17,14 +17,7 @@ __global__ void k_read(const uint4 *p, size_t n, unsigned *sink) {
     if (acc == 0x12345678u) *sink = acc; /* keeps the loads alive */
 }
 
-#define CKE(call, what)                                                                                                \
-    do {                                                                                                               \
-        cudaError_t e_ = (call);                                                                                       \
-        if (e_ != cudaSuccess) {                                                                                       \
-            rc = g3c_fail(err, G3_ERR_DEVICE, "cuda: %s: %s", what, cudaGetErrorString(e_));                           \
-            goto out;                                                                                                  \
-        }                                                                                                              \
-    } while (0)
+#define CKE(call, what) G3C_CK_GOTO(call, what, out)
 
 extern "C" g3_status g3_cuda_probe(size_t bytes, int n, double *read_gbs, double *copy_gbs, double *tflops,
                                    g3_error *err) {
