@@ -139,6 +139,7 @@ void main() {
             memoryBarrierBuffer();
             barrier();
             if (tid == 0u) {
+                memoryBarrierBuffer(); // after the workgroup barrier: the other invocations' stores come first too
                 uint old = atomicAdd(CntBuf(pc.cnt).v[r * pc.NH + h], 1u);
                 merge_sh = old + 1u == nc ? 1u : 0u;
                 if (old + 1u == nc) atomicExchange(CntBuf(pc.cnt).v[r * pc.NH + h], 0u); // for the next dispatch

@@ -18,6 +18,7 @@ void tail_add_norm(uint nr, uint groups) {
     barrier();
     uint tid = gl_LocalInvocationID.x;
     if (tid == 0u) {
+        memoryBarrierBuffer(); // after the workgroup barrier: the other invocations' stores come first too
         uint old = atomicAdd(CntBuf(pc.cnt).v[0], 1u);
         tail_last = old + 1u == groups ? 1u : 0u;
         if (old + 1u == groups) atomicExchange(CntBuf(pc.cnt).v[0], 0u); // ready for the next dispatch
