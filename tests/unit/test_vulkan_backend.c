@@ -327,8 +327,10 @@ static void test_decode_switches(void **state) {
     if (!have_device()) skip();
     g3_model *m = custom_model(G3_DTYPE_Q8_0, 0, 0);
     int V = m->cfg.vocab, L = m->cfg.n_layers, dn[5], d0[5], dv[5];
-    float *fused = switch_run(m, "1", "1", dn), *plain = switch_run(m, "0", "1", d0), *old = switch_run(m, "0", "0", dv);
-    printf("  dispatches per body (1, 2, 4, 8, 12 rows; %d layers): fused %d %d %d %d %d, G3_VULKAN_FUSE=0 %d %d %d %d %d\n",
+    float *fused = switch_run(m, "1", "1", dn), *plain = switch_run(m, "0", "1", d0);
+    float *old = switch_run(m, "0", "0", dv);
+    printf("  dispatches per body (1, 2, 4, 8, 12 rows; %d layers): fused %d %d %d %d %d, "
+           "G3_VULKAN_FUSE=0 %d %d %d %d %d\n",
            L, dn[0], dn[1], dn[2], dn[3], dn[4], d0[0], d0[1], d0[2], d0[3], d0[4]);
     for (int i = 0; i < 4; i++) {
         assert_int_equal(d0[i] - dn[i], 3 * L);

@@ -1,7 +1,8 @@
 #version 450
 // y[r][c] = sum_k x[r][k] * W[c][k] for up to RMAX activation rows (decode): a workgroup computes NR output
 // channels for every row, so each weight value is read once per step. With GEGLU, the workgroup computes channel c
-// of the gate (W) and of the up (W2) projection and stores gelu(gate) * up. mode 1 applies a softcap (logits); mode 2 the post-norm tail (tail_norm.glsl).
+// of the gate (W) and of the up (W2) projection and stores gelu(gate) * up. mode 1 applies a softcap (logits); mode 2
+// ends with the post-norm tail (tail_norm.glsl).
 #define WG 64
 #define RMAX 8
 #define NR 2
