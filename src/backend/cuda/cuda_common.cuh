@@ -103,6 +103,18 @@ static cudaError_t g3c_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, siz
     cfg.attrs = at, cfg.numAttrs = g3c_pdl_enabled() && st ? 1 : 0; /* not on the legacy stream */
     return cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
 }
+/* Once per kernel instance (no-op when *bps is set): allows `smem` bytes of dynamic shared memory and sets *bps to the
+ * kernel's resident blocks per SM at `threads` threads per block (at least 1). */
+template <typename K> static cudaError_t g3c_smem_setup(K k, int smem, int threads, int *bps) {
+    if (*bps) return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    int b = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, k, threads, (size_t)smem);
+    if (e != cudaSuccess) return e;
+    *bps = b < 1 ? 1 : b;
+    return cudaSuccess;
+}
 
 /* ---- conversion at load (convert.cu) ---------------------------------------------------------------------- */
 /* Converts rows [0, n_rows) of a raw source tensor (GGUF/our dtype `src_type`, k values per row, already on the

@@ -408,16 +408,7 @@ static int tq_variant(const g3_dmat *w) {
 
 int g3c_tq_supported(const g3_dmat *w, int m) { return m >= 9 && m <= 64 && w->n >= 1 && tq_variant(w) >= 0; }
 
-static cudaError_t tq_setup(tq_inst *ti) {
-    if (ti->bps) return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(ti->k, cudaFuncAttributeMaxDynamicSharedMemorySize, ti->smem);
-    if (e != cudaSuccess) return e;
-    int b = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, ti->k, TQ_WARPS * 32, (size_t)ti->smem);
-    if (e != cudaSuccess) return e;
-    ti->bps = b < 1 ? 1 : b;
-    return cudaSuccess;
-}
+static cudaError_t tq_setup(tq_inst *ti) { return g3c_smem_setup(ti->k, ti->smem, TQ_WARPS * 32, &ti->bps); }
 
 #define TQ_UNCLAIMED ((cudaStream_t)(intptr_t)-1)
 static const size_t tq_scr_bytes = (size_t)4 << 20; /* 64 rows up to k = 61680 */

@@ -331,16 +331,7 @@ int g3c_tcm_supported(const g3_dmat *w, int m) {
     return w->k % V == 0 && w->n >= 1;
 }
 
-static cudaError_t tcm_setup(tcm_inst *ti) {
-    if (ti->bps) return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(ti->k, cudaFuncAttributeMaxDynamicSharedMemorySize, ti->smem);
-    if (e != cudaSuccess) return e;
-    int b = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, ti->k, TCM_WARPS * 32, (size_t)ti->smem);
-    if (e != cudaSuccess) return e;
-    ti->bps = b < 1 ? 1 : b;
-    return cudaSuccess;
-}
+static cudaError_t tcm_setup(tcm_inst *ti) { return g3c_smem_setup(ti->k, ti->smem, TCM_WARPS * 32, &ti->bps); }
 
 cudaError_t g3c_tcm_init(void) {
     cudaError_t eq = g3c_tq_init();
