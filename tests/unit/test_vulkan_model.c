@@ -192,6 +192,29 @@ static void test_tiny_gqa_kv_f16(void **state) {
     tu_ref_free(&r);
 }
 
+/* The fused decode tails ($G3_VULKAN_FUSE=1, opt-in: post-norms and the split-attention merge done by the last
+ * workgroup of the product / attention dispatch) against the same references. */
+static void test_tiny_gqa_fused_tails(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    const char *dir0 = tu_fixture("tiny-gqa");
+    if (!dir0) {
+        printf("  fixture tiny-gqa not found: skipped\n");
+        skip();
+    }
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s", dir0);
+    tu_reference r;
+    assert_true(tu_ref_load(dir, &r));
+    setenv("G3_VULKAN_FUSE", "1", 1);
+    printf("  G3_VULKAN_FUSE=1:\n");
+    check_exact(dir, &r, 3, 1e-3);
+    snprintf(path, sizeof path, "%.1000s/model-q8_0.gguf", dir);
+    check_quantized(path, &r);
+    unsetenv("G3_VULKAN_FUSE");
+    tu_ref_free(&r);
+}
+
 /* The decode kernels before matvec1/matvec1n and the fused dispatches ($G3_VULKAN_MATVEC1=0, $G3_VULKAN_MATVECN=0,
  * $G3_VULKAN_FUSE=0: the A/B switches of docs/VULKAN.md) against the same references; the defaults run above. */
 static void test_tiny_gqa_previous_kernels(void **state) {
@@ -229,6 +252,7 @@ int main(void) {
         cmocka_unit_test(test_tiny_gqa),
         cmocka_unit_test(test_tiny_gqa_kv_f16),
         cmocka_unit_test(test_tiny_gqa_previous_kernels),
+        cmocka_unit_test(test_tiny_gqa_fused_tails),
         cmocka_unit_test(test_small_a),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -333,7 +333,9 @@ g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
     const char *mvn = getenv("G3_VULKAN_MATVECN");
     vk->matvecn = !(mvn && *mvn == '0');
     const char *fu = getenv("G3_VULKAN_FUSE");
-    vk->fuse = !(fu && *fu == '0');
+    /* opt-in until it has run on a GPU: the last-workgroup epilogue relies on cross-workgroup memory ordering that
+     * lavapipe (one CPU thread per workgroup in turn) cannot disprove */
+    vk->fuse = fu && *fu == '1';
     vk->vkGetPhysicalDeviceProperties(vk->pdev, &vk->props);
     vk->vkGetPhysicalDeviceMemoryProperties(vk->pdev, &vk->memp);
     /* compute queue: prefer a family without graphics (dedicated compute) */
