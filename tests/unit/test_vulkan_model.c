@@ -170,76 +170,53 @@ static void test_tiny_gqa(void **state) {
     run_model("tiny-gqa", exact, quant);
 }
 
-/* The f16 KV cache ($G3_VULKAN_KV=f16) against the same references (HF folder, every chunking, greedy tokens). K and V
- * rounded to 11 bits put the logits ~1.0e-3 (relative) from the references, just past the 1e-3 of the float32
- * parity tests: bound 3e-3 here, which is why f16 is an option and not the default. */
-static void test_tiny_gqa_kv_f16(void **state) {
-    (void)state;
+/* tiny-gqa with the switches env (name, value pairs, NULL-terminated) set: HF folder (every chunking, greedy tokens)
+ * within tol, and the Q8_0 GGUF's KL/top-1 when quantized; the switches are cleared again afterwards. */
+static void tiny_gqa_switched(const char *const *env, const char *what, double tol, int quantized) {
     if (!have_device()) skip();
     const char *dir0 = tu_fixture("tiny-gqa");
     if (!dir0) {
         printf("  fixture tiny-gqa not found: skipped\n");
         skip();
     }
-    char dir[1024];
+    char dir[1024], path[1200];
     snprintf(dir, sizeof dir, "%s", dir0);
     tu_reference r;
     assert_true(tu_ref_load(dir, &r));
-    setenv("G3_VULKAN_KV", "f16", 1);
-    printf("  KV cache in f16:\n");
-    check_exact(dir, &r, 3, 3e-3);
-    unsetenv("G3_VULKAN_KV");
+    for (int i = 0; env[i]; i += 2) setenv(env[i], env[i + 1], 1);
+    printf("  %s:\n", what);
+    check_exact(dir, &r, 3, tol);
+    if (quantized) {
+        snprintf(path, sizeof path, "%.1000s/model-q8_0.gguf", dir);
+        check_quantized(path, &r);
+    }
+    for (int i = 0; env[i]; i += 2) unsetenv(env[i]);
     tu_ref_free(&r);
+}
+
+/* The f16 KV cache ($G3_VULKAN_KV=f16) against the same references (HF folder, every chunking, greedy tokens). K and V
+ * rounded to 11 bits put the logits ~1.0e-3 (relative) from the references, just past the 1e-3 of the float32
+ * parity tests: bound 3e-3 here, which is why f16 is an option and not the default. */
+static void test_tiny_gqa_kv_f16(void **state) {
+    (void)state;
+    static const char *const env[] = {"G3_VULKAN_KV", "f16", NULL};
+    tiny_gqa_switched(env, "KV cache in f16", 3e-3, 0);
 }
 
 /* The fused decode tails ($G3_VULKAN_FUSE=1, opt-in: post-norms and the split-attention merge done by the last
  * workgroup of the product / attention dispatch) against the same references. */
 static void test_tiny_gqa_fused_tails(void **state) {
     (void)state;
-    if (!have_device()) skip();
-    const char *dir0 = tu_fixture("tiny-gqa");
-    if (!dir0) {
-        printf("  fixture tiny-gqa not found: skipped\n");
-        skip();
-    }
-    char dir[1024], path[1200];
-    snprintf(dir, sizeof dir, "%s", dir0);
-    tu_reference r;
-    assert_true(tu_ref_load(dir, &r));
-    setenv("G3_VULKAN_FUSE", "1", 1);
-    printf("  G3_VULKAN_FUSE=1:\n");
-    check_exact(dir, &r, 3, 1e-3);
-    snprintf(path, sizeof path, "%.1000s/model-q8_0.gguf", dir);
-    check_quantized(path, &r);
-    unsetenv("G3_VULKAN_FUSE");
-    tu_ref_free(&r);
+    static const char *const env[] = {"G3_VULKAN_FUSE", "1", NULL};
+    tiny_gqa_switched(env, "G3_VULKAN_FUSE=1", 1e-3, 1);
 }
 
 /* The decode kernels before matvec1/matvec1n and the fused dispatches ($G3_VULKAN_MATVEC1=0, $G3_VULKAN_MATVECN=0,
  * $G3_VULKAN_FUSE=0: the A/B switches of docs/VULKAN.md) against the same references; the defaults run above. */
 static void test_tiny_gqa_previous_kernels(void **state) {
     (void)state;
-    if (!have_device()) skip();
-    const char *dir0 = tu_fixture("tiny-gqa");
-    if (!dir0) {
-        printf("  fixture tiny-gqa not found: skipped\n");
-        skip();
-    }
-    char dir[1024], path[1200];
-    snprintf(dir, sizeof dir, "%s", dir0);
-    tu_reference r;
-    assert_true(tu_ref_load(dir, &r));
-    setenv("G3_VULKAN_MATVEC1", "0", 1);
-    setenv("G3_VULKAN_MATVECN", "0", 1);
-    setenv("G3_VULKAN_FUSE", "0", 1);
-    printf("  G3_VULKAN_MATVEC1=0 G3_VULKAN_MATVECN=0 G3_VULKAN_FUSE=0:\n");
-    check_exact(dir, &r, 3, 1e-3);
-    snprintf(path, sizeof path, "%.1000s/model-q8_0.gguf", dir);
-    check_quantized(path, &r);
-    unsetenv("G3_VULKAN_MATVEC1");
-    unsetenv("G3_VULKAN_MATVECN");
-    unsetenv("G3_VULKAN_FUSE");
-    tu_ref_free(&r);
+    static const char *const env[] = {"G3_VULKAN_MATVEC1", "0", "G3_VULKAN_MATVECN", "0", "G3_VULKAN_FUSE", "0", NULL};
+    tiny_gqa_switched(env, "G3_VULKAN_MATVEC1=0 G3_VULKAN_MATVECN=0 G3_VULKAN_FUSE=0", 1e-3, 1);
 }
 
 static void test_small_a(void **state) {
