@@ -98,22 +98,9 @@ static void check_quantized(const char *model_path, const tu_reference *r, doubl
     int agree = 0;
     for (int pos = 0; pos < p->n; pos++) {
         tu_row_from_json(cJSON_GetArrayItem(p->all, pos), ref, V);
-        const float *o = ours + (size_t)pos * V;
-        double mr = -INFINITY, mo = -INFINITY;
-        int ar = 0, ao = 0;
-        for (int i = 0; i < V; i++) {
-            if (ref[i] > mr) mr = ref[i], ar = i;
-            if (o[i] > mo) mo = o[i], ao = i;
-        }
-        double zr = 0, zo = 0;
-        for (int i = 0; i < V; i++) zr += exp(ref[i] - mr), zo += exp(o[i] - mo);
-        double lzr = log(zr) + mr, lzo = log(zo) + mo, kl = 0;
-        for (int i = 0; i < V; i++) {
-            double lpr = ref[i] - lzr, lpo = o[i] - lzo;
-            kl += exp(lpr) * (lpr - lpo);
-        }
-        kl_sum += kl;
-        agree += ar == ao;
+        int same;
+        kl_sum += tu_kl(ref, ours + (size_t)pos * V, V, &same);
+        agree += same;
     }
     double mean_kl = kl_sum / p->n, top1 = (double)agree / p->n;
     printf("  %s: mean KL %.5f nats, top-1 agreement %.1f%% over %d positions\n", model_path, mean_kl, 100 * top1, p->n);
@@ -140,19 +127,9 @@ static void check_quantized_last(const char *model_path, const tu_reference *r, 
         const tu_ref_prompt *p = &r->p[pi];
         if (g3_engine_logits(e, p->ids, p->n, 0, o, &err) != G3_OK) fail_msg("logits: %s", err.msg);
         tu_row_from_json(p->last, ref, V);
-        double mr = -INFINITY, mo = -INFINITY, zr = 0, zo = 0, kl = 0;
-        int ar = 0, ao = 0;
-        for (int i = 0; i < V; i++) {
-            if (ref[i] > mr) mr = ref[i], ar = i;
-            if (o[i] > mo) mo = o[i], ao = i;
-        }
-        for (int i = 0; i < V; i++) zr += exp(ref[i] - mr), zo += exp(o[i] - mo);
-        for (int i = 0; i < V; i++) {
-            double lpr = ref[i] - mr - log(zr), lpo = o[i] - mo - log(zo);
-            kl += exp(lpr) * (lpr - lpo);
-        }
-        kl_sum += kl;
-        agree += ar == ao;
+        int same;
+        kl_sum += tu_kl(ref, o, V, &same);
+        agree += same;
         int32_t got[32];
         assert_int_equal(greedy(e, p->ids, p->n, got), 32);
         for (int k = 0; k < 32 && p->margins[k] >= 0.1f; k++) {

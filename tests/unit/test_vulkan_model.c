@@ -111,22 +111,9 @@ static void check_quantized(const char *model_path, const tu_reference *r) {
     int agree = 0;
     for (int pos = 0; pos < p->n; pos++) {
         tu_row_from_json(cJSON_GetArrayItem(p->all, pos), ref, V);
-        const float *o = ours + (size_t)pos * V;
-        double mr = -INFINITY, mo = -INFINITY;
-        int ar = 0, ao = 0;
-        for (int i = 0; i < V; i++) {
-            if (ref[i] > mr) mr = ref[i], ar = i;
-            if (o[i] > mo) mo = o[i], ao = i;
-        }
-        double zr = 0, zo = 0;
-        for (int i = 0; i < V; i++) zr += exp(ref[i] - mr), zo += exp(o[i] - mo);
-        double lzr = log(zr) + mr, lzo = log(zo) + mo, kl = 0;
-        for (int i = 0; i < V; i++) {
-            double lpr = ref[i] - lzr, lpo = o[i] - lzo;
-            kl += exp(lpr) * (lpr - lpo);
-        }
-        kl_sum += kl;
-        agree += ar == ao;
+        int same;
+        kl_sum += tu_kl(ref, ours + (size_t)pos * V, V, &same);
+        agree += same;
     }
     double mean_kl = kl_sum / p->n, top1 = (double)agree / p->n;
     printf("  %s: mean KL %.5f nats, top-1 agreement %.1f%% over %d positions\n", model_path, mean_kl, 100 * top1, p->n);

@@ -112,6 +112,23 @@ void tu_row_from_json(const cJSON *arr, float *out, int n) {
     for (const cJSON *e = arr->child; e; e = e->next) out[k++] = (float)e->valuedouble;
 }
 
+double tu_kl(const float *ref, const float *ours, int n, int *same_top1) {
+    double mr = -INFINITY, mo = -INFINITY, zr = 0, zo = 0, kl = 0;
+    int ar = 0, ao = 0;
+    for (int i = 0; i < n; i++) {
+        if (ref[i] > mr) mr = ref[i], ar = i;
+        if (ours[i] > mo) mo = ours[i], ao = i;
+    }
+    for (int i = 0; i < n; i++) zr += exp(ref[i] - mr), zo += exp(ours[i] - mo);
+    double lzr = log(zr) + mr, lzo = log(zo) + mo;
+    for (int i = 0; i < n; i++) {
+        double lpr = ref[i] - lzr, lpo = ours[i] - lzo;
+        kl += exp(lpr) * (lpr - lpo);
+    }
+    *same_top1 = ar == ao;
+    return kl;
+}
+
 double tu_rel_err(const float *ours, const float *ref, int n) {
     double mx = 1, d = 0;
     for (int i = 0; i < n; i++) {

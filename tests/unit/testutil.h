@@ -48,6 +48,9 @@ int tu_ref_load(const char *dir, tu_reference *r);
 void tu_ref_free(tu_reference *r);
 /* A JSON array of n numbers into floats (asserts the length). */
 void tu_row_from_json(const cJSON *arr, float *out, int n);
+/* KL(softmax(ref) || softmax(ours)) in nats over one row of n logits; *same_top1 = 1 when both rows have their
+ * (first) largest logit at the same index. */
+double tu_kl(const float *ref, const float *ours, int n, int *same_top1);
 /* max |ours - ref| / max(1, max |ref|) over one row (NaN counts as infinite). */
 double tu_rel_err(const float *ours, const float *ref, int n);
 /* Logits of every reference prompt through the engine e (each prompt in a fresh sequence): every position that has
