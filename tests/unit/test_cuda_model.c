@@ -134,18 +134,9 @@ static void check_kl(const char *path, const tu_reference *r, const char *what, 
     int agree = 0;
     for (int pos = 0; pos < p->n; pos++) {
         tu_row_from_json(cJSON_GetArrayItem(p->all, pos), ref, V);
-        const float *o = ours + (size_t)pos * V;
-        double mr = -INFINITY, mo = -INFINITY, zr = 0, zo = 0, kl = 0;
-        int ar = 0, ao = 0;
-        for (int i = 0; i < V; i++) {
-            if (ref[i] > mr) mr = ref[i], ar = i;
-            if (o[i] > mo) mo = o[i], ao = i;
-        }
-        for (int i = 0; i < V; i++) zr += exp(ref[i] - mr), zo += exp(o[i] - mo);
-        double lzr = log(zr) + mr, lzo = log(zo) + mo;
-        for (int i = 0; i < V; i++) kl += exp(ref[i] - lzr) * ((ref[i] - lzr) - (o[i] - lzo));
-        kl_sum += kl;
-        agree += ar == ao;
+        int same;
+        kl_sum += tu_kl(ref, ours + (size_t)pos * V, V, &same);
+        agree += same;
     }
     double mkl = kl_sum / p->n, top1 = (double)agree / p->n;
     printf("  %s [%s, chunk %d]: mean KL %.5f nats, top-1 agreement %.1f%% over %d positions\n", path, what, chunk, mkl,
@@ -155,6 +146,21 @@ static void check_kl(const char *path, const tu_reference *r, const char *what, 
     g3_engine_free(e);
     free(ref), free(ours);
     g3_model_free(m);
+}
+
+/* Resident `quant` weights through every product path: prefill in 512-row chunks (cuBLAS), 16-row steps (the 9..64-row
+ * tensor-core kernels) and single rows (the decode kernels); int8 also with $G3_CUDA_TCM=3 (int8 tensor cores). */
+static void check_kl_paths(const char *dir, const tu_reference *r, const char *quant, const char *what, double max_kl,
+                           double min_top1) {
+    static const int chunks[] = {512, 1, 16};
+    setenv("G3_CUDA_QUANT", quant, 1);
+    for (int i = 0; i < 3; i++) check_kl(dir, r, what, chunks[i], max_kl, min_top1);
+    if (!strcmp(quant, "int8")) {
+        setenv("G3_CUDA_TCM", "3", 1);
+        check_kl(dir, r, "int8 per channel, TCM=3", 16, max_kl, min_top1);
+        unsetenv("G3_CUDA_TCM");
+    }
+    unsetenv("G3_CUDA_QUANT");
 }
 
 static void test_tiny_gqa(void **state) {
@@ -192,24 +198,14 @@ static void test_small_a(void **state) {
            pw <= 1e-3 ? "within" : "exceeded");
     assert_true(pw < 0.05); /* garbage guard */
     unsetenv("G3_CUDA_GEMM");
-    setenv("G3_CUDA_QUANT", "int8", 1);
-    check_kl(dir, &r, "int8 per channel", 512, 0.03, 0.9); /* measured 0.017 / 95% (H200) */
-    check_kl(dir, &r, "int8 per channel", 1, 0.03, 0.9);   /* decode path: tensor cores, exact weights */
+    check_kl_paths(dir, &r, "int8", "int8 per channel", 0.03, 0.9); /* measured 0.017 / 95% (H200) */
     setenv("G3_CUDA_QUANT", "fp8", 1);
     check_kl(dir, &r, "fp8 e4m3 per channel", 512, 0.3, 0.65); /* measured 0.207 / 70% */
     check_kl(dir, &r, "fp8 e4m3 per channel", 1, 0.3, 0.65);
-    setenv("G3_CUDA_QUANT", "int4", 1);
+    unsetenv("G3_CUDA_QUANT");
     /* measured 2.44 nats / 19% on this random-weight model (round-to-nearest, affine groups of 128, the tied
      * head included): a guard against breakage (garbage logits give ~ln(V) = 6.9), not a quality claim */
-    check_kl(dir, &r, "int4 group 128", 512, 4.0, 0.1);
-    check_kl(dir, &r, "int4 group 128", 1, 4.0, 0.1);
-    check_kl(dir, &r, "int4 group 128", 16, 4.0, 0.1); /* 16-row steps: the int8 tensor-core kernel (tc_q8.cu) */
-    setenv("G3_CUDA_QUANT", "int8", 1);
-    check_kl(dir, &r, "int8 per channel", 16, 0.03, 0.9); /* 16-row steps: the staged kernel */
-    setenv("G3_CUDA_TCM", "3", 1);
-    check_kl(dir, &r, "int8 per channel, TCM=3", 16, 0.03, 0.9);
-    unsetenv("G3_CUDA_TCM");
-    unsetenv("G3_CUDA_QUANT");
+    check_kl_paths(dir, &r, "int4", "int4 group 128", 4.0, 0.1);
     tu_ref_free(&r);
 }
 /* The project's own test models (tests/data, always present) and the shipped demo model: bf16 parity, and int8
@@ -233,17 +229,9 @@ static void test_own_models(void **state) {
         check_exact(dir, &r, 1e-3);
         unsetenv("G3_CUDA_NOZERO");
         if (r.n_prompts > 3 && r.p[3].all) { /* the demo model's reference keeps last-position logits only */
-            setenv("G3_CUDA_QUANT", "int8", 1);
-            check_kl(dir, &r, "int8 per channel", 512, 0.03, 0.9);
-            check_kl(dir, &r, "int8 per channel", 1, 0.03, 0.9);
-            check_kl(dir, &r, "int8 per channel", 16, 0.03, 0.9); /* 16-row steps: the 9..64-row kernels */
-            setenv("G3_CUDA_TCM", "3", 1);                          /* int8 on the int8 tensor-core kernel too */
-            check_kl(dir, &r, "int8 per channel, TCM=3", 16, 0.03, 0.9);
-            unsetenv("G3_CUDA_TCM");
-            setenv("G3_CUDA_QUANT", "int4", 1); /* a guard (garbage gives ~ln(512) = 6.2 nats), as for small-a */
-            check_kl(dir, &r, "int4 group 128", 16, 4.0, 0.1);
-            check_kl(dir, &r, "int4 group 128", 1, 4.0, 0.1);
-            unsetenv("G3_CUDA_QUANT");
+            check_kl_paths(dir, &r, "int8", "int8 per channel", 0.03, 0.9);
+            /* a guard (garbage gives ~ln(512) = 6.2 nats), as for small-a */
+            check_kl_paths(dir, &r, "int4", "int4 group 128", 4.0, 0.1);
         }
         tu_ref_free(&r);
     }
