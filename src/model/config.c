@@ -316,7 +316,9 @@ g3_status g3_config_preset(g3_config *c, const char *size, g3_error *err) {
 
 g3_status g3_config_validate(g3_config *c, g3_error *err) {
 #define CHECK(cond, ...)                                                                                               \
-    if (!(cond)) return g3_fail(err, G3_ERR_FORMAT, __VA_ARGS__)
+    do {                                                                                                               \
+        if (!(cond)) return g3_fail(err, G3_ERR_FORMAT, __VA_ARGS__);                                                  \
+    } while (0)
     CHECK(c->n_layers > 0 && c->n_layers <= G3_MAX_LAYERS, "n_layers %d out of range", c->n_layers);
     CHECK(c->hidden > 0 && c->hidden <= 65536, "hidden size %d out of range", c->hidden);
     CHECK(c->ffn > 0 && c->ffn <= 1 << 20, "intermediate size %d out of range", c->ffn);

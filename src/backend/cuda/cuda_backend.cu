@@ -430,8 +430,11 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
     cudaError_t (*add_norm)(float *, float *, int, const float *, const float *, float, int, int, float *,
                             __nv_bfloat16 *, int, cudaStream_t) =
         m <= 64 && g3c_dnorm_enabled() ? g3c_add_norm_dec : g3c_add_norm;
+/* a statement of its own (do/while): `if (x) RUN(a); else RUN(b);` must not bind the else to RUN's own if */
 #define RUN(call)                                                                                                      \
-    if ((e = (call)) != cudaSuccess) return e
+    do {                                                                                                               \
+        if ((e = (call)) != cudaSuccess) return e;                                                                     \
+    } while (0)
 #define PROF(lbl) prof_mark(b, lbl)
     PROF("start");
     RUN(g3c_embed_norm(&b->embed, rows.token, c->embed_scale, b->L[0].attn_norm, c->rms_eps, m, H, b->x, b->xn, b->xh,
