@@ -40,7 +40,7 @@ int g3_cli_bench(int argc, char **argv) {
     g3_cli_model_opts mo;
     g3_cli_model_opts_default(&mo);
     const char *random = NULL, *type_s = "q8_0", *batches_s = "1";
-    int n_prompt = 512, n_gen = 128, layers = 0, reps = 1;
+    int n_prompt = 512, n_gen = 128, layers = 0, reps = 3; /* best of 3: the first also warms up (lazy driver work) */
     float bw = 0;
     g3_arg args[] = {
         {"model", 'm', G3_ARG_STR, &mo.model, "model: Hugging Face folder or .gguf file"},

@@ -149,16 +149,20 @@ static void check_kl(const char *path, const tu_reference *r, const char *what, 
 }
 
 /* Resident `quant` weights through every product path: prefill in 512-row chunks (cuBLAS), 16-row steps (the 9..64-row
- * tensor-core kernels) and single rows (the decode kernels); int8 also with $G3_CUDA_TCM=3 (int8 tensor cores). */
+ * tensor-core kernels) and single rows (the decode kernels); int8 also with $G3_CUDA_TCM=1 (the staged bf16 kernel that the int8 tensor cores replaced as default) and
+ * both occupancies of the int8-core kernel. */
 static void check_kl_paths(const char *dir, const tu_reference *r, const char *quant, const char *what, double max_kl,
                            double min_top1) {
     static const int chunks[] = {512, 1, 16};
     setenv("G3_CUDA_QUANT", quant, 1);
     for (int i = 0; i < 3; i++) check_kl(dir, r, what, chunks[i], max_kl, min_top1);
     if (!strcmp(quant, "int8")) {
-        setenv("G3_CUDA_TCM", "3", 1);
-        check_kl(dir, r, "int8 per channel, TCM=3", 16, max_kl, min_top1);
+        setenv("G3_CUDA_TCM", "1", 1);
+        check_kl(dir, r, "int8 per channel, TCM=1", 16, max_kl, min_top1);
         unsetenv("G3_CUDA_TCM");
+        setenv("G3_CUDA_TQOCC", "1", 1);
+        check_kl(dir, r, "int8 per channel, TQOCC=1", 16, max_kl, min_top1);
+        unsetenv("G3_CUDA_TQOCC");
     }
     unsetenv("G3_CUDA_QUANT");
 }

@@ -23,8 +23,8 @@
  *  - int32 -> float by a magic-number add (two full-rate ops; I2F is a quarter-rate pipe).
  * ncu (first version, quantizing in the loop): 35e6 instructions, 0.39 issued per cycle and scheduler (2 warps each:
  * 238 registers), stalls mostly on fixed-latency dependencies. $G3_CUDA_TQOCC=2 takes a variant with one tile per
- * warp and registers capped at 128 (two blocks, 4 warps per scheduler; small spills at int4 NT >= 4): compiled and
- * covered by test_matmul_staged, not yet measured.
+ * warp and registers capped at 128 (two blocks, 4 warps per scheduler; small spills at int4 NT >= 4), the default
+ * for int8 (measured faster there, slower for int4: see g3c_tq_mm).
  * Accuracy: the product is W_deq . xq exactly up to float rounding, |xq - x| <= amax/254 per value of a block of 128
  * (about the bf16 rounding of x for well-spread blocks, worse next to outliers; qgemv.cu uses blocks of 32 for <= 8
  * rows). Supported: int8 per channel and int4 in groups of 128*j, k % 128 == 0; everything else (fp8, the GGUF int8
@@ -441,8 +441,11 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
                       cudaStream_t st) {
     if (!g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     tq_build();
+    /* $G3_CUDA_TQOCC=1|2 forces one; default by format, as measured on the H200 (27B, 32 / 64 seqs, tok/s): int8 at
+     * two blocks per SM (2550 / 3590 against 2409 / 3453), int4 at one (2899 / 3792 against 2697 / 3379) */
     const char *oe = getenv("G3_CUDA_TQOCC");
-    tq_inst *ti = &tq_table[oe && !strcmp(oe, "2")][tq_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2];
+    const int occ2 = oe && *oe ? !strcmp(oe, "2") : w->qt == G3Q_INT8;
+    tq_inst *ti = &tq_table[occ2][tq_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2];
     cudaError_t e = tq_setup(ti); /* no-op after g3c_tq_init */
     if (e != cudaSuccess) return e;
     const size_t need = g3c_tq_q8_bytes(m, w->k);

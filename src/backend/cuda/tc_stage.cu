@@ -308,8 +308,9 @@ static int tcm_variant(const g3_dmat *w) {
     return -1;
 }
 
-/* $G3_CUDA_TCM: 0 off, 1 this kernel (weights in registers), 2 weights through cp.async (AS = 1), 3 int8 tensor
- * cores (tc_q8.cu) for int8 and int4 where they apply; unset (4): tc_q8.cu for int4 only, this kernel otherwise */
+/* $G3_CUDA_TCM: 0 off, 1 this kernel (weights in registers) for every format, 2 weights through cp.async (AS = 1);
+ * unset or 3: int8 tensor cores (tc_q8.cu) for per-channel int8 and int4 where they apply, this kernel otherwise
+ * (int8 per channel joined after the model-level KL check on the H200, 767102a: 27B 64 seqs 2527 -> 3453 tok/s) */
 static int tcm_mode(void) {
     const char *e = getenv("G3_CUDA_TCM");
     if (!e || !*e) return 4;
@@ -348,7 +349,7 @@ cudaError_t g3c_tcm_init(void) {
 cudaError_t g3c_tcm_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, cudaStream_t st) {
     if (!g3c_tcm_supported(w, m)) return cudaErrorInvalidValue;
     const int md = tcm_mode();
-    if ((md == 3 || (md == 4 && w->qt == G3Q_INT4)) && g3c_tq_supported(w, m))
+    if ((md == 3 || md == 4) && g3c_tq_supported(w, m))
         return g3c_tq_mm(w, xh, m, y, n_sm, NULL, 0, st);
     tcm_build();
     tcm_inst *ti = &tcm_table[tcm_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2][tcm_mode() == 2];
