@@ -289,7 +289,7 @@ static void test_ops_copy_block_staging_errors(void **state) {
 /* The decode switches: $G3_VULKAN_FUSE=0 (post-norms and the split-attention merge as dispatches of their own) and
  * $G3_VULKAN_MATVECN=0 (2..8-row products through matvec.comp): 3 more dispatches per layer in buckets of up to 8
  * rows, none more beyond,
- * and give the same logits as the fused tails (the default, also forced with $G3_VULKAN_FUSE=1) for 1, 3 and 8 decode rows and a 10-row
+ * and give the same logits as the fused tails (opt-in, $G3_VULKAN_FUSE=1) for 1, 3 and 8 decode rows and a 10-row
  * prefill. */
 static float *switch_run(g3_model *m, const char *fuse, const char *matvecn, int *disp) {
     const g3_backend_ops *ops = g3_backend_find("vulkan");

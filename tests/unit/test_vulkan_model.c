@@ -190,13 +190,12 @@ static void test_tiny_gqa_kv_f16(void **state) {
     tiny_gqa_switched(env, "KV cache in f16", 3e-3, 0);
 }
 
-/* The decode tails as separate dispatches ($G3_VULKAN_FUSE=0; the default, run above, has the post-norms and the
- * split-attention merge done by the last workgroup of the product / attention dispatch) against the same
- * references. */
+/* The fused decode tails ($G3_VULKAN_FUSE=1, opt-in: post-norms and the split-attention merge done by the last
+ * workgroup of the product / attention dispatch) against the same references. */
 static void test_tiny_gqa_fused_tails(void **state) {
     (void)state;
-    static const char *const env[] = {"G3_VULKAN_FUSE", "0", NULL};
-    tiny_gqa_switched(env, "G3_VULKAN_FUSE=0", 1e-3, 1);
+    static const char *const env[] = {"G3_VULKAN_FUSE", "1", NULL};
+    tiny_gqa_switched(env, "G3_VULKAN_FUSE=1", 1e-3, 1);
 }
 
 /* The decode kernels before matvec1/matvec1n and the fused dispatches ($G3_VULKAN_MATVEC1=0, $G3_VULKAN_MATVECN=0,

@@ -333,10 +333,10 @@ g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
     const char *mvn = getenv("G3_VULKAN_MATVECN");
     vk->matvecn = !(mvn && *mvn == '0');
     const char *fu = getenv("G3_VULKAN_FUSE");
-    /* default since test_vulkan_backend / test_vulkan_model passed with it on the H200's Vulkan driver (the
-     * last-workgroup epilogue relies on cross-workgroup memory ordering that lavapipe, one CPU thread per workgroup in
-     * turn, cannot disprove); 1B q8_0 batch-1 decode there 283 -> 352 tok/s. $G3_VULKAN_FUSE=0: separate dispatches */
-    vk->fuse = !(fu && *fu == '0');
+    /* opt-in: test_vulkan_backend / test_vulkan_model pass with it on the H200's Vulkan driver (the last-workgroup
+     * epilogue relies on cross-workgroup memory ordering that lavapipe cannot disprove), but it measured no faster
+     * there (1B q8_0 decode, tok/s, fused vs separate: 1 row 353.9 / 353.1, 4 rows 795 / 860, 8 rows 1070 / 1178) */
+    vk->fuse = fu && *fu == '1';
     vk->vkGetPhysicalDeviceProperties(vk->pdev, &vk->props);
     vk->vkGetPhysicalDeviceMemoryProperties(vk->pdev, &vk->memp);
     /* compute queue: prefer a family without graphics (dedicated compute) */

@@ -6,7 +6,7 @@
  *   embed+norm [R]  ->  QKV projection  ->  QK-norm+rope+KV write [NH+KVH, R]  ->  attention [chunks, NH, R]
  *   (+ combine [NH, R] for split decode)  ->  Wo  ->  post-norm + residual + pre-FFN norm [R]
  *   ->  gate/up + GeGLU  ->  down  ->  post-norm + residual + next norm [R]
- * In buckets of up to 8 rows, unless $G3_VULKAN_FUSE=0, the two post-norm dispatches are folded into the Wo and
+ * In buckets of up to 8 rows, with $G3_VULKAN_FUSE=1 (opt-in), the two post-norm dispatches are folded into the Wo and
  * down products (their last workgroup runs the norm tail, shaders/tail_norm.glsl) and the combine into attention
  * (the last chunk of each row and head merges): 6 dispatches per layer instead of 9 for decode (with fused QKV and
  * gate/up; b->body_dispatches counts them per bucket).
