@@ -15,6 +15,8 @@ for t in $T; do strip -o ".gpu/stage/$t" "$BUILD/$t"; done
 for lib in $(ldd "$BUILD"/gemma3 "$BUILD"/test_cuda_model | awk '/cjson|cmocka|microhttpd/ {print $3}' | sort -u); do
   cp -L "$lib" .gpu/stage/lib/
 done
+# the commit the binaries were built from (the device's copy of .git may be older): printed by dev/gpu_run.sh
+git describe --always --dirty > .gpu/stage/COMMIT
 # one big dictionary: the binaries share the same CUDA fat binary, which then compresses once
 tar cf - -C .gpu/stage . | xz -T1 --lzma2=preset=6,dict=192MiB > .gpu/bins.tar.xz
 ls -la .gpu/bins.tar.xz

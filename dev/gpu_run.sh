@@ -17,7 +17,8 @@ if ls .gl/*.deb >/dev/null 2>&1 && ! ldconfig -p | grep -q libvulkan.so.1; then
 fi
 [ -e /usr/share/vulkan/icd.d/nvidia_icd.json ] || export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-git log -1 --format=%h > "$OUT/commit.txt" 2>/dev/null || true
+cp "$BIN/COMMIT" "$OUT/commit.txt" 2>/dev/null || echo "unknown (binaries packed without COMMIT)" > "$OUT/commit.txt"
+echo "binaries of commit $(cat "$OUT/commit.txt")" | tee -a "$OUT/summary.txt"
 n=0; t0=$(date +%s)
 while IFS= read -r line; do
   case "$line" in ''|'#'*) continue ;; esac
