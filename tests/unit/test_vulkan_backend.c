@@ -355,9 +355,51 @@ static void test_decode_switches(void **state) {
     g3_model_free(m);
 }
 
+/* $G3_VULKAN_MV2=1 (matvec2.comp for the 1..8-row products): the logits of 1-, 3- and 8-row steps and a 10-row prefill
+ * equal to the default kernels' within 1e-5, with the post-norm tails separate and fused (mode 2), same dispatch
+ * counts; Vulkan vs CPU with Q4_0, Q8_0, F16 (softcaps: the one-row head's mode 1) and BF16 weights decoded one and
+ * three rows at a time, and once without subgroup operations. */
+static void test_matvec2(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    g3_model *m = custom_model(G3_DTYPE_Q4_0, 0, 0);
+    int V = m->cfg.vocab, d0[5], d1[5], d2[5];
+    float *base = switch_run(m, "0", "1", d0);
+    setenv("G3_VULKAN_MV2", "1", 1);
+    float *mv = switch_run(m, "0", "1", d1), *mvf = switch_run(m, "1", "1", d2);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(d1[i], d0[i]);
+        assert_int_equal(d2[i], 1 + 6 * m->cfg.n_layers);
+    }
+    for (int s = 0; s < 4; s++) {
+        double mx = 1, e1 = 0, e2 = 0;
+        for (int i = 0; i < V; i++) {
+            size_t k = (size_t)s * V + i;
+            mx = fmax(mx, fabs(base[k]));
+            e1 = fmax(e1, fabs(mv[k] - base[k]));
+            e2 = fmax(e2, fabs(mvf[k] - base[k]));
+            if (isnan(mv[k]) || isnan(mvf[k])) e1 = INFINITY;
+        }
+        printf("  step %d: matvec2 vs default %.2e, matvec2 + fused tails vs default %.2e (relative)\n", s, e1 / mx,
+               e2 / mx);
+        assert_true(e1 / mx < 1e-5 && e2 / mx < 1e-5);
+    }
+    free(base), free(mv), free(mvf);
+    g3_model_free(m);
+    compare(G3_DTYPE_Q4_0, 0, 0, 40, 1);
+    compare(G3_DTYPE_Q8_0, 0, 0, 40, 3);
+    compare(G3_DTYPE_F16, 20.0f, 10.0f, 40, 1);
+    compare(G3_DTYPE_BF16, 0, 0, 40, 3);
+    setenv("G3_VULKAN_NO_SUBGROUPS", "1", 1);
+    compare(G3_DTYPE_Q4_0, 0, 0, 24, 3);
+    unsetenv("G3_VULKAN_NO_SUBGROUPS");
+    unsetenv("G3_VULKAN_MV2");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_switches),
+        cmocka_unit_test(test_matvec2),
         cmocka_unit_test(test_vs_cpu_all_types),
         cmocka_unit_test(test_kv_f16),
         cmocka_unit_test(test_ops_copy_block_staging_errors),

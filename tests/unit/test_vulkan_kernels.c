@@ -142,6 +142,41 @@ static void test_matvec_without_matvecn(void **state) {
     unsetenv("G3_VULKAN_MATVECN");
 }
 
+/* $G3_VULKAN_MV2=1: 1..8-row products of F16/BF16/Q8_0/Q4_0 through matvec2.comp (8 channels per workgroup at one
+ * row, 4 at 2..8 rows; GeGLU half as many). Odd n (a last workgroup with fewer channels; n below one workgroup's),
+ * K from one partial chunk column to several iterations of the 2 x 64-chunk stride (Q4_0: 4096 values, Q8_0: 2048)
+ * with a partial last one (K = 4128: one chunk past a stride; 5376: the 27B hidden size), 1, 2, 5, 7 and 8 rows,
+ * both reduction variants. */
+static void test_matvec2(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    setenv("G3_VULKAN_MV2", "1", 1);
+    static const uint32_t types[] = {G3_DTYPE_Q4_0, G3_DTYPE_Q8_0, G3_DTYPE_F16, G3_DTYPE_BF16};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        check_matmul(types[t], 37, 160, 1, 1, 0);
+        check_matmul(types[t], 37, 160, 1, 1, 1);
+        check_matmul(types[t], 3, 4128, 1, 1, 0); /* n below the 8 channels of one workgroup */
+        check_matmul(types[t], 70, 160, 8, 1, 0);
+        check_matmul(types[t], 37, 4128, 2, 1, 1);
+        check_matmul(types[t], 5, 1024, 7, 1, 0);
+    }
+    static const uint32_t q[] = {G3_DTYPE_Q4_0, G3_DTYPE_Q8_0};
+    for (size_t t = 0; t < 2; t++) {
+        check_matmul(q[t], 37, 4128, 1, 1, 1);
+        check_matmul(q[t], 41, 5376, 1, 1, 0);
+        check_matmul(q[t], 19, 5376, 5, 1, 1);
+        check_matmul(q[t], 9, 8224, 1, 1, 0); /* Q4_0: two full strides and one chunk */
+        check_matmul(q[t], 11, 8224, 3, 1, 0);
+    }
+    setenv("G3_VULKAN_NO_SUBGROUPS", "1", 1);
+    check_matmul(G3_DTYPE_Q4_0, 37, 4128, 1, 1, 0);
+    check_matmul(G3_DTYPE_Q4_0, 37, 1024, 1, 1, 1);
+    check_matmul(G3_DTYPE_Q8_0, 37, 4128, 6, 1, 0);
+    check_matmul(G3_DTYPE_Q8_0, 37, 160, 8, 1, 1);
+    unsetenv("G3_VULKAN_NO_SUBGROUPS");
+    unsetenv("G3_VULKAN_MV2");
+}
+
 /* Every backend, test context and device listing of this process shares one Vulkan instance: the NVIDIA driver fails
  * to load again after a few dozen instance create/destroy cycles in one process (VK_ERROR_INCOMPATIBLE_DRIVER). */
 static void test_one_instance(void **state) {
@@ -209,6 +244,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_without_subgroups),
         cmocka_unit_test(test_matvec_without_matvec1),
         cmocka_unit_test(test_matvec_without_matvecn),
+        cmocka_unit_test(test_matvec2),
         cmocka_unit_test(test_coopmat),
         cmocka_unit_test(test_sincos_large_angles),
         cmocka_unit_test(test_one_instance),

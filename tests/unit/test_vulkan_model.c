@@ -206,6 +206,14 @@ static void test_tiny_gqa_previous_kernels(void **state) {
     tiny_gqa_switched(env, "G3_VULKAN_MATVEC1=0 G3_VULKAN_MATVECN=0 G3_VULKAN_FUSE=0", 1e-3, 1);
 }
 
+/* The decode products on matvec2.comp ($G3_VULKAN_MV2=1, opt-in) against the same references: the HF folder (bf16
+ * weights: matvec2 and matvec2n) and the Q8_0 GGUF. */
+static void test_tiny_gqa_matvec2(void **state) {
+    (void)state;
+    static const char *const env[] = {"G3_VULKAN_MV2", "1", NULL};
+    tiny_gqa_switched(env, "G3_VULKAN_MV2=1", 1e-3, 1);
+}
+
 static void test_small_a(void **state) {
     (void)state;
     run_model("small-a", NULL, NULL);
@@ -217,6 +225,7 @@ int main(void) {
         cmocka_unit_test(test_tiny_gqa_kv_f16),
         cmocka_unit_test(test_tiny_gqa_previous_kernels),
         cmocka_unit_test(test_tiny_gqa_fused_tails),
+        cmocka_unit_test(test_tiny_gqa_matvec2),
         cmocka_unit_test(test_small_a),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

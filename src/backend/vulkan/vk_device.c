@@ -332,6 +332,8 @@ g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
     vk->matvec1 = !(mv1 && *mv1 == '0');
     const char *mvn = getenv("G3_VULKAN_MATVECN");
     vk->matvecn = !(mvn && *mvn == '0');
+    const char *m2 = getenv("G3_VULKAN_MV2");
+    vk->mv2 = m2 && *m2 == '1'; /* opt-in until measured on a discrete GPU (docs/VULKAN.md) */
     const char *fu = getenv("G3_VULKAN_FUSE");
     /* opt-in: test_vulkan_backend / test_vulkan_model pass with it on the H200's Vulkan driver (the last-workgroup
      * epilogue relies on cross-workgroup memory ordering that lavapipe cannot disprove), but it measured no faster
@@ -435,7 +437,7 @@ const char *g3vk_type_suffix(uint32_t type) {
 
 static const char *kernel_names[G3VK_K_COUNT] = {
     "matvec",  "matvec_geglu", "matmul",   "matmul_geglu", "embed",  "matvec1", "matvec1_geglu", "matmul_cm",
-    "matmul_cm_geglu", "matvec1n", "matvec1n_geglu", "qk_rope", "attn", "attn_combine", "add_norm", "gather", "geglu",
+    "matmul_cm_geglu", "matvec1n", "matvec1n_geglu", "matvec2", "matvec2_geglu", "matvec2n", "matvec2n_geglu", "qk_rope", "attn", "attn_combine", "add_norm", "gather", "geglu",
     "argmax", "test_sincos", "qk_rope_kv16", "attn_kv16"};
 
 int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu) {
@@ -443,9 +445,22 @@ int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu) 
     if (rows > 8) return geglu ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL;
     int chunked = k % 32 == 0 &&
                   (type == G3_DTYPE_F16 || type == G3_DTYPE_BF16 || type == G3_DTYPE_Q8_0 || type == G3_DTYPE_Q4_0);
+    if (chunked && vk->mv2) return rows == 1 ? (geglu ? G3VK_K_MATVEC2_GEGLU : G3VK_K_MATVEC2)
+                                             : (geglu ? G3VK_K_MATVEC2N_GEGLU : G3VK_K_MATVEC2N);
     if (chunked && rows == 1 && vk->matvec1) return geglu ? G3VK_K_MATVEC1_GEGLU : G3VK_K_MATVEC1;
     if (chunked && rows > 1 && vk->matvecn) return geglu ? G3VK_K_MATVEC1N_GEGLU : G3VK_K_MATVEC1N;
     return geglu ? G3VK_K_MATVEC_GEGLU : G3VK_K_MATVEC;
+}
+
+int g3vk_matvec_outputs(int kind) {
+    switch (kind) {
+    case G3VK_K_MATVEC2: return 8;
+    case G3VK_K_MATVEC2_GEGLU: return 4;
+    case G3VK_K_MATVEC2N: return 4;
+    case G3VK_K_MATVEC2N_GEGLU: return 2;
+    case G3VK_K_MATVEC_GEGLU: case G3VK_K_MATVEC1_GEGLU: case G3VK_K_MATVEC1N_GEGLU: return 1;
+    default: return 2;
+    }
 }
 
 g3_status g3vk_pipeline(g3vk *vk, int kind, uint32_t type, VkPipeline *out, g3_error *err) {

@@ -40,7 +40,7 @@
 /* Pipelines: kernels templated on the weight type, then the type-independent ones. */
 enum { G3VK_K_MATVEC, G3VK_K_MATVEC_GEGLU, G3VK_K_MATMUL, G3VK_K_MATMUL_GEGLU, G3VK_K_EMBED, G3VK_K_MATVEC1,
        G3VK_K_MATVEC1_GEGLU, G3VK_K_MATMUL_CM, G3VK_K_MATMUL_CM_GEGLU, G3VK_K_MATVEC1N, G3VK_K_MATVEC1N_GEGLU,
-       G3VK_K_TYPED };
+       G3VK_K_MATVEC2, G3VK_K_MATVEC2_GEGLU, G3VK_K_MATVEC2N, G3VK_K_MATVEC2N_GEGLU, G3VK_K_TYPED };
 enum { G3VK_K_QK_ROPE = G3VK_K_TYPED, G3VK_K_ATTN, G3VK_K_ATTN_COMBINE, G3VK_K_ADD_NORM, G3VK_K_GATHER, G3VK_K_GEGLU,
        G3VK_K_ARGMAX, G3VK_K_TEST_SINCOS, G3VK_K_QK_ROPE_KV16, G3VK_K_ATTN_KV16, G3VK_K_COUNT };
 #define G3VK_NTYPES 7 /* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K */
@@ -81,6 +81,7 @@ typedef struct g3vk {
     int force_staging;      /* $G3_VULKAN_STAGING=1: upload through a staging buffer even into mappable memory */
     int matvec1;            /* one-row buckets use matvec1.comp where it serves the type ($G3_VULKAN_MATVEC1=0: no) */
     int matvecn;            /* 2..8-row buckets use matvec1.comp built for 8 rows ($G3_VULKAN_MATVECN=0: matvec.comp) */
+    int mv2;                /* 1..8-row buckets use matvec2.comp where it serves the type ($G3_VULKAN_MV2=1; opt-in) */
     int fuse;               /* decode Wo/down products end with the post-norm tail ($G3_VULKAN_FUSE=0: add_norm.comp) */
     int coopmat;            /* VK_NV_cooperative_matrix enabled: prefill through matmul_cm.comp ($G3_VULKAN_COOPMAT=1) */
     VkCommandPool pool;
@@ -121,11 +122,13 @@ int g3vk_type_index(uint32_t type);         /* 0..G3VK_NTYPES-1, -1 if unsupport
 /* The pipeline of kernel `kind` (typed kernels: for weight type `type`), created on first use. */
 g3_status g3vk_pipeline(g3vk *vk, int kind, uint32_t type, VkPipeline *out, g3_error *err);
 /* The kernel for y = x W^T over a bucket of `rows` rows (W: type, k values per row; geglu: with W2): for F16/BF16/
- * Q8_0/Q4_0 with k % 32 == 0 matvec1 (one row) or matvec1n (2..8 rows), else matvec up to G3VK_MV_ROWS rows (8),
- * the tiled matmul beyond (on
- * cooperative matrices where enabled; same grid). All
- * matvec kernels compute 2 channels per workgroup (GeGLU: 1 channel of gate and up). */
+ * Q8_0/Q4_0 with k % 32 == 0 matvec1 (one row) or matvec1n (2..8 rows) (with $G3_VULKAN_MV2=1: matvec2 / matvec2n),
+ * else matvec up to G3VK_MV_ROWS rows (8), the tiled matmul beyond (on cooperative matrices where enabled; same
+ * grid). Channels per matvec workgroup: g3vk_matvec_outputs(). */
 int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu);
+/* Output channels one workgroup of a matvec kind computes (grid = ceil(N / this)): matvec/matvec1/matvec1n 2
+ * (GeGLU 1); matvec2 8 (GeGLU 4); matvec2n 4 (GeGLU 2), the NC of shaders/matvec2.comp (halved for GeGLU). */
+int g3vk_matvec_outputs(int kind);
 g3_status g3vk_buf_create(g3vk *vk, VkDeviceSize size, g3vk_mem where, const char *what, g3vk_buf *b, g3_error *err);
 void g3vk_buf_free(g3vk *vk, g3vk_buf *b);
 /* Starts recording the one-shot command buffer / submits it and waits. */
