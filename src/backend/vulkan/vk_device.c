@@ -437,7 +437,8 @@ const char *g3vk_type_suffix(uint32_t type) {
 
 static const char *kernel_names[G3VK_K_COUNT] = {
     "matvec",  "matvec_geglu", "matmul",   "matmul_geglu", "embed",  "matvec1", "matvec1_geglu", "matmul_cm",
-    "matmul_cm_geglu", "matvec1n", "matvec1n_geglu", "matvec2", "matvec2_geglu", "matvec2n", "matvec2n_geglu", "qk_rope", "attn", "attn_combine", "add_norm", "gather", "geglu",
+    "matmul_cm_geglu", "matvec1n", "matvec1n_geglu", "matvec2", "matvec2_geglu", "matvec2n", "matvec2n_geglu",
+    "qk_rope", "attn", "attn_combine", "add_norm", "gather", "geglu",
     "argmax", "test_sincos", "qk_rope_kv16", "attn_kv16"};
 
 int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu) {
