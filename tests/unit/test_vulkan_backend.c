@@ -328,8 +328,10 @@ static void test_decode_switches(void **state) {
     if (!have_device()) skip();
     g3_model *m = custom_model(G3_DTYPE_Q8_0, 0, 0);
     int V = m->cfg.vocab, L = m->cfg.n_layers, dn[5], d0[5], dv[5];
+    setenv("G3_VULKAN_MV2", "0", 1); /* matvec1n vs matvec (matvec2, the default, is compared in test_matvec2) */
     float *fused = switch_run(m, "1", "1", dn), *plain = switch_run(m, "0", "1", d0);
     float *old = switch_run(m, "0", "0", dv);
+    unsetenv("G3_VULKAN_MV2");
     printf("  dispatches per body (1, 2, 4, 8, 12 rows; %d layers): fused %d %d %d %d %d, "
            "G3_VULKAN_FUSE=0 %d %d %d %d %d\n",
            L, dn[0], dn[1], dn[2], dn[3], dn[4], d0[0], d0[1], d0[2], d0[3], d0[4]);
@@ -355,8 +357,8 @@ static void test_decode_switches(void **state) {
     g3_model_free(m);
 }
 
-/* $G3_VULKAN_MV2=1 (matvec2.comp for the 1..8-row products): the logits of 1-, 3- and 8-row steps and a 10-row prefill
- * equal to the default kernels' within 1e-5, with the post-norm tails separate and fused (mode 2), same dispatch
+/* matvec2.comp for the 1..8-row products (the default; $G3_VULKAN_MV2=0: matvec1/matvec1n): the logits of 1-, 3-
+ * and 8-row steps and a 10-row prefill equal to matvec1/matvec1n's within 1e-5, with the post-norm tails separate and fused (mode 2), same dispatch
  * counts; Vulkan vs CPU with Q4_0, Q8_0, F16 (softcaps: the one-row head's mode 1) and BF16 weights decoded one and
  * three rows at a time, and once without subgroup operations. */
 static void test_matvec2(void **state) {
@@ -364,6 +366,7 @@ static void test_matvec2(void **state) {
     if (!have_device()) skip();
     g3_model *m = custom_model(G3_DTYPE_Q4_0, 0, 0);
     int V = m->cfg.vocab, d0[5], d1[5], d2[5];
+    setenv("G3_VULKAN_MV2", "0", 1);
     float *base = switch_run(m, "0", "1", d0);
     setenv("G3_VULKAN_MV2", "1", 1);
     float *mv = switch_run(m, "0", "1", d1), *mvf = switch_run(m, "1", "1", d2);
@@ -380,7 +383,7 @@ static void test_matvec2(void **state) {
             e2 = fmax(e2, fabs(mvf[k] - base[k]));
             if (isnan(mv[k]) || isnan(mvf[k])) e1 = INFINITY;
         }
-        printf("  step %d: matvec2 vs default %.2e, matvec2 + fused tails vs default %.2e (relative)\n", s, e1 / mx,
+        printf("  step %d: matvec2 vs matvec1 %.2e, matvec2 + fused tails vs matvec1 %.2e (relative)\n", s, e1 / mx,
                e2 / mx);
         assert_true(e1 / mx < 1e-5 && e2 / mx < 1e-5);
     }

@@ -110,6 +110,25 @@ static void test_matmul_all_types(void **state) {
     }
 }
 
+/* $G3_VULKAN_MV2=0: the 1..8-row products on matvec1 (one row) and matvec1n (2..8 rows), the kernels before matvec2. */
+static void test_matvec1_kernels(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    setenv("G3_VULKAN_MV2", "0", 1);
+    static const uint32_t types[] = {G3_DTYPE_F16, G3_DTYPE_BF16, G3_DTYPE_Q8_0, G3_DTYPE_Q4_0};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        check_matmul(types[t], 37, 160, 1, 1, 1);
+        check_matmul(types[t], 37, 1024, 1, 1, 0);
+        check_matmul(types[t], 70, 160, 8, 1, 0);
+        check_matmul(types[t], 37, 1024, 7, 1, 1);
+    }
+    setenv("G3_VULKAN_NO_SUBGROUPS", "1", 1);
+    check_matmul(G3_DTYPE_Q8_0, 37, 160, 3, 1, 0);
+    check_matmul(G3_DTYPE_Q4_0, 37, 1024, 1, 1, 1);
+    unsetenv("G3_VULKAN_NO_SUBGROUPS");
+    unsetenv("G3_VULKAN_MV2");
+}
+
 /* The shader variants for devices without subgroup arithmetic (shared-memory reductions). */
 static void test_matmul_without_subgroups(void **state) {
     (void)state;
@@ -127,9 +146,11 @@ static void test_matvec_without_matvec1(void **state) {
     (void)state;
     if (!have_device()) skip();
     setenv("G3_VULKAN_MATVEC1", "0", 1);
+    setenv("G3_VULKAN_MV2", "0", 1); /* matvec2 takes precedence */
     check_matmul(G3_DTYPE_Q8_0, 37, 1024, 1, 1, 0);
     check_matmul(G3_DTYPE_Q4_0, 37, 160, 1, 1, 1);
     unsetenv("G3_VULKAN_MATVEC1");
+    unsetenv("G3_VULKAN_MV2");
 }
 
 /* $G3_VULKAN_MATVECN=0: 2..8-row products through matvec.comp (the kernel before matvec1n). */
@@ -137,12 +158,14 @@ static void test_matvec_without_matvecn(void **state) {
     (void)state;
     if (!have_device()) skip();
     setenv("G3_VULKAN_MATVECN", "0", 1);
+    setenv("G3_VULKAN_MV2", "0", 1);
     check_matmul(G3_DTYPE_Q8_0, 37, 1024, 4, 1, 0);
     check_matmul(G3_DTYPE_Q4_0, 37, 160, 8, 1, 1);
     unsetenv("G3_VULKAN_MATVECN");
+    unsetenv("G3_VULKAN_MV2");
 }
 
-/* $G3_VULKAN_MV2=1: 1..8-row products of F16/BF16/Q8_0/Q4_0 through matvec2.comp (8 channels per workgroup at one
+/* $G3_VULKAN_MV2=1 (the default; set explicitly): 1..8-row products of F16/BF16/Q8_0/Q4_0 through matvec2.comp (8 channels per workgroup at one
  * row, 4 at 2..8 rows; GeGLU half as many). Odd n (a last workgroup with fewer channels; n below one workgroup's),
  * K from one partial chunk column to several iterations of the 2 x 64-chunk stride (Q4_0: 4096 values, Q8_0: 2048)
  * with a partial last one (K = 4128: one chunk past a stride; 5376: the 27B hidden size), 1, 2, 5, 7 and 8 rows,
@@ -245,6 +268,7 @@ int main(void) {
         cmocka_unit_test(test_matvec_without_matvec1),
         cmocka_unit_test(test_matvec_without_matvecn),
         cmocka_unit_test(test_matvec2),
+        cmocka_unit_test(test_matvec1_kernels),
         cmocka_unit_test(test_coopmat),
         cmocka_unit_test(test_sincos_large_angles),
         cmocka_unit_test(test_one_instance),

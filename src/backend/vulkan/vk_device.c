@@ -333,7 +333,9 @@ g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
     const char *mvn = getenv("G3_VULKAN_MATVECN");
     vk->matvecn = !(mvn && *mvn == '0');
     const char *m2 = getenv("G3_VULKAN_MV2");
-    vk->mv2 = m2 && *m2 == '1'; /* opt-in until measured on a discrete GPU (docs/VULKAN.md) */
+    /* default since the H200 A/B (batch-1 decode, tok/s, matvec2 vs matvec1: 27B Q4_0 70.5 vs 38.5, Q8_0 66.4 vs 57.4;
+     * 4B Q4_0 213 vs 149, Q8_0 8 rows 666 vs 499; 1B Q4_0 351 vs 275); $G3_VULKAN_MV2=0: matvec1 / matvec1n */
+    vk->mv2 = !(m2 && *m2 == '0');
     const char *fu = getenv("G3_VULKAN_FUSE");
     /* opt-in: test_vulkan_backend / test_vulkan_model pass with it on the H200's Vulkan driver (the last-workgroup
      * epilogue relies on cross-workgroup memory ordering that lavapipe cannot disprove), but it measured no faster

@@ -81,7 +81,7 @@ typedef struct g3vk {
     int force_staging;      /* $G3_VULKAN_STAGING=1: upload through a staging buffer even into mappable memory */
     int matvec1;            /* one-row buckets use matvec1.comp where it serves the type ($G3_VULKAN_MATVEC1=0: no) */
     int matvecn;            /* 2..8-row buckets use matvec1.comp built for 8 rows ($G3_VULKAN_MATVECN=0: matvec.comp) */
-    int mv2;                /* 1..8-row buckets use matvec2.comp where it serves the type ($G3_VULKAN_MV2=1; opt-in) */
+    int mv2;                /* 1..8-row buckets use matvec2.comp where it serves the type (default; $G3_VULKAN_MV2=0: matvec1 / matvec1n) */
     int fuse;               /* decode Wo/down products end with the post-norm tail ($G3_VULKAN_FUSE=0: add_norm.comp) */
     int coopmat;            /* VK_NV_cooperative_matrix enabled: prefill through matmul_cm.comp ($G3_VULKAN_COOPMAT=1) */
     VkCommandPool pool;

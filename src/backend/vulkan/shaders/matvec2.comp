@@ -1,7 +1,8 @@
 #version 450
-// Decode y[r][c] = sum_k x[r][k] * W[c][k] for discrete GPUs ($G3_VULKAN_MV2=1): F16, BF16, Q8_0, Q4_0 with K a
-// multiple of 32, up to RMAX rows (built with RMAX 1 for the one-row bucket, 8 for the 2..8-row buckets). Same
-// contract as matvec1.comp (push constants, GEGLU, mode 1 softcap, mode 2 the post-norm tail of tail_norm.glsl), but
+// Decode y[r][c] = sum_k x[r][k] * W[c][k] (the default decode product; $G3_VULKAN_MV2=0: matvec1.comp instead):
+// F16, BF16, Q8_0, Q4_0 with K a multiple of 32, up to RMAX rows (built with RMAX 1 for the one-row bucket, 8 for the
+// 2..8-row buckets). Same contract as matvec1.comp (push constants, GEGLU, mode 1 softcap, mode 2 the post-norm tail
+// of tail_norm.glsl), but
 // a 64-thread workgroup computes NC weight rows ("slots") instead of 2:
 //   RMAX 1: NC = 8 (8 output channels; GEGLU: 4 channels of gate and the same 4 of up);
 //   RMAX 8: NC = 4 (4 output channels; GEGLU: 2 + 2). vk_internal.h (g3vk_matvec_outputs) mirrors these numbers.
