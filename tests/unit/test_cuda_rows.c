@@ -85,13 +85,6 @@ static void test_add_norm_decode(void **state) {
     run_add_norm(1, 5, 8192, 1, 1); /* largest register variant */
     run_add_norm(1, 2, 10240, 1, 1); /* beyond it: falls back to the three-pass kernel */
     run_add_norm(0, 8, 5376, 2, 1); /* the old kernel, same checks */
-    run_add_norm(2, 1, 5376, 1, 1); /* the cluster kernel: 8 blocks of 168 float4s (2 per thread) */
-    run_add_norm(2, 32, 5376, 2, 1);
-    run_add_norm(2, 3, 1152, 1, 1); /* 3 blocks of 96 float4s */
-    run_add_norm(2, 2, 64, 2, 0);   /* one block, most threads idle */
-    run_add_norm(2, 4, 2560, 1, 1); /* 4B: 5 blocks */
-    run_add_norm(2, 2, 16384, 1, 1); /* 8 blocks of 512 float4s (4 per thread), the largest it takes */
-    run_add_norm(2, 2, 16400, 1, 1); /* beyond: the one-block kernel's fallback */
 }
 
 /* Greedy pick: first index of the maximum, against a host scan; planted ties (the maximum repeated later in the row,

@@ -16,7 +16,7 @@
  * keys per attention split, 32).
  * Prefill: G3_CUDA_FA=0 (no flash attention; 1: also small grids), G3_CUDA_ROWK=0 (old many-row kernels), G3_CUDA_NOZERO=1 (row kernels leave y to cuBLAS, which overwrites it; opt-in, not yet run whole-model on a GPU), G3_CUDA_FATC=1|2 (flash attention on tensor cores, 3xTF32; 2: 8 warps)
  * Batches of 9..64 rows on quantized weights: G3_CUDA_TCM=0 (warp kernel), 1 (staged bf16 kernel for all; default: int8 tensor cores, tc_q8.cu, for per-channel int8 and int4), G3_CUDA_TQOCC=1|2 (int8-core kernel at 1 or 2 blocks/SM; default 2 for int8, 1 for int4)
- * Decode: G3_CUDA_ATTN2=0 (round-1 attention kernels; G3_CUDA_ATTN2_C/_W: cluster size, warps), G3_CUDA_DFUSE=0|1 (QK-norm/RoPE/cache write fused into attention: default 1 only with ATTN2=0), G3_CUDA_DNORM=0 (old add-norm, argmax; 2: add-norm on a thread-block cluster per row)
+ * Decode: G3_CUDA_ATTN2=0 (round-1 attention kernels; G3_CUDA_ATTN2_C/_W: cluster size, warps), G3_CUDA_DFUSE=0|1 (QK-norm/RoPE/cache write fused into attention: default 1 only with ATTN2=0), G3_CUDA_DNORM=0 (old add-norm, argmax)
  * dp4a decode (int8/int4): G3_CUDA_QGEMV=n (rows, 8; 0 off), G3_CUDA_Q8LO=n (lo plane, 2), G3_CUDA_QGEMVP=0 (k_q8 + k_qgemv at 1-2 rows too); G3_CUDA_GEMVPF=0|1|2 (bf16 GEMV: first, pipelined, persistent; default 0 at 1 row, 1 beyond) */
 #ifndef G3_BACKEND_CUDA_API_H
 #define G3_BACKEND_CUDA_API_H
@@ -88,7 +88,7 @@ g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, int fused, c
                                         const int32_t *hist_pos, const int32_t *hist_useq, int m_hist,
                                         const float *qkv, const int32_t *pos, const int32_t *useq, int m,
                                         const int32_t *bt, int n_u, float *o, float *y_after, g3_error *err);
-/* Add-norm (variant 0: g3c_add_norm, 1: the decode kernel, 2: its cluster version where the row fits) of m rows of H: y [ny][m][H], x [m][H] updated in place,
+/* Add-norm (variant 0: g3c_add_norm, 1: the decode kernel) of m rows of H: y [ny][m][H], x [m][H] updated in place,
  * xn [m][H], xh [2][m][H] bf16 bits (hi, then lo when split), y_after [ny][m][H] (zeros when kept). */
 g3_status g3_cuda_test_add_norm(int variant, int m, int H, int ny, const float *y, float *x, const float *w1,
                                 const float *w2, float eps, int split, float *xn, uint16_t *xh, float *y_after,

@@ -1,11 +1,10 @@
 /* Residual add + post-norm + next pre-norm for decode-sized batches (the latency-bound case): one 512-thread block
  * per row of H floats (H % 4 == 0, H <= 8192), the row held in registers as float4s, the two norm weights loaded
  * before the programmatic-dependent-launch wait (they do not depend on the previous kernel), one barrier per
- * reduction (or, $G3_CUDA_DNORM=2, the row spread over a thread-block cluster). Same contract as g3c_add_norm (kernels.cu): reads the ny slices of y [ny][m][H] and zeroes them,
+ * reduction. Same contract as g3c_add_norm (kernels.cu): reads the ny slices of y [ny][m][H] and zeroes them,
  * x[r] += rms(sum) * w1, xn[r] = rms(x[r]) * w2 and its bf16 copies (hi rows, then lo rows at +m when split).
  * Also the greedy pick of decode steps (argmax over the logits of a row, one block per row streaming it with float4
  * loads) and the test hooks g3_cuda_test_add_norm and g3_cuda_test_argmax. */
-#include <cooperative_groups.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,128 +103,6 @@ __global__ void __launch_bounds__(DN_T) k_add_norm_dec(float *x, float *y, int n
     }
 }
 
-/* The same on a thread-block cluster ($G3_CUDA_DNORM=2, opt-in, for comparison): one row of H floats spread over C
- * blocks of CL_T threads (C = H/512 rounded up, at most 8), each taking a contiguous chunk of `chunk` float4s, so the
- * row's loads come from C SMs instead of one; the two sums of squares are reduced per block, then across the
- * cluster through distributed shared memory (every block adds the C partials in rank order: identical results).
- * grid (C, m), cluster (C, 1, 1). Measured no faster on the H200 (27B batch-1 decode int4 157.8 vs 158.4 tok/s, bf16
- * 69.3 vs 69.7; 32 seqs int4 2912 vs 2987): the one-block kernel is not what limits the step. */
-#define CL_T 128
-__device__ __forceinline__ float cl_block_sum(float v, float *red) {
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float s = 0.f;
-#pragma unroll
-    for (int w = 0; w < CL_T / 32; w++) s += red[w];
-    return s;
-}
-
-template <int V4>
-__global__ void __launch_bounds__(CL_T) k_add_norm_cl(float *x, float *y, int ny, const float *__restrict__ w1,
-                                                      const float *__restrict__ w2, float eps, int m, int H,
-                                                      int chunk, float *xn, __nv_bfloat16 *xh, int split) {
-    namespace cg = cooperative_groups;
-    __shared__ float red1[CL_T / 32], red2[CL_T / 32];
-    __shared__ float part[2];
-    cg::cluster_group cl = cg::this_cluster();
-    const int C = gridDim.x, rank = blockIdx.x, r = blockIdx.y, H4 = H / 4;
-    const int b0 = rank * chunk, b1 = min(H4, b0 + chunk);
-    float4 a1[V4], a2[V4];
-#pragma unroll
-    for (int e = 0; e < V4; e++) { /* constants: before the wait */
-        const int i4 = b0 + threadIdx.x + CL_T * e;
-        if (i4 < b1) a1[e] = __ldg((const float4 *)w1 + i4), a2[e] = __ldg((const float4 *)w2 + i4);
-        else a1[e] = a2[e] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    g3c_pdl_wait();
-    const size_t sl4 = (size_t)m * H4, row4 = (size_t)r * H4;
-    float4 *y4 = (float4 *)y + row4, *x4 = (float4 *)x + row4;
-    float4 v[V4], xv[V4];
-    float ss = 0.f;
-#pragma unroll
-    for (int e = 0; e < V4; e++) {
-        const int i4 = b0 + threadIdx.x + CL_T * e;
-        v[e] = xv[e] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (i4 < b1) {
-            for (int j = 0; j < ny; j++) {
-                const float4 t = y4[j * sl4 + i4];
-                v[e].x += t.x, v[e].y += t.y, v[e].z += t.z, v[e].w += t.w;
-            }
-            xv[e] = x4[i4];
-        }
-        ss += v[e].x * v[e].x + v[e].y * v[e].y + v[e].z * v[e].z + v[e].w * v[e].w;
-    }
-#pragma unroll
-    for (int e = 0; e < V4; e++) { /* the product's output goes back to zero */
-        const int i4 = b0 + threadIdx.x + CL_T * e;
-        if (i4 < b1)
-            for (int j = 0; j < ny; j++) y4[j * sl4 + i4] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    ss = cl_block_sum(ss, red1);
-    if (threadIdx.x == 0) part[0] = ss;
-    cl.sync();
-    float tot = 0.f;
-    for (int q = 0; q < C; q++) tot += *cl.map_shared_rank(&part[0], q);
-    const float inv = 1.f / sqrtf(tot / (float)H + eps);
-    float s2 = 0.f;
-#pragma unroll
-    for (int e = 0; e < V4; e++) {
-        const int i4 = b0 + threadIdx.x + CL_T * e;
-        if (i4 < b1) {
-            xv[e].x += v[e].x * inv * a1[e].x, xv[e].y += v[e].y * inv * a1[e].y;
-            xv[e].z += v[e].z * inv * a1[e].z, xv[e].w += v[e].w * inv * a1[e].w;
-            x4[i4] = xv[e];
-        }
-        s2 += xv[e].x * xv[e].x + xv[e].y * xv[e].y + xv[e].z * xv[e].z + xv[e].w * xv[e].w;
-    }
-    s2 = cl_block_sum(s2, red2);
-    if (threadIdx.x == 0) part[1] = s2;
-    cl.sync();
-    float tot2 = 0.f;
-    for (int q = 0; q < C; q++) tot2 += *cl.map_shared_rank(&part[1], q);
-    const float inv2 = 1.f / sqrtf(tot2 / (float)H + eps);
-#pragma unroll
-    for (int e = 0; e < V4; e++) {
-        const int i4 = b0 + threadIdx.x + CL_T * e;
-        if (i4 < b1) {
-            const float4 o = make_float4(xv[e].x * inv2 * a2[e].x, xv[e].y * inv2 * a2[e].y, xv[e].z * inv2 * a2[e].z,
-                                         xv[e].w * inv2 * a2[e].w);
-            ((float4 *)xn)[row4 + i4] = o;
-            if (xh) dn_put_bf16(xh, (size_t)r * H + 4 * (size_t)i4, (size_t)m * H, split, o);
-        }
-    }
-    cl.sync(); /* no block leaves while another may still read its part[] */
-}
-
-/* Launches k_add_norm_cl; cudaErrorNotSupported where the row does not fit (H > 8 * CL_T * 4 * 4 floats). */
-static cudaError_t add_norm_cl(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m, int H,
-                               float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st) {
-    const int H4 = H / 4;
-    int C = (H4 + CL_T - 1) / CL_T;
-    C = C < 1 ? 1 : C > 8 ? 8 : C;
-    const int chunk = (H4 + C - 1) / C, v4 = (chunk + CL_T - 1) / CL_T;
-    if (H % 4 || v4 > 4 || ny < 1 || m < 1) return cudaErrorNotSupported;
-    void (*k)(float *, float *, int, const float *, const float *, float, int, int, int, float *, __nv_bfloat16 *,
-              int) = v4 <= 1 ? k_add_norm_cl<1> : v4 == 2 ? k_add_norm_cl<2> : v4 == 3 ? k_add_norm_cl<3>
-                                                                                      : k_add_norm_cl<4>;
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cudaLaunchAttribute at[2];
-    int na = 0;
-    if (g3c_pdl_enabled() && st) {
-        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[na].val.programmaticStreamSerializationAllowed = 1;
-        na++;
-    }
-    at[na].id = cudaLaunchAttributeClusterDimension;
-    at[na].val.clusterDim.x = (unsigned)C, at[na].val.clusterDim.y = 1, at[na].val.clusterDim.z = 1;
-    na++;
-    cfg.gridDim = dim3((unsigned)C, (unsigned)m), cfg.blockDim = dim3(CL_T), cfg.stream = st;
-    cfg.attrs = at, cfg.numAttrs = (unsigned)na;
-    return cudaLaunchKernelEx(&cfg, k, x, y, ny, w1, w2, eps, m, H, chunk, xn, xh, split);
-}
-
 /* ids[r] = argmax_v logits[r][v] (first index of the maximum; NaN never wins), one 1024-thread block per row:
  * float4 loads, eight in flight per thread, so one SM streams the row (V = 262144: 1 MB) instead of a 256-thread
  * loop of dependent scalar loads. V % 4 == 0 (rows 16-byte aligned). */
@@ -286,15 +163,6 @@ int g3c_dnorm_enabled(void) {
     return on;
 }
 
-static int dnorm_cluster(void) { /* $G3_CUDA_DNORM=2 */
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("G3_CUDA_DNORM");
-        on = e && !strcmp(e, "2");
-    }
-    return on;
-}
-
 cudaError_t g3c_add_norm_dec(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m, int H,
                              float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st) {
     const int v4 = (H / 4 + DN_T - 1) / DN_T;
@@ -302,10 +170,6 @@ cudaError_t g3c_add_norm_dec(float *x, float *y, int ny, const float *w1, const 
                         !((uintptr_t)xh & 7);
     if (H % 4 || H > 4 * DN_T * 4 || ny < 1 || !aligned)
         return g3c_add_norm(x, y, ny, w1, w2, eps, m, H, xn, xh, split, st);
-    if (dnorm_cluster()) {
-        cudaError_t e = add_norm_cl(x, y, ny, w1, w2, eps, m, H, xn, xh, split, st);
-        if (e != cudaErrorNotSupported) return e;
-    }
     void (*k)(float *, float *, int, const float *, const float *, float, int, int, float *, __nv_bfloat16 *, int) =
         v4 <= 1 ? k_add_norm_dec<1> : v4 == 2 ? k_add_norm_dec<2> : v4 == 3 ? k_add_norm_dec<3> : k_add_norm_dec<4>;
     return g3c_launch(k, dim3(m), dim3(DN_T), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
@@ -334,11 +198,7 @@ extern "C" g3_status g3_cuda_test_add_norm(int variant, int m, int H, int ny, co
     DN_CK(cudaMemcpy(dy, y, n * ny * 4, cudaMemcpyHostToDevice), "upload");
     DN_CK(cudaMemcpy(dw, w1, (size_t)H * 4, cudaMemcpyHostToDevice), "upload");
     DN_CK(cudaMemcpy(dw + H, w2, (size_t)H * 4, cudaMemcpyHostToDevice), "upload");
-    if (variant == 2) { /* the cluster kernel where the row fits, else the one-block kernel */
-        cudaError_t e = add_norm_cl(dx, dy, ny, dw, dw + H, eps, m, H, dxn, dxh, split, st);
-        if (e == cudaErrorNotSupported) e = g3c_add_norm_dec(dx, dy, ny, dw, dw + H, eps, m, H, dxn, dxh, split, st);
-        DN_CK(e, "launch");
-    } else if (variant == 1) DN_CK(g3c_add_norm_dec(dx, dy, ny, dw, dw + H, eps, m, H, dxn, dxh, split, st), "launch");
+    if (variant == 1) DN_CK(g3c_add_norm_dec(dx, dy, ny, dw, dw + H, eps, m, H, dxn, dxh, split, st), "launch");
     else DN_CK(g3c_add_norm(dx, dy, ny, dw, dw + H, eps, m, H, dxn, dxh, split, st), "launch");
     DN_CK(cudaStreamSynchronize(st), "run");
     DN_CK(cudaMemcpy(x, dx, n * 4, cudaMemcpyDeviceToHost), "download");
