@@ -399,10 +399,55 @@ static void test_matvec2(void **state) {
     unsetenv("G3_VULKAN_MV2");
 }
 
+/* The one-row matvec2 variants of a tuning sweep ($G3_VULKAN_MV2_WG / _NC / _COLS, matvec2s*): the logits of a 10-row
+ * prefill and 1-, 3- and 8-row steps within 1e-5 of the default kernel's (the 3- and 8-row steps run matvec2n, which
+ * the variants leave as it is, after a one-row step through the variant), post-norm tails separate and fused. */
+static void test_matvec2_variants(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    g3_model *m = custom_model(G3_DTYPE_Q4_0, 0, 0);
+    int V = m->cfg.vocab, d0[5], d1[5];
+    float *base = switch_run(m, "0", "1", d0);
+    static const char *const variants[][3] = {
+        /* WG, NC, COLS */
+        {"64", "8", "2"}, {"64", "4", "2"},  {"64", "16", "2"}, {"32", "8", "2"}, {"128", "8", "2"},
+        {"256", "8", "2"}, {"64", "8", "1"}, {"64", "8", "4"},  {"32", "16", "1"}, {"256", "4", "4"},
+    };
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        setenv("G3_VULKAN_MV2_WG", variants[v][0], 1);
+        setenv("G3_VULKAN_MV2_NC", variants[v][1], 1);
+        setenv("G3_VULKAN_MV2_COLS", variants[v][2], 1);
+        setenv("G3_VULKAN_MV2_SPEC", "1", 1);
+        const char *fuse = v % 2 ? "1" : "0";
+        float *out = switch_run(m, fuse, "1", d1);
+        unsetenv("G3_VULKAN_MV2_WG"), unsetenv("G3_VULKAN_MV2_NC"), unsetenv("G3_VULKAN_MV2_COLS");
+        unsetenv("G3_VULKAN_MV2_SPEC");
+        for (int i = 0; i < 4; i++) assert_int_equal(d1[i], *fuse == '1' ? 1 + 6 * m->cfg.n_layers : d0[i]);
+        double worst = 0;
+        for (int s = 0; s < 4; s++) {
+            double mx = 1, e = 0;
+            for (int i = 0; i < V; i++) {
+                size_t k = (size_t)s * V + i;
+                mx = fmax(mx, fabs(base[k]));
+                e = fmax(e, fabs(out[k] - base[k]));
+                if (isnan(out[k])) e = INFINITY;
+            }
+            worst = fmax(worst, e / mx);
+        }
+        printf("  WG %s NC %s COLS %s, tails %s: worst step vs the default kernel %.2e (relative)\n", variants[v][0],
+               variants[v][1], variants[v][2], *fuse == '1' ? "fused" : "separate", worst);
+        assert_true(worst < 1e-5);
+        free(out);
+    }
+    free(base);
+    g3_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_switches),
         cmocka_unit_test(test_matvec2),
+        cmocka_unit_test(test_matvec2_variants),
         cmocka_unit_test(test_vs_cpu_all_types),
         cmocka_unit_test(test_kv_f16),
         cmocka_unit_test(test_ops_copy_block_staging_errors),

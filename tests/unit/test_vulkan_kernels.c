@@ -170,15 +170,14 @@ static void test_matvec_without_matvecn(void **state) {
  * K from one partial chunk column to several iterations of the 2 x 64-chunk stride (Q4_0: 4096 values, Q8_0: 2048)
  * with a partial last one (K = 4128: one chunk past a stride; 5376: the 27B hidden size), 1, 2, 5, 7 and 8 rows,
  * both reduction variants. */
-static void test_matvec2(void **state) {
-    (void)state;
-    if (!have_device()) skip();
-    setenv("G3_VULKAN_MV2", "1", 1);
+/* The checks of test_matvec2; one_row: only the one-row products (those the $G3_VULKAN_MV2_* variants change). */
+static void matvec2_checks(int one_row) {
     static const uint32_t types[] = {G3_DTYPE_Q4_0, G3_DTYPE_Q8_0, G3_DTYPE_F16, G3_DTYPE_BF16};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         check_matmul(types[t], 37, 160, 1, 1, 0);
         check_matmul(types[t], 37, 160, 1, 1, 1);
         check_matmul(types[t], 3, 4128, 1, 1, 0); /* n below the 8 channels of one workgroup */
+        if (one_row) continue;
         check_matmul(types[t], 70, 160, 8, 1, 0);
         check_matmul(types[t], 37, 4128, 2, 1, 1);
         check_matmul(types[t], 5, 1024, 7, 1, 0);
@@ -187,17 +186,53 @@ static void test_matvec2(void **state) {
     for (size_t t = 0; t < 2; t++) {
         check_matmul(q[t], 37, 4128, 1, 1, 1);
         check_matmul(q[t], 41, 5376, 1, 1, 0);
-        check_matmul(q[t], 19, 5376, 5, 1, 1);
         check_matmul(q[t], 9, 8224, 1, 1, 0); /* Q4_0: two full strides and one chunk */
+        check_matmul(q[t], 5, 1152, 1, 1, 1); /* the 1B hidden size: 36 Q4_0 chunks, fewer than 64 threads */
+        if (one_row) continue;
+        check_matmul(q[t], 19, 5376, 5, 1, 1);
         check_matmul(q[t], 11, 8224, 3, 1, 0);
     }
     setenv("G3_VULKAN_NO_SUBGROUPS", "1", 1);
     check_matmul(G3_DTYPE_Q4_0, 37, 4128, 1, 1, 0);
     check_matmul(G3_DTYPE_Q4_0, 37, 1024, 1, 1, 1);
-    check_matmul(G3_DTYPE_Q8_0, 37, 4128, 6, 1, 0);
-    check_matmul(G3_DTYPE_Q8_0, 37, 160, 8, 1, 1);
+    if (!one_row) {
+        check_matmul(G3_DTYPE_Q8_0, 37, 4128, 6, 1, 0);
+        check_matmul(G3_DTYPE_Q8_0, 37, 160, 8, 1, 1);
+    }
     unsetenv("G3_VULKAN_NO_SUBGROUPS");
+}
+
+static void test_matvec2(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    setenv("G3_VULKAN_MV2", "1", 1);
+    matvec2_checks(0);
     unsetenv("G3_VULKAN_MV2");
+}
+
+/* The one-row matvec2 variants of a tuning sweep ($G3_VULKAN_MV2_WG / _NC / _COLS through matvec2s*, the same
+ * source with specialization constants; _SPEC=1 at the defaults) pass test_matvec2's one-row checks: each switch
+ * alone at every value it takes, a few combinations, and unknown values (the default kernel). */
+static void test_matvec2_variants(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    static const char *const variants[][4] = {
+        /* WG, NC, COLS, SPEC */
+        {"64", "8", "2", "1"},  {NULL, "4", NULL, NULL},  {NULL, "16", NULL, NULL}, {"32", NULL, NULL, NULL},
+        {"128", NULL, NULL, NULL}, {"256", NULL, NULL, NULL}, {NULL, NULL, "1", NULL}, {NULL, NULL, "4", NULL},
+        {"32", "16", "1", NULL}, {"256", "4", "4", NULL},  {"128", "16", "4", NULL}, {"48", "12", "3x", NULL},
+    };
+    static const char *const names[4] = {"G3_VULKAN_MV2_WG", "G3_VULKAN_MV2_NC", "G3_VULKAN_MV2_COLS",
+                                         "G3_VULKAN_MV2_SPEC"};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        printf("  variant WG %s NC %s COLS %s SPEC %s\n", variants[v][0] ? variants[v][0] : "-",
+               variants[v][1] ? variants[v][1] : "-", variants[v][2] ? variants[v][2] : "-",
+               variants[v][3] ? variants[v][3] : "-");
+        for (int i = 0; i < 4; i++)
+            if (variants[v][i]) setenv(names[i], variants[v][i], 1);
+        matvec2_checks(1);
+        for (int i = 0; i < 4; i++) unsetenv(names[i]);
+    }
 }
 
 /* Every backend, test context and device listing of this process shares one Vulkan instance: the NVIDIA driver fails
@@ -268,6 +303,7 @@ int main(void) {
         cmocka_unit_test(test_matvec_without_matvec1),
         cmocka_unit_test(test_matvec_without_matvecn),
         cmocka_unit_test(test_matvec2),
+        cmocka_unit_test(test_matvec2_variants),
         cmocka_unit_test(test_matvec1_kernels),
         cmocka_unit_test(test_coopmat),
         cmocka_unit_test(test_sincos_large_angles),

@@ -306,6 +306,38 @@ static int coopmat_nv_usable(g3vk *vk) {
     return ok;
 }
 
+/* $G3_VULKAN_MV2_WG (32|64|128|256 threads per workgroup), _NC (4|8|16 output channels per workgroup; GeGLU half of
+ * them for gate and up each), _COLS (1|2|4 chunk columns per thread per iteration): the one-row matvec2 products
+ * through matvec2s* (the same source with these as specialization constants) instead of the kernel compiled with
+ * 64 / 8 / 2; $G3_VULKAN_MV2_SPEC=1 takes matvec2s* even at those defaults (the control of a sweep). Unknown values
+ * and a variant past the device's workgroup or shared-memory limits fall back to the default. */
+static uint32_t env_choice(const char *name, const uint32_t *allowed, int n, uint32_t def) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    unsigned long x = strtoul(v, &end, 10);
+    for (int i = 0; i < n && !*end; i++)
+        if (x == allowed[i]) return allowed[i];
+    return def;
+}
+
+static void mv2_variant(g3vk *vk) {
+    static const uint32_t wgs[] = {32, 64, 128, 256}, ncs[] = {4, 8, 16}, cols[] = {1, 2, 4};
+    vk->mv2_wg = env_choice("G3_VULKAN_MV2_WG", wgs, 4, 64);
+    vk->mv2_nc = env_choice("G3_VULKAN_MV2_NC", ncs, 3, 8);
+    vk->mv2_cols = env_choice("G3_VULKAN_MV2_COLS", cols, 3, 2);
+    const VkPhysicalDeviceLimits *lim = &vk->props.limits;
+    uint64_t smem = 4ull * vk->mv2_wg * (vk->mv2_nc + 1) + 64; /* part_sh, red_sh, tail_last */
+    if (vk->mv2_wg > lim->maxComputeWorkGroupInvocations || vk->mv2_wg > lim->maxComputeWorkGroupSize[0] ||
+        smem > lim->maxComputeSharedMemorySize)
+        vk->mv2_wg = 64, vk->mv2_nc = 8, vk->mv2_cols = 2;
+    const char *sp = getenv("G3_VULKAN_MV2_SPEC");
+    vk->mv2_spec = (sp && *sp == '1') || vk->mv2_wg != 64 || vk->mv2_nc != 8 || vk->mv2_cols != 2;
+    if (vk->mv2_spec)
+        fprintf(stderr, "gemma3: vulkan: one-row matvec2 variant: %u threads, %u channels, %u chunk columns\n",
+                vk->mv2_wg, vk->mv2_nc, vk->mv2_cols);
+}
+
 g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
     memset(vk, 0, sizeof *vk);
     G3_TRY(open_instance(vk, err));
@@ -343,6 +375,7 @@ g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
     vk->fuse = fu && *fu == '1';
     vk->vkGetPhysicalDeviceProperties(vk->pdev, &vk->props);
     vk->vkGetPhysicalDeviceMemoryProperties(vk->pdev, &vk->memp);
+    mv2_variant(vk);
     /* compute queue: prefer a family without graphics (dedicated compute) */
     uint32_t nq = 0;
     VkQueueFamilyProperties qf[32];
@@ -455,10 +488,10 @@ int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu) 
     return geglu ? G3VK_K_MATVEC_GEGLU : G3VK_K_MATVEC;
 }
 
-int g3vk_matvec_outputs(int kind) {
+int g3vk_matvec_outputs(const g3vk *vk, int kind) {
     switch (kind) {
-    case G3VK_K_MATVEC2: return 8;
-    case G3VK_K_MATVEC2_GEGLU: return 4;
+    case G3VK_K_MATVEC2: return vk->mv2_spec ? (int)vk->mv2_nc : 8;
+    case G3VK_K_MATVEC2_GEGLU: return vk->mv2_spec ? (int)vk->mv2_nc / 2 : 4;
     case G3VK_K_MATVEC2N: return 4;
     case G3VK_K_MATVEC2N_GEGLU: return 2;
     case G3VK_K_MATVEC_GEGLU: case G3VK_K_MATVEC1_GEGLU: case G3VK_K_MATVEC1N_GEGLU: return 1;
@@ -467,14 +500,16 @@ int g3vk_matvec_outputs(int kind) {
 }
 
 g3_status g3vk_pipeline(g3vk *vk, int kind, uint32_t type, VkPipeline *out, g3_error *err) {
-    int slot;
+    int slot, spec = vk->mv2_spec && (kind == G3VK_K_MATVEC2 || kind == G3VK_K_MATVEC2_GEGLU);
     char name[64];
     if (kind < G3VK_K_TYPED) {
         int ti = g3vk_type_index(type);
         if (ti < 0) return g3_fail(err, G3_ERR_UNSUPPORTED, "vulkan: no kernels for weight type %s",
                                    g3_dtype_name((g3_dtype)type));
         slot = kind * G3VK_NTYPES + ti;
-        snprintf(name, sizeof name, "%s_%s%s", kernel_names[kind], types[ti].suffix, vk->subgroups ? "" : "_nosg");
+        const char *kn = kernel_names[kind];
+        if (spec) kn = kind == G3VK_K_MATVEC2 ? "matvec2s" : "matvec2s_geglu";
+        snprintf(name, sizeof name, "%s_%s%s", kn, types[ti].suffix, vk->subgroups ? "" : "_nosg");
     } else {
         slot = G3VK_K_TYPED * G3VK_NTYPES + (kind - G3VK_K_TYPED);
         snprintf(name, sizeof name, "%s%s", kernel_names[kind], vk->subgroups ? "" : "_nosg");
@@ -491,10 +526,13 @@ g3_status g3vk_pipeline(g3vk *vk, int kind, uint32_t type, VkPipeline *out, g3_e
                                     .pCode = sp->code};
     VkShaderModule mod;
     G3_TRY(g3vk_check(vk->vkCreateShaderModule(vk->dev, &smi, NULL, &mod), "vkCreateShaderModule", err));
+    uint32_t sv[3] = {vk->mv2_wg, vk->mv2_nc, vk->mv2_cols}; /* constant_id 0, 1, 2 of matvec2.comp (MV2_SPEC) */
+    VkSpecializationMapEntry se[3] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}};
+    VkSpecializationInfo si = {.mapEntryCount = 3, .pMapEntries = se, .dataSize = sizeof sv, .pData = sv};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                  .module = mod, .pName = "main"},
+                  .module = mod, .pName = "main", .pSpecializationInfo = spec ? &si : NULL},
         .layout = vk->layout};
     VkResult r = vk->vkCreateComputePipelines(vk->dev, vk->cache, 1, &ci, NULL, &vk->pipes[slot]);
     vk->vkDestroyShaderModule(vk->dev, mod, NULL);

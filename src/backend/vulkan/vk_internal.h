@@ -82,6 +82,8 @@ typedef struct g3vk {
     int matvec1;            /* one-row buckets use matvec1.comp where it serves the type ($G3_VULKAN_MATVEC1=0: no) */
     int matvecn;            /* 2..8-row buckets use matvec1.comp built for 8 rows ($G3_VULKAN_MATVECN=0: matvec.comp) */
     int mv2;                /* 1..8-row buckets use matvec2.comp where it serves the type (default; $G3_VULKAN_MV2=0: matvec1 / matvec1n) */
+    int mv2_spec;           /* one-row matvec2 through matvec2s* with the three below as specialization constants */
+    uint32_t mv2_wg, mv2_nc, mv2_cols; /* $G3_VULKAN_MV2_WG / _NC / _COLS: threads, channels, chunk columns (64 8 2) */
     int fuse;               /* decode Wo/down products end with the post-norm tail ($G3_VULKAN_FUSE=0: add_norm.comp) */
     int coopmat;            /* VK_NV_cooperative_matrix enabled: prefill through matmul_cm.comp ($G3_VULKAN_COOPMAT=1) */
     VkCommandPool pool;
@@ -127,8 +129,9 @@ g3_status g3vk_pipeline(g3vk *vk, int kind, uint32_t type, VkPipeline *out, g3_e
  * grid). Channels per matvec workgroup: g3vk_matvec_outputs(). */
 int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu);
 /* Output channels one workgroup of a matvec kind computes (grid = ceil(N / this)): matvec/matvec1/matvec1n 2
- * (GeGLU 1); matvec2 8 (GeGLU 4); matvec2n 4 (GeGLU 2), the NC of shaders/matvec2.comp (halved for GeGLU). */
-int g3vk_matvec_outputs(int kind);
+ * (GeGLU 1); matvec2 8 (GeGLU 4), or vk->mv2_nc (halved for GeGLU) with a $G3_VULKAN_MV2_* variant; matvec2n 4
+ * (GeGLU 2), the NC of shaders/matvec2.comp (halved for GeGLU). */
+int g3vk_matvec_outputs(const g3vk *vk, int kind);
 g3_status g3vk_buf_create(g3vk *vk, VkDeviceSize size, g3vk_mem where, const char *what, g3vk_buf *b, g3_error *err);
 void g3vk_buf_free(g3vk *vk, g3vk_buf *b);
 /* Starts recording the one-shot command buffer / submits it and waits. */

@@ -79,7 +79,7 @@ static void matmul_t(rec *r, int rows, const g3vk_weight *w, const g3vk_weight *
         pc.h = b->a_h, pc.xo = b->a_x, pc.cnt = b->cnt.addr;
     }
     if (small) {
-        uint32_t groups = cdiv((uint64_t)w->n, (uint64_t)g3vk_matvec_outputs(kind));
+        uint32_t groups = cdiv((uint64_t)w->n, (uint64_t)g3vk_matvec_outputs(&b->vk, kind));
         uint32_t gx = groups < 32768 ? groups : 32768;
         push_dispatch(r, &pc, sizeof pc, gx, cdiv(groups, gx), 1);
     } else {

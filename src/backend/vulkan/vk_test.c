@@ -87,7 +87,7 @@ g3_status g3_vulkan_test_matmul(uint32_t type, const void *w, const void *w2, in
         int kind = small ? g3vk_matmul_kind(&t->vk, m, type, k, w2 != NULL) : (w2 ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL);
         uint32_t gx, gy;
         if (small) {
-            uint32_t groups = (uint32_t)(n + g3vk_matvec_outputs(kind) - 1) / (uint32_t)g3vk_matvec_outputs(kind);
+            uint32_t groups = (uint32_t)(n + g3vk_matvec_outputs(&t->vk, kind) - 1) / (uint32_t)g3vk_matvec_outputs(&t->vk, kind);
             gx = groups < 32768 ? groups : 32768, gy = (groups + gx - 1) / gx;
         } else {
             gx = (uint32_t)(n + (w2 ? 31 : 63)) / (w2 ? 32 : 64), gy = (uint32_t)(m + 63) / 64;

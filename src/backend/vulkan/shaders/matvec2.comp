@@ -16,9 +16,21 @@
 // nibbles / bytes above bit 19 / 15 down. Q4_0: 1.1 integer ops + 1 add + 1 FMA per weight (matvec1: ~3 + 1 + 1).
 // One row: per slot the chunk's dot product is accumulated unscaled and the block scale applied once per chunk.
 // 2..8 rows: every weight is decoded once, times its block scale, and then multiplied into every row in use.
+// MV2_SPEC (built as matvec2s*, one row only): WG, NC and U become specialization constants 0, 1, 2 (defaults the
+// numbers above) that vk_device.c sets from $G3_VULKAN_MV2_WG / _NC / _COLS, for tuning sweeps with one binary; the
+// default kernel (no MV2_SPEC) is compiled with them fixed as before.
 #ifndef RMAX
 #define RMAX 1
 #endif
+#ifdef MV2_SPEC
+#if RMAX != 1
+#error MV2_SPEC: one-row builds only
+#endif
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 64;
+layout(constant_id = 1) const uint NC = 8;
+layout(constant_id = 2) const uint U = 2;
+#else
 #define WG 64
 #if RMAX == 1
 #define NC 8
@@ -27,6 +39,7 @@
 #endif
 #define U 2
 layout(local_size_x = WG) in;
+#endif
 #include "common.glsl"
 #include "dequant.glsl"
 
