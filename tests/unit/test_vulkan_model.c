@@ -215,6 +215,16 @@ static void test_tiny_gqa_matvec1(void **state) {
     tiny_gqa_switched(env, "G3_VULKAN_MV2=0", 1e-3, 1);
 }
 
+/* The project's own test models (tests/data, always in the tree, so CI on lavapipe checks Vulkan parity even without
+ * the shared fixtures): GQA with a sliding window across KV blocks, attention + final softcaps, the multimodal
+ * checkpoint's text tower; prefill chunks of 512, 7 and 1 rows and the decode steps against their references. */
+static void test_own_models(void **state) {
+    (void)state;
+    run_model("t-gqa", NULL, NULL);
+    run_model("t-softcap", NULL, NULL);
+    run_model("t-mm", NULL, NULL);
+}
+
 static void test_small_a(void **state) {
     (void)state;
     run_model("small-a", NULL, NULL);
@@ -227,6 +237,7 @@ int main(void) {
         cmocka_unit_test(test_tiny_gqa_previous_kernels),
         cmocka_unit_test(test_tiny_gqa_fused_tails),
         cmocka_unit_test(test_tiny_gqa_matvec1),
+        cmocka_unit_test(test_own_models),
         cmocka_unit_test(test_small_a),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
