@@ -323,6 +323,17 @@ static float *switch_run(g3_model *m, const char *fuse, const char *matvecn, int
     return out;
 }
 
+/* Largest |a - ref| over the V logits of step s, relative to max(1, max |ref|); a NaN in a counts as infinite. */
+static double step_rel_diff(const float *a, const float *ref, int V, int s) {
+    double mx = 1, d = 0;
+    for (int i = 0; i < V; i++) {
+        size_t k = (size_t)s * V + i;
+        mx = fmax(mx, fabs(ref[k]));
+        d = isnan(a[k]) ? INFINITY : fmax(d, fabs(a[k] - ref[k]));
+    }
+    return d / mx;
+}
+
 static void test_decode_switches(void **state) {
     (void)state;
     if (!have_device()) skip();
@@ -342,25 +353,18 @@ static void test_decode_switches(void **state) {
     }
     assert_int_equal(dn[4], d0[4]); /* beyond 8 rows: tiled matmul, add_norm dispatches as before */
     for (int s = 0; s < 4; s++) {
-        double mx = 1, d1 = 0, d2 = 0;
-        for (int i = 0; i < V; i++) {
-            size_t k = (size_t)s * V + i;
-            mx = fmax(mx, fabs(plain[k]));
-            d1 = fmax(d1, fabs(fused[k] - plain[k]));
-            d2 = fmax(d2, fabs(old[k] - plain[k]));
-            if (isnan(fused[k]) || isnan(old[k])) d1 = INFINITY;
-        }
-        printf("  step %d: fused vs separate %.2e, matvec1n vs matvec %.2e (relative)\n", s, d1 / mx, d2 / mx);
-        assert_true(d1 / mx < 1e-5 && d2 / mx < 1e-5);
+        const double d1 = step_rel_diff(fused, plain, V, s), d2 = step_rel_diff(old, plain, V, s);
+        printf("  step %d: fused vs separate %.2e, matvec1n vs matvec %.2e (relative)\n", s, d1, d2);
+        assert_true(d1 < 1e-5 && d2 < 1e-5);
     }
     free(fused), free(plain), free(old);
     g3_model_free(m);
 }
 
 /* matvec2.comp for the 1..8-row products (the default; $G3_VULKAN_MV2=0: matvec1/matvec1n): the logits of 1-, 3-
- * and 8-row steps and a 10-row prefill equal to matvec1/matvec1n's within 1e-5, with the post-norm tails separate and fused (mode 2), same dispatch
- * counts; Vulkan vs CPU with Q4_0, Q8_0, F16 (softcaps: the one-row head's mode 1) and BF16 weights decoded one and
- * three rows at a time, and once without subgroup operations. */
+ * and 8-row steps and a 10-row prefill equal to matvec1/matvec1n's within 1e-5, with the post-norm tails separate
+ * and fused (mode 2), same dispatch counts; Vulkan vs CPU with Q4_0, Q8_0, F16 (softcaps: the one-row head's mode 1)
+ * and BF16 weights decoded one and three rows at a time, and once without subgroup operations. */
 static void test_matvec2(void **state) {
     (void)state;
     if (!have_device()) skip();
@@ -375,17 +379,9 @@ static void test_matvec2(void **state) {
         assert_int_equal(d2[i], 1 + 6 * m->cfg.n_layers);
     }
     for (int s = 0; s < 4; s++) {
-        double mx = 1, e1 = 0, e2 = 0;
-        for (int i = 0; i < V; i++) {
-            size_t k = (size_t)s * V + i;
-            mx = fmax(mx, fabs(base[k]));
-            e1 = fmax(e1, fabs(mv[k] - base[k]));
-            e2 = fmax(e2, fabs(mvf[k] - base[k]));
-            if (isnan(mv[k]) || isnan(mvf[k])) e1 = INFINITY;
-        }
-        printf("  step %d: matvec2 vs matvec1 %.2e, matvec2 + fused tails vs matvec1 %.2e (relative)\n", s, e1 / mx,
-               e2 / mx);
-        assert_true(e1 / mx < 1e-5 && e2 / mx < 1e-5);
+        const double e1 = step_rel_diff(mv, base, V, s), e2 = step_rel_diff(mvf, base, V, s);
+        printf("  step %d: matvec2 vs matvec1 %.2e, matvec2 + fused tails vs matvec1 %.2e (relative)\n", s, e1, e2);
+        assert_true(e1 < 1e-5 && e2 < 1e-5);
     }
     free(base), free(mv), free(mvf);
     g3_model_free(m);
@@ -424,16 +420,7 @@ static void test_matvec2_variants(void **state) {
         unsetenv("G3_VULKAN_MV2_SPEC");
         for (int i = 0; i < 4; i++) assert_int_equal(d1[i], *fuse == '1' ? 1 + 6 * m->cfg.n_layers : d0[i]);
         double worst = 0;
-        for (int s = 0; s < 4; s++) {
-            double mx = 1, e = 0;
-            for (int i = 0; i < V; i++) {
-                size_t k = (size_t)s * V + i;
-                mx = fmax(mx, fabs(base[k]));
-                e = fmax(e, fabs(out[k] - base[k]));
-                if (isnan(out[k])) e = INFINITY;
-            }
-            worst = fmax(worst, e / mx);
-        }
+        for (int s = 0; s < 4; s++) worst = fmax(worst, step_rel_diff(out, base, V, s));
         printf("  WG %s NC %s COLS %s, tails %s: worst step vs the default kernel %.2e (relative)\n", variants[v][0],
                variants[v][1], variants[v][2], *fuse == '1' ? "fused" : "separate", worst);
         assert_true(worst < 1e-5);
