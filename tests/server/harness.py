@@ -32,6 +32,7 @@ class Server:
 
     def __init__(self, model, *extra, api_key="test-key", ctx=512, max_seqs=8, ready=True):
         self.api_key = api_key
+        self.ctx = ctx
         args = [BIN, "serve", "-m", model, "--port", "0", "--ctx-size", str(ctx), "--max-seqs", str(max_seqs),
                 "--threads", os.environ.get("G3_TEST_THREADS", "2")]
         if api_key:
@@ -146,11 +147,17 @@ def wait_for(pred, timeout=20, every=0.02):
     return v
 
 
+class Skip(Exception):
+    """Raised by a test whose premise does not hold for the model under test; printed with its reason, counted
+    apart (neither passed nor failed)."""
+
+
 class Runner:
     def __init__(self):
         self.tests = []
         self.passed = 0
         self.failed = 0
+        self.skipped = 0
 
     def test(self, fn):
         self.tests.append(fn)
@@ -166,9 +173,13 @@ class Runner:
                 self.passed += 1
                 print("ok   %s (%.1fs)%s" % (fn.__name__, time.time() - t0, (": " + note) if note else ""),
                       flush=True)
+            except Skip as e:
+                self.skipped += 1
+                print("skip %s: %s" % (fn.__name__, e), flush=True)
             except Exception as e:  # a failed assert or an unexpected error: both fail the test
                 self.failed += 1
                 print("FAIL %s (%.1fs): %s: %s" % (fn.__name__, time.time() - t0, type(e).__name__, e), flush=True)
                 traceback.print_exc(file=sys.stdout)
-        print("%d passed, %d failed" % (self.passed, self.failed), flush=True)
+        print("%d passed, %d failed%s" % (self.passed, self.failed,
+                                          ", %d skipped" % self.skipped if self.skipped else ""), flush=True)
         return 0 if self.failed == 0 else 1

@@ -11,17 +11,20 @@ import tempfile
 import threading
 import time
 
-from harness import Server, fixture, wait_for
+from harness import Server, wait_for
 
-S = None      # the shared server (set by test_server.py)
+S = None          # the shared server (set by test_server.py)
 MODEL = None
+MODEL_DIR = None  # the model's folder: the small-a fixture, or models/gemma3-pydoc where that is absent
+SMALL_A = True
+VOCAB = None      # its vocabulary size
 SLOW = {}     # lazily started slow server (every step sleeps), for disconnect and queue tests
 
 
 def slow_server():
     if "s" not in SLOW:
         # no prefix cache here, so that "blocks freed" means kv_blocks_used back to exactly 0
-        SLOW["s"] = Server(fixture("small-a"), "--test-step-delay-ms", "25", "--max-queue", "1", "--quiet",
+        SLOW["s"] = Server(MODEL_DIR, "--test-step-delay-ms", "25", "--max-queue", "1", "--quiet",
                            "--no-prefix-cache", max_seqs=2)
     return SLOW["s"]
 
@@ -70,11 +73,14 @@ def register(r):
     def test_bad_input_table():
         chat_url = "/v1/chat/completions"
         ok_msg = [{"role": "user", "content": "hi"}]
-        long_text = "word " * 700  # well over the 512-token context
+        long_text = "word " * (700 * S.ctx // 512)  # well over the context
         st, tk = S.json("POST", "/tokenize", {"messages": [{"role": "user", "content": long_text}]})
         n_long = tk["count"]
+        assert n_long > S.ctx, (n_long, S.ctx)
         st, tk = S.json("POST", "/tokenize", {"messages": ok_msg})
         n_ok = tk["count"]
+        over = max(500, S.ctx - n_ok + 1)  # max_tokens that, with the prompt, just passes the context
+        oov = max(5000, VOCAB)  # a token id outside the vocabulary
         cases = [
             # (name, method, path, body, kwargs, status, substring of error.message, param)
             ("malformed json", "POST", chat_url, '{"messages": [', {}, 400, "not valid JSON", None),
@@ -103,12 +109,12 @@ def register(r):
             ("tools", "POST", chat_url, {"messages": ok_msg, "tools": [{"type": "function"}]}, {}, 400,
              "not supported", "tools"),
             ("prompt too long", "POST", chat_url, {"messages": [{"role": "user", "content": long_text}]}, {}, 400,
-             "maximum context length is 512 tokens. However, you requested %d tokens (%d in the messages, "
-             "0 in the completion)" % (n_long, n_long), "messages"),
-            ("prompt + max_tokens too long", "POST", chat_url, {"messages": ok_msg, "max_tokens": 500}, {}, 400,
-             "you requested %d tokens (%d in the messages, 500 in the completion)" % (n_ok + 500, n_ok),
+             "maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, "
+             "0 in the completion)" % (S.ctx, n_long, n_long), "messages"),
+            ("prompt + max_tokens too long", "POST", chat_url, {"messages": ok_msg, "max_tokens": over}, {}, 400,
+             "you requested %d tokens (%d in the messages, %d in the completion)" % (n_ok + over, n_ok, over),
              "messages"),
-            ("completion token out of vocab", "POST", "/v1/completions", {"prompt": [2, 5000]}, {}, 400,
+            ("completion token out of vocab", "POST", "/v1/completions", {"prompt": [2, oov]}, {}, 400,
              "out of range", "prompt"),
             ("wrong model", "POST", chat_url, {"model": "gpt-4", "messages": ok_msg}, {}, 404, "does not exist",
              "model"),
@@ -299,7 +305,7 @@ def register(r):
 
     @r.test
     def test_sigterm_finishes_in_flight_and_exits_0():
-        srv = Server(fixture("small-a"), "--test-step-delay-ms", "25", "--quiet", "--grace", "20")
+        srv = Server(MODEL_DIR, "--test-step-delay-ms", "25", "--quiet", "--grace", "20")
         s = open_stream(srv, long_chat(40))
         buf = read_events(s, 2)
         srv.proc.send_signal(signal.SIGTERM)
@@ -324,7 +330,7 @@ def register(r):
 
     @r.test
     def test_sigterm_after_grace_cancels_and_exits_0():
-        srv = Server(fixture("small-a"), "--test-step-delay-ms", "25", "--quiet", "--grace", "1")
+        srv = Server(MODEL_DIR, "--test-step-delay-ms", "25", "--quiet", "--grace", "1")
         s = open_stream(srv, long_chat(400))
         buf = read_events(s, 2)
         t0 = time.time()
@@ -339,7 +345,7 @@ def register(r):
         dt = time.time() - t0
         assert rc == 0, (rc, srv.log[-5:])
         assert b"shutting down" in buf and b"data: [DONE]" in buf, buf[-400:]
-        srv2 = Server(fixture("small-a"), "--quiet")
+        srv2 = Server(MODEL_DIR, "--quiet")
         rc2 = srv2.stop(signal.SIGINT)
         assert rc2 == 0, rc2
         return "in-flight stream cancelled and process exited %.1fs after SIGTERM (grace 1s)" % dt
