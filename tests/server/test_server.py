@@ -29,7 +29,7 @@ def main():
         vocab = json.load(f)["vocab_size"]
     print("model: %s (%s)%s" % (name, model, "" if small_a else
                                 ": the small-a fixture is absent, so the suite runs on the demo model that ships in "
-                                "the repository; checks on facts of small-a are skipped"), flush=True)
+                                "the repository; checks on facts of small-a take them from this model or are skipped with the reason"), flush=True)
     srv = harness.Server(model, "--quiet", max_seqs=64)
     for m in (test_api, test_robust):
         m.S, m.MODEL, m.MODEL_DIR, m.SMALL_A, m.VOCAB = srv, name, model, small_a, vocab
