@@ -408,6 +408,21 @@ static int parse_generation(g3_oai_kind kind, const cJSON *root, const g3_sampli
     return parse_logit_bias(root, vocab, r, e);
 }
 
+/* Byte offset of the first \u0000 escape inside a JSON string of a (valid) body, or -1. cJSON hands strings over as
+ * C strings, so a NUL would silently cut a prompt short: such requests are refused instead. */
+static long nul_escape_at(const char *b, size_t len) {
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (b[i] == '"') in_str = !in_str;
+        else if (in_str && b[i] == '\\' && i + 1 < len) {
+            if (b[i + 1] == 'u' && i + 5 < len && b[i + 2] == '0' && b[i + 3] == '0' && b[i + 4] == '0' && b[i + 5] == '0')
+                return (long)i;
+            i++; /* the escaped character (an escaped quote does not end the string) */
+        }
+    }
+    return -1;
+}
+
 int g3_oai_parse(g3_oai_kind kind, const char *body, size_t len, const g3_sampling *defaults, int vocab,
                  g3_oai_request *r, g3_oai_error *e) {
     memset(r, 0, sizeof *r);
@@ -429,6 +444,12 @@ int g3_oai_parse(g3_oai_kind kind, const char *body, size_t len, const g3_sampli
     }
     if (!cJSON_IsObject(root)) {
         SETBAD(NULL, "the request body must be a JSON object, got %s", json_type_name(root));
+        goto out;
+    }
+    long nul = nul_escape_at(body, len);
+    if (nul >= 0) {
+        SETBAD(NULL, "the request has a NUL character (\\u0000) in a string at byte %ld; NUL is not supported in "
+                     "prompts or parameters", nul);
         goto out;
     }
     if (check_fields(kind, root, e) < 0 || check_unsupported(kind, root, e) < 0) goto out;

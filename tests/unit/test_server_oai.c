@@ -85,6 +85,10 @@ static const bad_case k_bad[] = {
     {G3_OAI_TOKENIZE, "{}", "", "exactly one of"},
     {G3_OAI_DETOKENIZE, "{\"tokens\": [1, -1]}", "tokens", "out of range"},
     {G3_OAI_DETOKENIZE, "{\"tokens\": \"1 2\"}", "tokens", "array of token ids"},
+    /* a NUL would cut the C string short: refused, with where it is */
+    {G3_OAI_COMPLETION, "{\"prompt\": \"ab\\u0000cd\"}", "", "NUL character (\\u0000) in a string at byte 14"},
+    {G3_OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"\\u0000\"}]}", "", "NUL character"},
+    {G3_OAI_TOKENIZE, "{\"prompt\": \"x\\\\\\u0000\"}", "", "NUL character"},
 };
 
 static void test_bad_bodies_are_rejected_with_the_field(void **st) {
@@ -102,6 +106,19 @@ static void test_bad_bodies_are_rejected_with_the_field(void **st) {
         }
     }
     printf("%zu bad bodies rejected with status 400 and the field named\n", sizeof k_bad / sizeof k_bad[0]);
+}
+
+/* An escaped backslash before "u0000" is text, not a NUL: accepted, and the prompt keeps every character. */
+static void test_escaped_backslash_is_not_a_nul(void **st) {
+    (void)st;
+    g3_sampling d = defaults();
+    g3_oai_request r;
+    g3_oai_error e;
+    const char *body = "{\"prompt\": \"a\\\\u0000b\"}"; /* JSON text: "a\\u0000b" */
+    assert_int_equal(g3_oai_parse(G3_OAI_COMPLETION, body, strlen(body), &d, 1024, &r, &e), 0);
+    assert_non_null(r.prompt);
+    assert_string_equal(r.prompt, "a\\u0000b");
+    g3_oai_request_free(&r);
 }
 
 static void test_chat_request_parses(void **st) {
@@ -210,6 +227,7 @@ static void test_error_json_shape(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_bodies_are_rejected_with_the_field),
+        cmocka_unit_test(test_escaped_backslash_is_not_a_nul),
         cmocka_unit_test(test_chat_request_parses),
         cmocka_unit_test(test_defaults_fill_missing_fields),
         cmocka_unit_test(test_completion_prompt_forms),
