@@ -56,7 +56,7 @@ def register(r):
         c = S.client()
         kw = {}
         if not SMALL_A:
-            # /tokenize of "\u0000" gives no token, so find the <0x00> piece as the one before <0x01> (byte
+            # a NUL inside a request string is refused (400), so find the <0x00> piece as the one before <0x01> (byte
             # pieces are in byte order) and check it with /detokenize
             st, tk = S.json("POST", "/tokenize", {"prompt": "\x01", "add_special_tokens": False})
             assert st == 200, tk
