@@ -114,6 +114,17 @@ typedef struct g3vk_upload {
     int n_regions;
 } g3vk_upload;
 
+/* ---- loader, instance, device list (vk_instance.c) ------------------------------------------------------------ */
+#define G3VK_MAX_PDEV 16 /* devices listed at most */
+/* Opens the loader and takes a reference on the process's one instance (created on first use); close drops it. */
+g3_status g3vk_open_instance(g3vk *vk, g3_error *err);
+void g3vk_close_instance(g3vk *vk);
+/* The instance's devices, best first (discrete, integrated, virtual, CPU); at most G3VK_MAX_PDEV. */
+int g3vk_sorted_devices(g3vk *vk, VkPhysicalDevice *out);
+/* What device pd offers (name, type, memory, subgroups, driver), as listed by `gemma3 info --devices`. */
+struct g3_vulkan_device;
+void g3vk_describe(g3vk *vk, VkPhysicalDevice pd, int index, struct g3_vulkan_device *d);
+
 /* ---- device (vk_device.c) ------------------------------------------------------------------------------------- */
 /* Loads the loader, creates the instance, picks device `index` of the sorted list (or $G3_VULKAN_DEVICE), creates
  * the device, queue, command pool, fence and pipeline layout. */
