@@ -373,12 +373,6 @@ static void test_prefill_attention_tc(void **state) {
     unsetenv("G3_CUDA_FATC");
     unsetenv("G3_CUDA_FA");
 }
-#else
-static void no_cuda(void **state) {
-    (void)state;
-    printf("  built without CUDA (no nvcc): skipped\n");
-    skip();
-}
 #endif
 
 int main(void) {
@@ -389,7 +383,7 @@ int main(void) {
         cmocka_unit_test(test_prefill_attention),
         cmocka_unit_test(test_prefill_attention_tc),
 #else
-        cmocka_unit_test(no_cuda),
+        cmocka_unit_test(tu_skip_no_cuda),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -348,12 +348,6 @@ static void test_gemv_pipelined(void **state) {
     }
     unsetenv("G3_CUDA_GEMVPF");
 }
-#else
-static void no_cuda(void **state) {
-    (void)state;
-    printf("  built without CUDA (no nvcc): skipped\n");
-    skip();
-}
 #endif
 
 int main(void) {
@@ -366,7 +360,7 @@ int main(void) {
         cmocka_unit_test(test_qgemv),
         cmocka_unit_test(test_gemv_pipelined),
 #else
-        cmocka_unit_test(no_cuda),
+        cmocka_unit_test(tu_skip_no_cuda),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

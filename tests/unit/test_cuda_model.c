@@ -240,12 +240,6 @@ static void test_own_models(void **state) {
         tu_ref_free(&r);
     }
 }
-#else
-static void no_cuda(void **state) {
-    (void)state;
-    printf("  built without CUDA (no nvcc): skipped\n");
-    skip();
-}
 #endif
 
 int main(void) {
@@ -255,7 +249,7 @@ int main(void) {
         cmocka_unit_test(test_small_a),
         cmocka_unit_test(test_own_models),
 #else
-        cmocka_unit_test(no_cuda),
+        cmocka_unit_test(tu_skip_no_cuda),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

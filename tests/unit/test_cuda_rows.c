@@ -266,12 +266,6 @@ static void test_row_kernels(void **state) {
     }
     unsetenv("G3_CUDA_ROWK");
 }
-#else
-static void no_cuda(void **state) {
-    (void)state;
-    printf("  built without CUDA (no nvcc): skipped\n");
-    skip();
-}
 #endif
 
 int main(void) {
@@ -281,7 +275,7 @@ int main(void) {
         cmocka_unit_test(test_argmax_decode),
         cmocka_unit_test(test_row_kernels),
 #else
-        cmocka_unit_test(no_cuda),
+        cmocka_unit_test(tu_skip_no_cuda),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

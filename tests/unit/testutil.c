@@ -32,6 +32,12 @@ const char *tu_fixture(const char *name) {
     return NULL;
 }
 
+void tu_skip_no_cuda(void **state) {
+    (void)state;
+    printf("  built without CUDA (no nvcc): skipped\n");
+    skip();
+}
+
 char *tu_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

@@ -16,6 +16,8 @@ const char *tu_source_dir(void);
 /* Path of a fixture model folder: tests/data/NAME in the repository if present, else $G3_FIXTURES/NAME.
  * Returns NULL when neither exists. The string is static (overwritten by the next call). */
 const char *tu_fixture(const char *name);
+/* The one test of a CUDA test binary built without CUDA (no nvcc): prints why and skips. */
+void tu_skip_no_cuda(void **state);
 /* Whole file into a malloc'd NUL-terminated buffer; NULL if unreadable. */
 char *tu_read_file(const char *path, size_t *len);
 /* A fresh temporary directory (removed by the OS eventually); static string. */
