@@ -1,14 +1,22 @@
 /* `gemma3 bench`: prefill and decode speed of a model file or of random weights in any released shape, through
  * the same engine as run/serve. Reports tokens/s, time to first token, and the effective weight-read bandwidth of
- * decode (bytes of all matrices per token x tokens/s), as a ratio to --bw when given. */
+ * decode (bytes of all matrices per token x tokens/s), as a ratio to --bw when given. With --profile, the GPU
+ * backends' time per kind of dispatch / launch group of one decode step (g3_vulkan_profile, g3_cuda_profile). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/common.h"
 #include "model/model.h"
+#ifdef G3_HAVE_VULKAN
+#include "backend/vulkan/vulkan_api.h"
+#endif
+#ifdef G3_HAVE_CUDA
+#include "backend/cuda/cuda_api.h"
+#endif
 
 static int parse_type(const char *s, g3_dtype *t) {
     static const struct { const char *n; g3_dtype t; } tab[] = {
@@ -36,12 +44,107 @@ static void on_ev(const g3_event *ev, void *ctx) {
     if (ev->finish != G3_FINISH_NONE) b->n_done++;
 }
 
+/* Prints one profile (the backend's text: "label\ttotal_us\tcount\tper_us[\texec_us]" lines) as
+ * `profile | backend | what | label | total | count x per | share of the dispatches' sum [| exec]`. */
+static void print_profile(const char *backend, const char *what, char *text) {
+    enum { MAX = 64 };
+    char name[MAX][64];
+    double tot[MAX], per[MAX], exec[MAX], sum = 0, all = -1;
+    int cnt[MAX], k[MAX], n = 0;
+    for (char *l = strtok(text, "\n"); l && n < MAX; l = strtok(NULL, "\n")) {
+        k[n] = sscanf(l, "%63[^\t]\t%lf\t%d\t%lf\t%lf", name[n], &tot[n], &cnt[n], &per[n], &exec[n]);
+        if (k[n] < 4) continue;
+        if (!strcmp(name[n], "all_dispatches")) all = tot[n];
+        else if (strcmp(name[n], "wall")) sum += tot[n];
+        n++;
+    }
+    if (all < 0) all = sum; /* the CUDA profile has no summary line */
+    for (int i = 0; i < n; i++) {
+        printf("profile | %s | %s | %s | %.1f us total | %d x %.2f us", backend, what, name[i], tot[i], cnt[i], per[i]);
+        int summary = !strcmp(name[i], "wall") || !strcmp(name[i], "all_dispatches");
+        if (!summary && all > 0) printf(" | %.1f%%", 100.0 * tot[i] / all);
+        if (k[i] == 5) printf(" | exec %.1f us", exec[i]);
+        printf("\n");
+    }
+}
+
+/* --profile: one decode step of B sequences at position pos (each row its own sequence, blocks mapped to the whole
+ * context) through the backend's profile, on a backend of its own configured as the engine's (the engine is freed
+ * before: no two copies of the weights). The step runs twice (the first warms up) and the second is printed. */
+static int profile_decode(const g3_model *m, const char *backend, int device, int n_threads, int max_b, int max_rows,
+                          int ctx, int pos, const int *bs, int n_bs, g3_error *err) {
+    int is_vulkan = !strcmp(backend, "vulkan"), is_cuda = !strcmp(backend, "cuda");
+#ifndef G3_HAVE_VULKAN
+    is_vulkan = 0;
+#endif
+#ifndef G3_HAVE_CUDA
+    is_cuda = 0;
+#endif
+    if (!is_vulkan && !is_cuda) {
+        printf("profile | %s | --profile times the dispatches of the GPU backends (vulkan, cuda): nothing to show here\n",
+               backend);
+        return 0;
+    }
+    const g3_config *c = &m->cfg;
+    int blk = 16, bps = (ctx + blk - 1) / blk; /* the engine's default KV block */
+    g3_backend_cfg bc = {.n_threads = n_threads, .max_seqs = max_b, .max_rows = max_rows, .kv_block = blk,
+                         .max_blocks_per_seq = bps, .device = device};
+    bc.n_blocks_global = g3_layers_of_kind(c, 0) ? max_b * bps : 0;
+    bc.n_blocks_local = g3_layers_of_kind(c, 1) ? max_b * bps : 0;
+    const g3_backend_ops *ops = g3_backend_find(backend);
+    g3_backend *b = NULL;
+    size_t cap = 16384;
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)max_b * (size_t)bps);
+    int32_t *rows = malloc(sizeof(int32_t) * 4 * (size_t)max_b);
+    char *text = malloc(cap);
+    int rc = 1;
+    if (!bt || !rows || !text) {
+        g3_fail(err, G3_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (!ops || ops->create(m, &bc, &b, err) != G3_OK) {
+        if (!ops) g3_fail(err, G3_ERR_ARG, "backend %s not found", backend);
+        goto done;
+    }
+    for (int i = 0; i < max_b * bps; i++) bt[i] = i;
+    int32_t *tok = rows, *ps = rows + max_b, *seq = rows + 2 * max_b, *out = rows + 3 * max_b;
+    for (int i = 0; i < max_b; i++)
+        tok[i] = (int32_t)((1000u + 7919u * (unsigned)i) % (unsigned)c->vocab), ps[i] = pos, seq[i] = i, out[i] = i;
+    for (int k = 0; k < n_bs; k++) {
+        if (k > 0 && bs[k] == bs[k - 1]) continue;
+        g3_batch batch = {.n_rows = bs[k], .token = tok, .pos = ps, .seq = seq, .n_out = bs[k], .out_rows = out,
+                          .bt_global = bt, .bt_local = bt};
+        (void)batch; /* unused in a build without GPU backends (which returned above) */
+        for (int rep = 0; rep < 2; rep++) {
+            g3_status st = G3_ERR_ARG;
+#ifdef G3_HAVE_VULKAN
+            if (is_vulkan) st = g3_vulkan_profile(b, &batch, text, cap, err);
+#endif
+#ifdef G3_HAVE_CUDA
+            if (is_cuda) st = g3_cuda_profile(b, &batch, text, cap, err);
+#endif
+            if (st != G3_OK) goto done;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "decode %d", bs[k]);
+        printf("profile | %s | %s | at position %d of a %d-token context: one step after a warm-up step\n", backend,
+               what, pos, ctx);
+        print_profile(backend, what, text);
+    }
+    rc = 0;
+done:
+    if (b) ops->destroy(b);
+    free(bt), free(rows), free(text);
+    return rc;
+}
+
 int g3_cli_bench(int argc, char **argv) {
     g3_cli_model_opts mo;
     g3_cli_model_opts_default(&mo);
     const char *random = NULL, *type_s = "q8_0", *batches_s = "1";
     int n_prompt = 512, n_gen = 128, layers = 0, reps = 3; /* best of 3: the first also warms up (lazy driver work) */
     float bw = 0;
+    int profile = 0;
     g3_arg args[] = {
         {"model", 'm', G3_ARG_STR, &mo.model, "model: Hugging Face folder or .gguf file"},
         {"random-weights", 0, G3_ARG_STR, &random, "random weights of a released shape: 270m, 1b, 4b, 12b, 27b"},
@@ -58,6 +161,8 @@ int g3_cli_bench(int argc, char **argv) {
         {"gemm", 0, G3_ARG_STR, &mo.gemm, "cuda products of many rows: exact (bf16 hi+lo activations, the default) or "
                                           "fast (plain bf16: ~2x prefill, ~2^-9 rounding of activations)"},
         {"threads", 't', G3_ARG_INT, &mo.threads, "CPU threads (0 = all cores)"},
+        {"profile", 0, G3_ARG_FLAG, &profile, "then time each kind of dispatch of one decode step at batch 1 and at "
+                                              "the largest --batch (vulkan, cuda backends)"},
     };
     int rc = g3_args_parse("bench", "Measure prefill and decode speed.", args, sizeof args / sizeof args[0], argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
@@ -189,6 +294,22 @@ int g3_cli_bench(int argc, char **argv) {
         printf("; first token %.1f ms)\n", 1e3 * ttft);
     }
     free(prompt), free(lg);
+    if (profile) {
+        /* decode positions of the measurement above: short prompt, then n_gen tokens; profile the middle one */
+        int short_prompt = n_prompt < 16 ? n_prompt : 16, pos = short_prompt + n_gen / 2;
+        int bs[2] = {1, max_b};
+        char backend[32];
+        snprintf(backend, sizeof backend, "%s", g3_engine_backend_name(e));
+        int ctx = g3_engine_ctx_size(e);
+        if (pos >= ctx) pos = ctx - 1;
+        g3_engine_free(e);
+        e = NULL;
+        if (profile_decode(m, backend, eo.device, eo.n_threads, max_b, eo.prefill_chunk + max_b, ctx, pos, bs, 2,
+                           &err)) {
+            fprintf(stderr, "gemma3 bench: profile: %s\n", err.msg);
+            goto out;
+        }
+    }
     status = 0;
     goto out;
 fail:

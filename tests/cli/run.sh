@@ -81,6 +81,15 @@ check "info on a truncated GGUF fails with a message" bash -c "[ $rc -ne 0 ] && 
 "$BIN" info "$MODEL" >"$TMP/info" 2>&1
 check "info prints config, types, parameters, memory" bash -c "grep -q 'layers' '$TMP/info' && grep -q 'parameters:' '$TMP/info' && grep -q 'KV cache' '$TMP/info' && grep -q 'BF16' '$TMP/info'"
 
+# --- bench --profile: time per dispatch of a decode step on a GPU backend (lavapipe here), a note on the CPU -----
+"$BIN" bench -m "$MODEL" --backend cpu -p 8 -n 2 --profile >"$TMP/prof" 2>&1
+check "bench --profile on the CPU backend prints a note" grep -q "^profile | cpu | --profile times" "$TMP/prof"
+if "$BIN" info --devices 2>/dev/null | grep -q "^vulkan device 0"; then
+  "$BIN" bench -m "$MODEL" --backend vulkan -p 8 -n 2 -b 1,2 --profile >"$TMP/prof" 2>&1
+  check "bench --profile on vulkan prints attention and wall lines at batch 1 and 2" bash -c \
+    "grep -q '^profile | vulkan | decode 1 | attn | ' '$TMP/prof' && grep -q '^profile | vulkan | decode 2 | wall | ' '$TMP/prof'"
+fi
+
 # --- quantize: f32 GGUF gives the same greedy ids; q8_0 loads and runs ----------------------------------------
 read -r prompt want n < <(ref_ids 3)
 if "$BIN" quantize -m "$MODEL" -o "$TMP/m32.gguf" --type f32 2>"$TMP/err"; then

@@ -271,7 +271,7 @@ fail:
 }
 
 
-static g3_status read_back(g3_backend *b, g3vk_buf *src, void *dst, size_t bytes, g3_error *err) {
+g3_status g3vk_read_back(g3_backend *b, g3vk_buf *src, void *dst, size_t bytes, g3_error *err) {
     if (!src->coherent) {
         VkMappedMemoryRange mr = {.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE, .memory = src->mem,
                                   .size = VK_WHOLE_SIZE};
@@ -282,12 +282,10 @@ static g3_status read_back(g3_backend *b, g3vk_buf *src, void *dst, size_t bytes
     return G3_OK;
 }
 
-/* One step: the parameter block, the body of the row bucket, then the head per chunk of lch output rows. The
- * output is logits [n_out][vocab] or (argmax) token ids [n_out]. */
-static g3_status run_step(g3_backend *b, const g3_batch *bt, int argmax, void *out, g3_error *err) {
+g3_status g3vk_step_params(g3_backend *b, const g3_batch *bt, int *bucket, g3_error *err) {
     G3_TRY(g3_batch_check(&b->m->cfg, &b->cfg, bt, err));
     int32_t *P = b->params.map;
-    size_t tab = (size_t)b->cfg.max_seqs * (size_t)b->cfg.max_blocks_per_seq, V = (size_t)b->m->cfg.vocab;
+    size_t tab = (size_t)b->cfg.max_seqs * (size_t)b->cfg.max_blocks_per_seq;
     P[G3VK_P_NROWS] = bt->n_rows;
     memcpy(P + b->off_tok, bt->token, sizeof(int32_t) * (size_t)bt->n_rows);
     memcpy(P + b->off_pos, bt->pos, sizeof(int32_t) * (size_t)bt->n_rows);
@@ -297,6 +295,23 @@ static g3_status run_step(g3_backend *b, const g3_batch *bt, int argmax, void *o
     if (b->n_layers_kind[1]) memcpy(P + b->off_btl, bt->bt_local, sizeof(int32_t) * tab);
     int bi = 0;
     while (b->bucket_rows[bi] < bt->n_rows) bi++;
+    *bucket = bi;
+    return G3_OK;
+}
+
+int g3vk_head_index(const g3_backend *b, int cnt) {
+    (void)b;
+    return cnt == 1 ? 2 : cnt <= G3VK_MV_ROWS ? 0 : 1;
+}
+
+/* One step: the parameter block, the body of the row bucket, then the head per chunk of lch output rows. The
+ * output is logits [n_out][vocab] or (argmax) token ids [n_out]. vk_profile.c runs the same loop on its own
+ * timestamped command buffers. */
+static g3_status run_step(g3_backend *b, const g3_batch *bt, int argmax, void *out, g3_error *err) {
+    int bi;
+    G3_TRY(g3vk_step_params(b, bt, &bi, err));
+    int32_t *P = b->params.map;
+    size_t V = (size_t)b->m->cfg.vocab;
     VkCommandBuffer *heads = argmax ? b->head_argmax : b->head;
     for (int done = 0; done == 0 || done < bt->n_out; done += b->lch) {
         int cnt = bt->n_out - done < b->lch ? bt->n_out - done : b->lch;
@@ -304,10 +319,12 @@ static g3_status run_step(g3_backend *b, const g3_batch *bt, int argmax, void *o
         VkCommandBuffer cbs[2];
         int n = 0;
         if (done == 0) cbs[n++] = b->body[bi];
-        if (cnt > 0) cbs[n++] = heads[cnt == 1 ? 2 : cnt <= G3VK_MV_ROWS ? 0 : 1];
+        if (cnt > 0) cbs[n++] = heads[g3vk_head_index(b, cnt)];
         G3_TRY(g3vk_submit_wait(&b->vk, cbs, n, err));
-        if (cnt > 0 && argmax) G3_TRY(read_back(b, &b->ids, (int32_t *)out + done, sizeof(int32_t) * (size_t)cnt, err));
-        else if (cnt > 0) G3_TRY(read_back(b, &b->logits, (float *)out + (size_t)done * V, sizeof(float) * cnt * V, err));
+        if (cnt > 0 && argmax)
+            G3_TRY(g3vk_read_back(b, &b->ids, (int32_t *)out + done, sizeof(int32_t) * (size_t)cnt, err));
+        else if (cnt > 0)
+            G3_TRY(g3vk_read_back(b, &b->logits, (float *)out + (size_t)done * V, sizeof(float) * cnt * V, err));
         if (cnt <= 0) break;
     }
     return G3_OK;

@@ -69,4 +69,36 @@ struct g3_backend {
 /* Builds the pipelines the model needs and records every command buffer. */
 g3_status g3vk_record_all(g3_backend *b, g3_error *err);
 
+/* Timestamps of a profiled recording (vk_profile.c): a start stamp at the top of each command buffer, then per
+ * dispatch one stamp right before it (top of pipe, after the barrier that precedes it) and one after it (compute
+ * stage done). Dispatch i's begin stamp is query ev[i].q, its end q + 1, and the end before it (or its command
+ * buffer's start) q - 1. */
+typedef struct g3vk_prof_ev {
+    const char *label;
+    uint32_t q;
+} g3vk_prof_ev;
+
+typedef struct g3vk_prof {
+    VkQueryPool pool;
+    uint32_t cap, n;   /* queries in the pool / written so far */
+    g3vk_prof_ev *ev;  /* [cap / 2] */
+    int n_ev;
+    int overflow;      /* more stamps were recorded than the pool holds (a sizing bug: the profile fails) */
+} g3vk_prof;
+void g3vk_prof_start(g3vk *vk, g3vk_prof *p, VkCommandBuffer cb);
+void g3vk_prof_before(g3vk *vk, g3vk_prof *p, VkCommandBuffer cb, const char *label);
+void g3vk_prof_after(g3vk *vk, g3vk_prof *p, VkCommandBuffer cb);
+
+/* The body command buffer of a row bucket / a head for `rows` output rows (argmax: with the device-side pick), as
+ * g3vk_record_all records them; prof != NULL adds the timestamps (the profile's own command buffers only). */
+g3_status g3vk_record_body(g3_backend *b, VkCommandBuffer cb, int bucket, g3vk_prof *prof, g3_error *err);
+g3_status g3vk_record_head(g3_backend *b, VkCommandBuffer cb, int rows, int argmax, g3vk_prof *prof, g3_error *err);
+
+/* A step's pieces (vk_backend.c), shared with the profile: checks the batch, writes the parameter block but its
+ * output-chunk fields and returns the body bucket; the head for cnt output rows (0 matvec, 1 matmul, 2 one row);
+ * copies a host-visible result buffer out. */
+g3_status g3vk_step_params(g3_backend *b, const g3_batch *bt, int *bucket, g3_error *err);
+int g3vk_head_index(const g3_backend *b, int cnt);
+g3_status g3vk_read_back(g3_backend *b, g3vk_buf *src, void *dst, size_t bytes, g3_error *err);
+
 #endif

@@ -138,6 +138,7 @@ g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
     for (uint32_t i = 0; i < nq && fam < 0; i++)
         if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) fam = (int)i;
     vk->qfam = (uint32_t)fam;
+    vk->ts_bits = fam >= 0 ? qf[fam].timestampValidBits : 0;
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = vk->qfam,
                                    .queueCount = 1, .pQueuePriorities = &prio};

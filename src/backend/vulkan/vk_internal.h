@@ -33,7 +33,8 @@
     X(vkCreateCommandPool) X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkFreeCommandBuffers)                \
     X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkCmdBindPipeline) X(vkCmdPushConstants) X(vkCmdDispatch)         \
     X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCmdFillBuffer) X(vkQueueSubmit) X(vkCreateFence)                   \
-    X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) X(vkDeviceWaitIdle)
+    X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) X(vkDeviceWaitIdle) X(vkCreateQueryPool)                  \
+    X(vkDestroyQueryPool) X(vkCmdResetQueryPool) X(vkCmdWriteTimestamp) X(vkGetQueryPoolResults)
 
 #define G3VK_DECL_FN(name) PFN_##name name;
 
@@ -74,6 +75,7 @@ typedef struct g3vk {
     VkDevice dev;
     VkQueue queue;
     uint32_t qfam;
+    uint32_t ts_bits;       /* timestampValidBits of the queue family: 0 = no timestamps (g3_vulkan_profile) */
     VkPhysicalDeviceProperties props;
     VkPhysicalDeviceMemoryProperties memp;
     int subgroups;          /* subgroup arithmetic in compute shaders: the *_sg pipelines */

@@ -11,7 +11,9 @@
  * (the last chunk of each row and head merges): 6 dispatches per layer instead of 9 for decode (with fused QKV and
  * gate/up; b->body_dispatches counts them per bucket).
  * Head: gather the wanted rows [lch] -> logits = x E^T (softcap) into host-visible memory; or, for greedy steps,
- * into device memory followed by an argmax per row [lch], so that only token ids travel. */
+ * into device memory followed by an argmax per row [lch], so that only token ids travel.
+ * g3_vulkan_profile (vk_profile.c) records the same body and head again into its own command buffers with a
+ * timestamp around every dispatch (rec.prof), each dispatch labelled by the step it belongs to (rec.what). */
 #include <math.h>
 #include <string.h>
 
@@ -23,6 +25,8 @@ typedef struct rec {
     g3_error *err;
     g3_status rc;
     int dispatches; /* recorded so far */
+    g3vk_prof *prof; /* profiled recording (timestamps around dispatches), else NULL */
+    const char *what; /* label of the dispatches that follow, for the profile */
 } rec;
 
 static void bind(rec *r, int kind, uint32_t type) {
@@ -36,7 +40,9 @@ static void push_dispatch(rec *r, const void *pc, size_t size, uint32_t gx, uint
     if (r->rc) return;
     g3vk *vk = &r->b->vk;
     vk->vkCmdPushConstants(r->cb, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)size, pc);
+    if (r->prof) g3vk_prof_before(vk, r->prof, r->cb, r->what);
     vk->vkCmdDispatch(r->cb, gx, gy, gz);
+    if (r->prof) g3vk_prof_after(vk, r->prof, r->cb);
     r->dispatches++;
 }
 
@@ -109,14 +115,19 @@ static void layer(rec *r, int rows, int l) {
     uint32_t LD = Q + 2 * KV;
     /* QKV projection */
     if (L->fused_qkv) {
+        r->what = "qkv";
         matmul(r, rows, &L->qkv, NULL, b->a_x, H, b->a_qkv, LD, G3VK_P_NROWS, 0);
     } else {
+        r->what = "q";
         matmul(r, rows, &L->q, NULL, b->a_x, H, b->a_qkv, LD, G3VK_P_NROWS, 0);
+        r->what = "k";
         matmul(r, rows, &L->k, NULL, b->a_x, H, b->a_qkv + 4ull * Q, LD, G3VK_P_NROWS, 0);
+        r->what = "v";
         matmul(r, rows, &L->v, NULL, b->a_x, H, b->a_qkv + 4ull * (Q + KV), LD, G3VK_P_NROWS, 0);
     }
     barrier(r);
     /* QK-norm, rope, K/V into the cache */
+    r->what = "qk_rope";
     bind(r, b->kv16 ? G3VK_K_QK_ROPE_KV16 : G3VK_K_QK_ROPE, 0);
     pc_qk_rope pq = {.qkv = b->a_qkv, .kv = b->kv[L->kind].addr, .params = b->params.addr, .qn = L->n_q, .kn = L->n_k,
                      .invf = b->inv_freq[L->kind], .ld = LD, .NH = NH, .KVH = KVH, .D = D,
@@ -127,6 +138,7 @@ static void layer(rec *r, int rows, int l) {
     barrier(r);
     /* attention */
     int split = rows <= G3VK_MV_ROWS;
+    r->what = "attn";
     bind(r, b->kv16 ? G3VK_K_ATTN_KV16 : G3VK_K_ATTN, 0);
     pc_attn pa = {.q = b->a_qkv, .kv = b->kv[L->kind].addr, .out = b->a_att, .part = b->a_part,
                   .params = b->params.addr, .ld = LD, .NH = NH, .KVH = KVH, .D = D, .B = (uint32_t)b->cfg.kv_block,
@@ -139,6 +151,7 @@ static void layer(rec *r, int rows, int l) {
     push_dispatch(r, &pa, sizeof pa, pa.n_chunks, NH, (uint32_t)rows);
     barrier(r);
     if (split && pa.mode == 1) { /* merge not fused into attn */
+        r->what = "attn_combine";
         bind(r, G3VK_K_ATTN_COMBINE, 0);
         pc_attn_combine pcmb = {.out = b->a_att, .part = b->a_part, .params = b->params.addr, .NH = NH, .D = D,
                                 .window = pa.window, .chunk_len = pa.chunk_len, .n_chunks = pa.n_chunks, .out_ld = Q};
@@ -150,28 +163,36 @@ static void layer(rec *r, int rows, int l) {
     tail t_attn = {L->n_post_attn, L->n_pre_ffn};
     uint64_t next = l + 1 < c->n_layers ? b->layers[l + 1].n_in : b->n_final;
     tail t_ffn = {L->n_post_ffn, next};
+    r->what = fuse ? "wo+norm" : "wo";
     matmul_t(r, rows, &L->wo, NULL, b->a_att, Q, b->a_t, H, G3VK_P_NROWS, 0, fuse ? &t_attn : NULL);
     barrier(r);
     if (!fuse) {
+        r->what = "add_norm_attn";
         add_norm(r, rows, L->n_post_attn, L->n_pre_ffn);
         barrier(r);
     }
     /* MLP */
     if (L->fused_geglu) {
+        r->what = "gate_up";
         matmul(r, rows, &L->gate, &L->up, b->a_x, H, b->a_gate, F, G3VK_P_NROWS, 0);
     } else {
+        r->what = "gate";
         matmul(r, rows, &L->gate, NULL, b->a_x, H, b->a_gate, F, G3VK_P_NROWS, 0);
+        r->what = "up";
         matmul(r, rows, &L->up, NULL, b->a_x, H, b->a_up, F, G3VK_P_NROWS, 0);
         barrier(r);
+        r->what = "geglu";
         bind(r, G3VK_K_GEGLU, 0);
         pc_geglu pg = {.gate = b->a_gate, .up = b->a_up, .params = b->params.addr, .F = F};
         push_dispatch(r, &pg, sizeof pg, cdiv(F, 256), (uint32_t)rows, 1);
     }
     barrier(r);
     /* down projection, post-FFN norm + residual, then the next layer's input norm (or the final norm) */
+    r->what = fuse ? "down+norm" : "down";
     matmul_t(r, rows, &L->down, NULL, b->a_gate, F, b->a_t, H, G3VK_P_NROWS, 0, fuse ? &t_ffn : NULL);
     barrier(r);
     if (!fuse) {
+        r->what = "add_norm_ffn";
         add_norm(r, rows, L->n_post_ffn, next);
         barrier(r);
     }
@@ -182,6 +203,7 @@ static g3_status begin(rec *r, VkCommandBuffer cb) {
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     G3_TRY(g3vk_check(r->b->vk.vkBeginCommandBuffer(cb, &bi), "vkBeginCommandBuffer", r->err));
     g3vk_barrier(&r->b->vk, cb); /* earlier submissions' writes (uploads, block copies, the previous step) first */
+    if (r->prof) g3vk_prof_start(&r->b->vk, r->prof, cb);
     return G3_OK;
 }
 
@@ -195,9 +217,9 @@ static g3_status end(rec *r) {
     return g3vk_check(r->b->vk.vkEndCommandBuffer(r->cb), "vkEndCommandBuffer", r->err);
 }
 
-static g3_status record_body(g3_backend *b, VkCommandBuffer cb, int bucket, g3_error *err) {
+g3_status g3vk_record_body(g3_backend *b, VkCommandBuffer cb, int bucket, g3vk_prof *prof, g3_error *err) {
     int rows = b->bucket_rows[bucket];
-    rec r = {.b = b, .err = err};
+    rec r = {.b = b, .err = err, .prof = prof, .what = "embed"};
     G3_TRY(begin(&r, cb));
     const g3_config *c = &b->m->cfg;
     bind(&r, G3VK_K_EMBED, b->embed.type);
@@ -206,22 +228,24 @@ static g3_status record_body(g3_backend *b, VkCommandBuffer cb, int bucket, g3_e
     push_dispatch(&r, &pe, sizeof pe, (uint32_t)rows, 1, 1);
     barrier(&r);
     for (int l = 0; l < c->n_layers; l++) layer(&r, rows, l);
-    b->body_dispatches[bucket] = r.dispatches;
+    if (!prof) b->body_dispatches[bucket] = r.dispatches;
     return end(&r);
 }
 
-static g3_status record_head(g3_backend *b, VkCommandBuffer cb, int rows, int argmax, g3_error *err) {
-    rec r = {.b = b, .err = err};
+g3_status g3vk_record_head(g3_backend *b, VkCommandBuffer cb, int rows, int argmax, g3vk_prof *prof, g3_error *err) {
+    rec r = {.b = b, .err = err, .prof = prof, .what = "gather"};
     G3_TRY(begin(&r, cb));
     const g3_config *c = &b->m->cfg;
     bind(&r, G3VK_K_GATHER, 0);
     pc_gather pg = {.x = b->a_x, .xo = b->a_xo, .params = b->params.addr, .H = (uint32_t)c->hidden};
     push_dispatch(&r, &pg, sizeof pg, (uint32_t)rows, 1, 1);
     barrier(&r);
+    r.what = "logits";
     matmul(&r, rows, &b->embed, NULL, b->a_xo, (uint32_t)c->hidden, argmax ? b->logits_dev.addr : b->logits.addr,
            (uint32_t)c->vocab, G3VK_P_NOUT, c->final_softcap > 0);
     if (argmax) {
         barrier(&r);
+        r.what = "argmax";
         bind(&r, G3VK_K_ARGMAX, 0);
         pc_argmax pm = {.logits = b->logits_dev.addr, .ids = b->ids.addr, .params = b->params.addr,
                         .V = (uint32_t)c->vocab};
@@ -241,12 +265,12 @@ g3_status g3vk_record_all(g3_backend *b, g3_error *err) {
     b->head[0] = cbs[b->n_buckets], b->head[1] = cbs[b->n_buckets + 1];
     b->head_argmax[0] = cbs[b->n_buckets + 2], b->head_argmax[1] = cbs[b->n_buckets + 3];
     b->head[2] = cbs[b->n_buckets + 4], b->head_argmax[2] = cbs[b->n_buckets + 5];
-    for (int i = 0; i < b->n_buckets; i++) G3_TRY(record_body(b, b->body[i], i, err));
+    for (int i = 0; i < b->n_buckets; i++) G3_TRY(g3vk_record_body(b, b->body[i], i, NULL, err));
     int small = b->lch < G3VK_MV_ROWS ? b->lch : G3VK_MV_ROWS;
     for (int am = 0; am < 2; am++) {
-        G3_TRY(record_head(b, am ? b->head_argmax[0] : b->head[0], small, am, err));
-        G3_TRY(record_head(b, am ? b->head_argmax[1] : b->head[1], b->lch, am, err));
-        G3_TRY(record_head(b, am ? b->head_argmax[2] : b->head[2], 1, am, err));
+        G3_TRY(g3vk_record_head(b, am ? b->head_argmax[0] : b->head[0], small, am, NULL, err));
+        G3_TRY(g3vk_record_head(b, am ? b->head_argmax[1] : b->head[1], b->lch, am, NULL, err));
+        G3_TRY(g3vk_record_head(b, am ? b->head_argmax[2] : b->head[2], 1, am, NULL, err));
     }
     return G3_OK;
 }

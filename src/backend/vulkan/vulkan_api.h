@@ -44,6 +44,27 @@ const char *g3_vulkan_device_name(const g3_backend *b);
  * beyond max_rows. For dispatch-count tests and docs/VULKAN.md's figures. */
 int g3_vulkan_body_dispatches(const g3_backend *b, int rows);
 
+/* Where the time of one step goes: runs `batch` once as a real step (K/V written as by forward_argmax, so run it on a
+ * batch whose cache writes may be repeated or discarded) through command buffers recorded for this call, the body of
+ * the batch's row bucket and the greedy head, with a timestamp before and after every dispatch (the command buffers
+ * of normal steps carry none), and writes into out (cap bytes, NUL-terminated, truncated to fit) one line per label
+ * in dispatch order, summed over layers as g3_cuda_profile's:
+ *     label \t total_us \t count \t per_us \t exec_us
+ * labels: embed; per layer qkv (or q, k, v), qk_rope, attn, attn_combine (split decode attention whose merge is not
+ * fused), wo / wo+norm, add_norm_attn, gate_up (or gate, up, geglu), down / down+norm, add_norm_ffn (the post-norms
+ * run inside wo / down in fused decode buckets: wo+norm, down+norm); head gather, logits, argmax (per submission of
+ * 64 output rows). total = from the end of the dispatch before (or the command buffer's start) to the end of this
+ * one: barrier and launch gaps included, so totals add up to the GPU time. exec = from a top-of-pipe stamp right
+ * before the dispatch to its end (equals total on drivers that latch that stamp before the barrier has drained).
+ * Then two summary lines: "all_dispatches \t sum_us \t n \t mean_us \t sum_exec_us" and "wall \t us \t submissions
+ * \t us_per_submission", the host's time from vkQueueSubmit to the fence (wall - sum: submission and wake-up cost).
+ * G3_ERR_UNSUPPORTED where the compute queue has no timestamps (timestampValidBits 0). */
+g3_status g3_vulkan_profile(g3_backend *b, const g3_batch *batch, char *out, size_t cap, g3_error *err);
+/* The same with the head of choice and the step's output: argmax 0 the logits head, result (if not NULL) = logits
+ * [n_out][vocab] as forward gives them; argmax 1 the greedy head, result = token ids [n_out] as forward_argmax. */
+g3_status g3_vulkan_profile_out(g3_backend *b, const g3_batch *batch, int argmax, void *result, char *out, size_t cap,
+                                g3_error *err);
+
 /* ---- test hooks ------------------------------------------------------------------------------------------ */
 /* y = x W^T for m rows (float32 [m][k]) of weights w (n rows of k values stored as `type`, GGUF block layout),
  * by the kernel the forward uses for m rows (matvec when m <= 8, tiled matmul otherwise, or as forced by
