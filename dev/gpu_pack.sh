@@ -12,6 +12,11 @@ for t in tests/unit/test_cuda_*.c tests/unit/test_vulkan_*.c; do T="$T $(basenam
 nice cmake --build "$BUILD" -j2 --target $T >/dev/null
 rm -rf .gpu/stage && mkdir -p .gpu/stage/lib
 for t in $T; do strip -o ".gpu/stage/$t" "$BUILD/$t"; done
+# CUPTI kernel profiler (dev/cuda/kprof.cc) and the CUPTI library it needs, when the toolkit has them
+if nice cmake --build "$BUILD" -j2 --target g3kprof >/dev/null 2>&1; then
+  strip -o .gpu/stage/libg3kprof.so "$BUILD/libg3kprof.so"
+  cp -L "$(ldd "$BUILD/libg3kprof.so" | awk '/libcupti/ {print $3}')" .gpu/stage/lib/
+fi
 for lib in $(ldd "$BUILD"/gemma3 "$BUILD"/test_cuda_model | awk '/cjson|cmocka|microhttpd/ {print $3}' | sort -u); do
   cp -L "$lib" .gpu/stage/lib/
 done

@@ -46,6 +46,19 @@ template <int EPL> __device__ __forceinline__ void a2_ldy(float (&v)[EPL], const
         }
     }
 }
+/* EPL consecutive floats from L2 (ld.global.cg), past any L1 copy */
+template <int EPL> __device__ __forceinline__ void a2_ldcg(float (&v)[EPL], const float *p) {
+    if constexpr (EPL == 2) {
+        const float2 t = __ldcg((const float2 *)p);
+        v[0] = t.x, v[1] = t.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPL / 4; i++) {
+            const float4 t = __ldcg((const float4 *)p + i);
+            v[4 * i] = t.x, v[4 * i + 1] = t.y, v[4 * i + 2] = t.z, v[4 * i + 3] = t.w;
+        }
+    }
+}
 template <int EPL> __device__ __forceinline__ void a2_st(float *p, const float (&v)[EPL]) {
     if constexpr (EPL == 2) {
         *(float2 *)p = make_float2(v[0], v[1]);
@@ -84,7 +97,7 @@ __device__ __forceinline__ void a2_norm_rope(const float *y, int ny, size_t sl, 
     }
 }
 
-template <int G, int EPL, int WPB, bool FU>
+template <int G, int EPL, int WPB, bool FU, bool PIPE>
 __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float *__restrict__ q,
                                                        float *__restrict__ o, __nv_bfloat16 *__restrict__ oh,
                                                        int split, float *y, int ny, const float *qn,
@@ -96,13 +109,69 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
     __shared__ float s_m[WPB][G], s_l[WPB][G];
     __shared__ __align__(16) float b_acc[GD]; /* the block's merged partial (read by the cluster) */
     __shared__ float b_m[G], b_l[G];
-    g3c_pdl_wait();
+    /* Before the programmatic-dependent-launch wait: what does not depend on the kernel before (row parameters and
+     * block tables are uploaded before the step, older keys were written by earlier steps): the first group's cache
+     * slots and its K/V loads. Of those keys only the row's own (position p) is written by the kernel before (or by
+     * this one when fused), if no other row of the step is of the same sequence; it is read again after the wait. */
     const int kh = blockIdx.x, r = blockIdx.y, C = gridDim.z, rank = blockIdx.z; /* cluster (1,1,C) = z extent */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int u = a.rows.useq[r], p = a.rows.pos[r];
     int lo = 0, n = 0;
     if (u >= 0) lo = a.kind == 1 ? max(0, p - a.window + 1) : 0, n = p - lo + 1;
     const int NG = (n + NKW - 1) / NKW, TW = C * WPB;
+    const int32_t *bt = a.rows.bt + ((size_t)(u < 0 ? 0 : u) * 2 + a.kind) * a.rows.mbps;
+    const size_t vstride = (size_t)a.NKV * a.kv_block * D; /* K slot -> V slot */
+    const float *pool = a.pool + lane * EPL;
+    /* lane i: element offset of the K row of key i % NKW of group gi0 + (i / NKW) * TW (-1: none) */
+    auto lookup = [&](int gi0) {
+        const int gj = gi0 + (lane / NKW) * TW, key = lo + gj * NKW + lane % NKW;
+        long long of = -1;
+        if (gj < NG && key <= p) {
+            const int blk = bt[key / a.kv_block];
+            if (blk >= 0)
+                of = ((((long long)blk * a.n_layers_kind + a.layer_in_kind) * 2 * a.NKV + kh) * a.kv_block +
+                      key % a.kv_block) * D;
+        }
+        return of;
+    };
+    /* every K and V load of group `sub` of a lookup round issued before any use; missing keys read slot 0 */
+    auto issue = [&](long long of, int sub, float (&kr)[NKW][EPL], float (&vr)[NKW][EPL], bool (&ok)[NKW]) {
+#pragma unroll
+        for (int j = 0; j < NKW; j++) {
+            const long long oj = __shfl_sync(0xffffffffu, of, sub * NKW + j);
+            ok[j] = oj >= 0;
+            a2_ld<EPL>(kr[j], pool + (ok[j] ? oj : 0));
+            a2_ld<EPL>(vr[j], pool + (ok[j] ? oj + (long long)vstride : 0));
+        }
+    };
+    /* early loads only where no other row of the step is of the same sequence (its key, written by the kernel
+     * before, would be visible to this row): rows of distinct sequences, as in decode; graphs serve both kinds of
+     * steps, so the rows are compared here */
+    bool early = a.m <= 256;
+    if (early) {
+        bool dup = false;
+        for (int j = lane; j < a.m; j += 32) dup |= j != r && a.rows.useq[j] == u;
+        early = !__any_sync(0xffffffffu, dup);
+    }
+    int it = 0, gi = rank * WPB + warp;
+    long long off = -1;
+    float kr[NKW][EPL], vr[NKW][EPL];
+    bool ok[NKW];
+    if (early && gi < NG) off = lookup(gi), issue(off, 0, kr, vr, ok); /* warp-uniform */
+    g3c_pdl_wait();
+    if (!early && gi < NG) off = lookup(gi), issue(off, 0, kr, vr, ok);
+    if (early && !FU && gi < NG) { /* the row's own key, written by the kernel before: read it again */
+        const int jp = p - (lo + gi * NKW);
+        if (jp >= 0 && jp < NKW) {
+            const long long op = __shfl_sync(0xffffffffu, off, jp);
+#pragma unroll
+            for (int j = 0; j < NKW; j++)
+                if (j == jp && op >= 0) { /* L2 loads: L1 may hold the stale line of the load before the wait */
+                    a2_ldcg<EPL>(kr[j], a.pool + op + lane * EPL);
+                    a2_ldcg<EPL>(vr[j], a.pool + op + (long long)vstride + lane * EPL);
+                }
+        }
+    }
     float qv[G][EPL], acc[G][EPL], mx[G], l[G];
     const float *qb = q + (size_t)r * a.NH * D + (size_t)kh * GD + lane * EPL;
     const size_t rowb = (size_t)r * (a.NH + 2 * a.NKV) * D, sl = (size_t)a.m * (a.NH + 2 * a.NKV) * D; /* fused: y */
@@ -114,30 +183,17 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
 #pragma unroll
         for (int e = 0; e < EPL; e++) acc[g][e] = 0.f;
     }
-    const int32_t *bt = a.rows.bt + ((size_t)(u < 0 ? 0 : u) * 2 + a.kind) * a.rows.mbps;
-    const size_t vstride = (size_t)a.NKV * a.kv_block * D; /* K slot -> V slot */
-    const float *pool = a.pool + lane * EPL;
-    long long off = -1; /* lane i: element offset of the K row of key i % NKW of this warp's group it + i / NKW */
-    for (int it = 0, gi = rank * WPB + warp; gi < NG; it++, gi += TW) {
+    for (; gi < NG; it++, gi += TW) {
         const int sub = it % IPB, kb = lo + gi * NKW;
-        if (sub == 0) { /* the slots of the next IPB groups at once */
-            const int gj = gi + (lane / NKW) * TW, key = lo + gj * NKW + lane % NKW;
-            off = -1;
-            if (gj < NG && key <= p) {
-                const int blk = bt[key / a.kv_block];
-                if (blk >= 0)
-                    off = ((((long long)blk * a.n_layers_kind + a.layer_in_kind) * 2 * a.NKV + kh) * a.kv_block +
-                           key % a.kv_block) * D;
+        const long long offc = off; /* this group's lookup round */
+        float k2[PIPE ? NKW : 1][EPL], v2[PIPE ? NKW : 1][EPL];
+        bool ok2[PIPE ? NKW : 1];
+        if constexpr (PIPE) { /* the next group's loads in flight during this group's math */
+            const int gn = gi + TW, subn = (it + 1) % IPB;
+            if (gn < NG) {
+                if (subn == 0) off = lookup(gn);
+                issue(off, subn, k2, v2, ok2);
             }
-        }
-        float kr[NKW][EPL], vr[NKW][EPL];
-        bool ok[NKW];
-#pragma unroll
-        for (int j = 0; j < NKW; j++) { /* every load issued before any use; missing keys read slot 0 */
-            const long long oj = __shfl_sync(0xffffffffu, off, sub * NKW + j);
-            ok[j] = oj >= 0;
-            a2_ld<EPL>(kr[j], pool + (ok[j] ? oj : 0));
-            a2_ld<EPL>(vr[j], pool + (ok[j] ? oj + (long long)vstride : 0));
         }
         const int jp = p - kb; /* fused: this group holds the row's own key: normalize, rotate, write, use it */
         if (FU && jp >= 0 && jp < NKW) { /* warp-uniform */
@@ -151,7 +207,7 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
 #pragma unroll
                 for (int e = 0; e < EPL; e++) vp[e] += t[e];
             }
-            const long long op = __shfl_sync(0xffffffffu, off, sub * NKW + jp);
+            const long long op = __shfl_sync(0xffffffffu, offc, sub * NKW + jp);
             if (op >= 0) {
                 a2_st<EPL>(a.pool + op + lane * EPL, kp);
                 a2_st<EPL>(a.pool + op + (long long)vstride + lane * EPL, vp);
@@ -205,6 +261,20 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
                 for (int e = 0; e < EPL; e++) acc[g][e] = fmaf(pj, vr[j][e], acc[g][e]);
             }
             l[g] = l[g] * corr + ls, mx[g] = mn;
+        }
+        if constexpr (PIPE) {
+#pragma unroll
+            for (int j = 0; j < NKW; j++) {
+                ok[j] = ok2[j];
+#pragma unroll
+                for (int e = 0; e < EPL; e++) kr[j][e] = k2[j][e], vr[j][e] = v2[j][e];
+            }
+        } else { /* the next group's loads */
+            const int gn = gi + TW, subn = (it + 1) % IPB;
+            if (gn < NG) {
+                if (subn == 0) off = lookup(gn);
+                issue(off, subn, kr, vr, ok);
+            }
         }
     }
     /* the 4 warps of the block */
@@ -323,6 +393,16 @@ struct a2_fu { /* fused inputs (y == NULL: q given) */
     const float *qn, *kn;
 };
 
+/* $G3_CUDA_ATTN2_PIPE=0: no double buffer of K/V groups (the default has one where the grid has clusters) */
+static int a2_pipe(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("G3_CUDA_ATTN2_PIPE");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on;
+}
+
 template <int G, int EPL, int W>
 static cudaError_t a2_launch(const g3c_attn_args *a, const float *q, float *o, __nv_bfloat16 *oh, int split, int C,
                              const a2_fu &f, cudaStream_t st) {
@@ -342,8 +422,13 @@ static cudaError_t a2_launch(const g3c_attn_args *a, const float *q, float *o, _
     }
     cfg.gridDim = dim3((unsigned)a->NKV, (unsigned)a->m, (unsigned)C), cfg.blockDim = dim3(W * 32);
     cfg.dynamicSmemBytes = 0, cfg.stream = st, cfg.attrs = at, cfg.numAttrs = (unsigned)na;
-    if (f.y) return cudaLaunchKernelEx(&cfg, k_attn2<G, EPL, W, true>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
-    return cudaLaunchKernelEx(&cfg, k_attn2<G, EPL, W, false>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
+    if constexpr (W == 4 && G * EPL <= 16) /* where the second K/V set fits the registers without spills */
+    if (C > 1 && a2_pipe()) { /* few rows: registers are plentiful, latency is what counts */
+        if (f.y) return cudaLaunchKernelEx(&cfg, k_attn2<G, EPL, W, true, true>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
+        return cudaLaunchKernelEx(&cfg, k_attn2<G, EPL, W, false, true>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
+    }
+    if (f.y) return cudaLaunchKernelEx(&cfg, k_attn2<G, EPL, W, true, false>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
+    return cudaLaunchKernelEx(&cfg, k_attn2<G, EPL, W, false, false>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
 }
 
 /* 16-warp blocks only where the kernel fits 128 registers a thread and 32 KB of warp partials (G * EPL <= 8) */

@@ -55,15 +55,15 @@ static __device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
 }
 
 /* Quantizes item t (8 values: row t / (k/8), values 8*(t % (k/8)) ...) of x into xq / xl / xd (global or shared
- * memory, same layout). ok = 0: the thread only takes part in the shuffles (the 4 threads of a block of 32 values are
+ * memory, same layout): q8_load reads the values (split off so that a thread can have several items' loads in
+ * flight at once), q8_quant quantizes and stores them. ok = 0: the thread only takes part in the shuffles (the 4 threads of a block of 32 values are
  * consecutive lanes, all in or all out). hl: also the residual plane xl (q_lo = rint((x*inv - q) * 254), so that
  * x = d * (q + q_lo/254) within amax/64516); the products are rounded explicitly (no FMA contraction) so that a CPU
  * reference can reproduce q and q_lo. */
-static __device__ __forceinline__ void q8_item(const float *__restrict__ x, int ldx, int k, long long t, bool ok,
-                                               int8_t *xq, int8_t *xl, float2 *xd, int il, int hl) {
+static __device__ __forceinline__ void q8_load(const float *__restrict__ x, int ldx, int k, long long t, bool ok,
+                                               float (&v)[8]) {
     const int k8 = k / 8;
     const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
-    float v[8];
     if (ok) {
         const float4 *p = (const float4 *)(x + (size_t)i * ldx + 8 * j8);
         float4 a = p[0], b = p[1];
@@ -72,6 +72,11 @@ static __device__ __forceinline__ void q8_item(const float *__restrict__ x, int 
 #pragma unroll
         for (int e = 0; e < 8; e++) v[e] = 0.f;
     }
+}
+static __device__ __forceinline__ void q8_quant(const float (&v)[8], int k, long long t, bool ok, int8_t *xq,
+                                                int8_t *xl, float2 *xd, int il, int hl) {
+    const int k8 = k / 8;
+    const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
     float amax = 0.f;
 #pragma unroll
     for (int e = 0; e < 8; e++) amax = fmaxf(amax, fabsf(v[e]));
@@ -107,7 +112,9 @@ __global__ void k_q8(const float *__restrict__ x, int ldx, int m, int k, int8_t 
                      int8_t *__restrict__ xl, float2 *__restrict__ xd, int il, int hl) {
     g3c_pdl_wait();
     const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x, tot = (long long)m * (k / 8);
-    q8_item(x, ldx, k, t, t < tot, xq, xl, xd, il, hl);
+    float v[8];
+    q8_load(x, ldx, k, t, t < tot, v);
+    q8_quant(v, k, t, t < tot, xq, xl, xd, il, hl);
 }
 
 /* ---- the product ------------------------------------------------------------------------------------------------ */
@@ -319,10 +326,22 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     float sa[U][R], za[U][R];
     load(more(rg, left), rg, s, wa, sa, za); /* independent of the previous kernel */
     g3c_pdl_wait();
-    {
+    { /* QI items per thread with their loads in flight together: one L2 round trip per QI items, not per item */
+        constexpr int QI = 4;
         const long long tot = (long long)m * (K / 8); /* a multiple of 4, like QP_T: blocks of 32 all in or all out */
-        for (long long b0 = 0; b0 < tot; b0 += QP_T)
-            q8_item(x, ldx, K, b0 + threadIdx.x, b0 + threadIdx.x < tot, sq, sl, sd, QT == G3Q_INT4, HL);
+        for (long long b0 = 0; b0 < tot; b0 += QI * QP_T) {
+            float v[QI][8];
+#pragma unroll
+            for (int j = 0; j < QI; j++) {
+                const long long t = b0 + j * QP_T + threadIdx.x;
+                q8_load(x, ldx, K, t, t < tot, v[j]);
+            }
+#pragma unroll
+            for (int j = 0; j < QI; j++) {
+                const long long t = b0 + j * QP_T + threadIdx.x;
+                q8_quant(v[j], K, t, t < tot, sq, sl, sd, QT == G3Q_INT4, HL);
+            }
+        }
     }
     __syncthreads();
     float acc[R][M];
@@ -481,7 +500,12 @@ int g3c_qgemvp_enabled(void) { /* $G3_CUDA_QGEMVP: 0 = the two-launch path at 1-
 }
 
 /* U (chunks per row and lane per step): 3 at one row, 2 at two; measured on the H200 (27B, one row): U = 4 slower
- * (int4 152.9 against 161.9 tok/s, int8 114.9 against 116.9). Also tried: the residual plane's dp4a continuing the
+ * (int4 152.9 against 161.9 tok/s, int8 114.9 against 116.9). Also measured slower (session 4, CUPTI per-kernel
+ * times with dev/cuda/kprof.cc): more weight traffic before the programmatic-dependent-launch wait (the next 3-8 steps
+ * of every warp prefetched into L2: int4 150.1 / 140.7 tok/s at 24 / 48 MB against 163.0 without; the kernels before
+ * slowed down, and so did these) and a cp.async ring of 3-4 stages in shared memory instead of the register double
+ * buffer (more steps in flight: int4 150.1, 2 stages 154.2; every product slower, so the stream is not limited by the
+ * bytes in flight). Also tried: the residual plane's dp4a continuing the
  * main plane's int32 sum (254 q + q_lo, one conversion and float product less per row and chunk): no change
  * (int4 170.8 against 171.1, int8 121.5 against 121.6), so the arithmetic is not what limits these kernels. */
 template <int QT, int M, bool PC, bool HL> static void *qp_kernel(void) {
