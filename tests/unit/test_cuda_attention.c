@@ -114,31 +114,36 @@ static void test_attention(void **state) {
  * second decode kernel (attention_dec.cu) and the round-1 one, are checked against a double reference; every mode
  * must leave the qkv buffer zeroed. Tolerance 1e-4 absolute as in run_attention: outputs are O(1) convex
  * combinations of values in [-2, 2], float32 softmax over <= ~700 keys keeps errors near 1e-6. */
-static void run_attention_decode(int NH, int NKV, int D, int kind, int window, int n_splits, float softcap, int B,
-                                 int m, const int *lens, int pad_row) {
+/* shared = 0: row r is sequence r with lens[r] positions of history. shared = 1: all m rows are of sequence 0, at
+ * positions lens[0] .. lens[0] + m - 1 after lens[0] positions of history (a chunk of consecutive tokens decoded in
+ * one step: row r also sees the keys of rows < r written in the same step; the fused kernels need distinct rows
+ * and are not run). */
+static void run_attention_decode_x(int NH, int NKV, int D, int kind, int window, int n_splits, float softcap, int B,
+                                   int m, const int *lens, int pad_row, int shared) {
     const int NQKV = (NH + 2 * NKV) * D;
     int mbps = 1, m_hist = 0, nb = 0;
-    for (int r = 0; r < m; r++) {
-        int need = lens[r] / B + 1;
+    for (int r = 0; r < (shared ? 1 : m); r++) {
+        int need = (lens[r] + (shared ? m - 1 : 0)) / B + 1;
         if (need > mbps) mbps = need;
         m_hist += lens[r], nb += need;
     }
-    const int n_u = m, n_blocks = (nb + 3) % 7 ? nb + 3 : nb + 4; /* prime to 7: the scramble below is a permutation */
+    const int n_u = shared ? 1 : m, n_blocks = (nb + 3) % 7 ? nb + 3 : nb + 4; /* prime to 7: a permutation below */
     int32_t *bt = malloc(sizeof(int32_t) * n_u * 2 * mbps), *pos = malloc(sizeof(int32_t) * m);
     int32_t *useq = malloc(sizeof(int32_t) * m), *hpos = malloc(sizeof(int32_t) * (m_hist + 1));
     int32_t *huseq = malloc(sizeof(int32_t) * (m_hist + 1));
     for (int i = 0; i < n_u * 2 * mbps; i++) bt[i] = -1;
     /* physical blocks handed out in a scrambled order: block i of the pool sequence goes to (7 i + 3) mod n_blocks */
     int next = 0;
-    for (int r = 0; r < m; r++)
-        for (int j = 0; j <= lens[r] / B; j++) bt[(r * 2 + kind) * mbps + j] = (7 * next++ + 3) % n_blocks;
+    for (int r = 0; r < n_u; r++)
+        for (int j = 0; j <= (lens[r] + (shared ? m - 1 : 0)) / B; j++)
+            bt[(r * 2 + kind) * mbps + j] = (7 * next++ + 3) % n_blocks;
     float *hq = malloc(sizeof(float) * ((size_t)m_hist + 1) * NQKV), *qkv = malloc(sizeof(float) * (size_t)m * NQKV);
     int h = 0;
-    for (int r = 0; r < m; r++) /* history rows interleaved across sequences does not matter: cache writes only */
+    for (int r = 0; r < n_u; r++) /* history rows interleaved across sequences does not matter: cache writes only */
         for (int p = 0; p < lens[r]; p++) hpos[h] = p, huseq[h] = r, h++;
     for (size_t i = 0; i < (size_t)m_hist * NQKV; i++) hq[i] = frand() * 2;
     for (size_t i = 0; i < (size_t)m * NQKV; i++) qkv[i] = frand() * 2;
-    for (int r = 0; r < m; r++) pos[r] = lens[r], useq[r] = r == pad_row ? -1 : r;
+    for (int r = 0; r < m; r++) pos[r] = shared ? lens[0] + r : lens[r], useq[r] = r == pad_row ? -1 : shared ? 0 : r;
     if (pad_row >= 0) pos[pad_row] = 0;
     float qn[256], kn[256], inv_freq[128];
     for (int i = 0; i < D; i++) qn[i] = 1 + 0.3f * frand(), kn[i] = 1 + 0.3f * frand();
@@ -191,7 +196,7 @@ static void run_attention_decode(int NH, int NKV, int D, int kind, int window, i
     /* the hook's bit 0: fused, bit 1: round-1 kernels (else attention_dec.cu) */
     static const int modes[4] = {0, 2, 1, 3};
     static const char *mode_name[4] = {"separate", "separate-r1", "fused", "fused-r1"};
-    for (int mi = 0; mi < 4; mi++) {
+    for (int mi = 0; mi < (shared ? 2 : 4); mi++) {
         const int fused = modes[mi];
         for (size_t i = 0; i < (size_t)m * NH * D; i++) o[i] = NAN;
         for (size_t i = 0; i < (size_t)m * NQKV; i++) ya[i] = NAN;
@@ -207,14 +212,19 @@ static void run_attention_decode(int NH, int NKV, int D, int kind, int window, i
         }
         size_t nonzero = 0;
         for (size_t i = 0; i < (size_t)m * NQKV; i++) nonzero += ya[i] != 0.f;
-        printf("  decode attention %s NH=%d NKV=%d D=%d kind=%d window=%d splits=%d softcap=%g block=%d rows=%d: "
+        printf("  decode attention %s NH=%d NKV=%d D=%d kind=%d window=%d splits=%d softcap=%g block=%d rows=%d%s: "
                "max err %.2e, qkv left non-zero %zu\n", mode_name[mi], NH, NKV, D, kind, window,
-               n_splits, softcap, B, m, worst, nonzero);
+               n_splits, softcap, B, m, shared ? " (one sequence)" : "", worst, nonzero);
         assert_true(worst < 1e-4);
         assert_int_equal(nonzero, 0);
     }
     free(bt), free(pos), free(useq), free(hpos), free(huseq), free(hq), free(qkv), free(ref), free(qv), free(kk);
     free(vv), free(sc), free(kpos), free(kseq), free(o), free(ya);
+}
+
+static void run_attention_decode(int NH, int NKV, int D, int kind, int window, int n_splits, float softcap, int B,
+                                 int m, const int *lens, int pad_row) {
+    run_attention_decode_x(NH, NKV, D, kind, window, n_splits, softcap, B, m, lens, pad_row, 0);
 }
 
 static void test_attention_decode(void **state) {
@@ -239,6 +249,13 @@ static void test_attention_decode(void **state) {
     run_attention_decode(8, 4, 256, 1, 100, 9, 0, 16, 8, eight, 5); /* 4B head shape, window 100 */
     const int two[2] = {0, 700};                                    /* a row with no history, a long one */
     run_attention_decode(4, 1, 256, 1, 512, 12, 0, 32, 2, two, -1);  /* 1B head shape, window 512 < 701 keys */
+    /* rows of one sequence in one step (the decode kernel loads keys before its launch wait only for rows of distinct
+     * sequences: here each row must see the keys the same step wrote for the rows before it) */
+    const int hist[1] = {600};
+    run_attention_decode_x(32, 16, 128, 0, 1024, 33, 0, 16, 4, hist, -1, 1); /* 27B shape, 1 cluster a row */
+    run_attention_decode_x(8, 4, 256, 1, 100, 9, 0, 16, 8, hist, -1, 1);    /* 4B head shape, window 100 */
+    const int hist0[1] = {3};
+    run_attention_decode_x(4, 1, 256, 0, 1024, 7, 0, 16, 12, hist0, -1, 1); /* 1B head shape, short history */
 }
 
 /* ---- prefill attention (attention_prefill.cu, attention_tc.cu) ------------------------------------------------ */
