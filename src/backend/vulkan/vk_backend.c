@@ -209,11 +209,9 @@ static g3_status vk_create(const g3_model *m, const g3_backend_cfg *cfg, g3_back
                                   &b->kv[kind], err)))
             goto fail;
     }
-    /* split attention for decode buckets: chunks of >= 64 keys, at most 64 chunks */
-    b->n_chunks = (b->ctx + 63) / 64;
-    if (b->n_chunks > 64) b->n_chunks = 64;
-    b->chunk_len = ((b->ctx + b->n_chunks - 1) / b->n_chunks + 63) / 64 * 64;
-    b->n_chunks = (b->ctx + b->chunk_len - 1) / b->chunk_len;
+    /* split attention for decode buckets: up to 64 chunks of whole tiles, sized per step by the span (attn.comp) */
+    b->chunk_len = (int)g3vk_attn_tile((uint32_t)c->head_dim);
+    b->n_chunks = (int)g3vk_attn_chunks((uint32_t)b->ctx, (uint32_t)c->head_dim);
     /* activations */
     int R = cfg->max_rows;
     b->lch = R < 64 ? R : 64;
@@ -222,8 +220,10 @@ static g3_status vk_create(const g3_model *m, const g3_backend_cfg *cfg, g3_back
     size_t H = (size_t)c->hidden, F = (size_t)c->ffn, D = (size_t)c->head_dim, Q = (size_t)c->n_heads * D,
            KV = (size_t)c->n_kv_heads * D;
     size_t sizes[] = {R * H, R * H, R * H, R * (Q + 2 * KV), R * Q, R * F, any_unfused ? R * F : 1, (size_t)b->lch * H,
-                      (size_t)G3VK_MV_ROWS * (size_t)c->n_heads * (size_t)b->n_chunks * (D + 2)};
-    uint64_t *addrs[] = {&b->a_h, &b->a_x, &b->a_t, &b->a_qkv, &b->a_att, &b->a_gate, &b->a_up, &b->a_xo, &b->a_part};
+                      (size_t)G3VK_MV_ROWS * (size_t)c->n_heads * (size_t)b->n_chunks * (D + 2),
+                      (size_t)b->lch * G3VK_ARGMAX_MAX_GROUPS * 2};
+    uint64_t *addrs[] = {&b->a_h,    &b->a_x,  &b->a_t,  &b->a_qkv,  &b->a_att,
+                         &b->a_gate, &b->a_up, &b->a_xo, &b->a_part, &b->a_amx};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] * 4 + 255) & ~(size_t)255;
     if ((rc = g3vk_buf_create(&b->vk, total, G3VK_MEM_DEVICE, "activations", &b->act, err))) goto fail;
@@ -244,7 +244,7 @@ static g3_status vk_create(const g3_model *m, const g3_backend_cfg *cfg, g3_back
     if ((rc = g3vk_buf_create(&b->vk, (size_t)b->lch * (size_t)c->vocab * 4, G3VK_MEM_DEVICE, "logits", &b->logits_dev,
                               err)) ||
         (rc = g3vk_buf_create(&b->vk, (size_t)b->lch * 4, G3VK_MEM_READBACK, "token ids", &b->ids, err)) ||
-        (rc = g3vk_buf_create(&b->vk, 4 * (G3VK_CNT_ATTN + (size_t)G3VK_MV_ROWS * (size_t)c->n_heads),
+        (rc = g3vk_buf_create(&b->vk, 4 * ((size_t)G3VK_CNT_ARGMAX(c->n_heads) + (size_t)b->lch),
                               G3VK_MEM_DEVICE, "kernel counters", &b->cnt, err)))
         goto fail;
     int32_t *P = b->params.map;

@@ -27,6 +27,7 @@ typedef struct vk_layer {
 } vk_layer;
 
 #define G3VK_CNT_ATTN 64 /* first counter of the split-attention merges in g3_backend.cnt */
+#define G3VK_CNT_ARGMAX(nh) (G3VK_CNT_ATTN + G3VK_MV_ROWS * (nh)) /* first of argmax's [lch] counters */
 
 struct g3_backend {
     g3vk vk;
@@ -47,15 +48,16 @@ struct g3_backend {
     uint64_t a_gate, a_up;     /* [max_rows][F] (a_up only when some layer's gate/up are not fused) */
     uint64_t a_xo;             /* [lch][H] final-normed rows whose logits are wanted */
     uint64_t a_part;           /* [G3VK_MV_ROWS][NH][n_chunks][D + 2] split-attention partials */
+    uint64_t a_amx;            /* [lch][G3VK_ARGMAX_MAX_GROUPS] argmax (value, id) pairs of the vocab slabs */
     g3vk_buf params;           /* int32 parameter block, host-visible */
     g3vk_buf logits;           /* [lch][vocab] float32, host-visible */
     g3vk_buf logits_dev;       /* [lch][vocab] float32, device-local: the greedy path's logits */
     g3vk_buf ids;              /* [lch] int32, host-visible: the greedy path's picks */
     g3vk_buf cnt;              /* uint32 counters, zero between dispatches: [0] post-norm tails, [64 + r*NH + h]
-                                  split-attention merges (G3VK_CNT_ATTN) */
+                                  split-attention merges (G3VK_CNT_ATTN), then argmax's per row (G3VK_CNT_ARGMAX) */
     int lch;                   /* logits rows per head submission */
     int ctx;                   /* max_blocks_per_seq * kv_block */
-    int n_chunks, chunk_len;   /* split attention for small buckets */
+    int n_chunks, chunk_len;   /* split attention for small buckets: chunks at most (grid), keys per tile (attn.comp) */
     int off_tok, off_pos, off_seq, off_out, off_btg, off_btl; /* int32 offsets in the parameter block */
     size_t p_ints;
     int n_buckets, bucket_rows[G3VK_MAX_BUCKETS];

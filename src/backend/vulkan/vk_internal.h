@@ -203,8 +203,17 @@ typedef struct pc_gather {
 
 typedef struct pc_argmax {
     uint64_t logits, ids, params;
-    uint32_t V;
+    uint32_t V, nb;       /* vocab; workgroups per row (g3vk_argmax_groups) */
+    uint64_t part, cnt;   /* nb > 1: [rows][nb] (value, id) pairs; [rows] zeroed counters */
 } pc_argmax;
+
+/* Workgroups per row of argmax.comp (256 invocations, <= 8 values each up to 512k entries, so one pass of loads):
+ * 129 for Gemma's 262208-entry vocab, 1 for small ones. */
+#define G3VK_ARGMAX_MAX_GROUPS 256
+static inline uint32_t g3vk_argmax_groups(uint32_t V) {
+    uint32_t g = (V + 2047) / 2048;
+    return g < 1 ? 1 : g > G3VK_ARGMAX_MAX_GROUPS ? G3VK_ARGMAX_MAX_GROUPS : g;
+}
 
 typedef struct pc_geglu {
     uint64_t gate, up, params;
@@ -223,6 +232,22 @@ typedef struct pc_attn {
     float scale, cap;
     uint64_t cnt; /* mode 2 (split decode, merge fused): [rows][NH] zeroed counters */
 } pc_attn;
+
+/* Geometry of attn.comp (128 invocations; mirrors the shader): keys per tile for head_dim D, T = min(128 / P,
+ * 8 * Q) with P = ceil(D/4 / 8) invocations per key in the score phase and Q = 128 / (D/4) key groups in the value
+ * phase (D 256: 16 keys; 128: 32; 64: 64); query heads per workgroup GH = 4, 2 or 1, the largest dividing NH / KVH
+ * (grid y = NH / GH). */
+static inline uint32_t g3vk_attn_tile(uint32_t D) {
+    uint32_t d4 = D / 4, p = (d4 + 7) / 8, q = 128 / d4, t = 128 / p;
+    return t < 8 * q ? t : 8 * q;
+}
+static inline uint32_t g3vk_attn_heads(uint32_t NH, uint32_t KVH) {
+    uint32_t g = NH / KVH;
+    return g % 4 == 0 ? 4 : g % 2 == 0 ? 2 : 1;
+}
+/* Chunks of the split decode attention (the grid's x): at most 64 (attn_combine's workgroup merges one per
+ * invocation) and no more than tiles in the context; $G3_VULKAN_ATTN_SPLIT=N (1..64) caps them lower (tuning). */
+uint32_t g3vk_attn_chunks(uint32_t ctx, uint32_t D);
 
 typedef struct pc_attn_combine {
     uint64_t out, part, params;

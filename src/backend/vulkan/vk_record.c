@@ -3,7 +3,7 @@
  * parameter block, so the same command buffers are re-submitted every step. Rows beyond n_rows exit early.
  *
  * Body, per layer (rows R of the bucket; dispatch grids in brackets):
- *   embed+norm [R]  ->  QKV projection  ->  QK-norm+rope+KV write [NH+KVH, R]  ->  attention [chunks, NH, R]
+ *   embed+norm [R]  ->  QKV projection  ->  QK-norm+rope+KV write [NH+KVH, R]  ->  attention [chunks, NH/GH, R]
  *   (+ combine [NH, R] for split decode)  ->  Wo  ->  post-norm + residual + pre-FFN norm [R]
  *   ->  gate/up + GeGLU  ->  down  ->  post-norm + residual + next norm [R]
  * In buckets of up to 8 rows, with $G3_VULKAN_FUSE=1 (opt-in), the two post-norm dispatches are folded into the Wo and
@@ -11,10 +11,11 @@
  * (the last chunk of each row and head merges): 6 dispatches per layer instead of 9 for decode (with fused QKV and
  * gate/up; b->body_dispatches counts them per bucket).
  * Head: gather the wanted rows [lch] -> logits = x E^T (softcap) into host-visible memory; or, for greedy steps,
- * into device memory followed by an argmax per row [lch], so that only token ids travel.
+ * into device memory followed by an argmax per row [vocab slabs, lch], so that only token ids travel.
  * g3_vulkan_profile (vk_profile.c) records the same body and head again into its own command buffers with a
  * timestamp around every dispatch (rec.prof), each dispatch labelled by the step it belongs to (rec.what). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/vulkan/vk_backend.h"
@@ -57,6 +58,13 @@ static void barrier(rec *r) {
 }
 
 static uint32_t cdiv(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
+
+uint32_t g3vk_attn_chunks(uint32_t ctx, uint32_t D) {
+    uint32_t n = cdiv(ctx, g3vk_attn_tile(D)), cap = 64;
+    const char *e = getenv("G3_VULKAN_ATTN_SPLIT");
+    if (e && atoi(e) >= 1 && atoi(e) <= 64) cap = (uint32_t)atoi(e);
+    return n < cap ? n : cap;
+}
 
 /* The post-norm tail folded into a decode product (mode 2): h += rms(y) * w1, then x = rms(h) * w2. */
 typedef struct tail {
@@ -136,7 +144,8 @@ static void layer(rec *r, int rows, int l) {
                      .eps = c->rms_eps};
     push_dispatch(r, &pq, sizeof pq, NH + KVH, (uint32_t)rows, 1);
     barrier(r);
-    /* attention */
+    /* attention: GQA head groups, tiles of chunk_len keys; decode buckets split each row's span into up to n_chunks
+     * chunks (sized per step by the shader) merged by attn_combine (or inside attn with fusion) */
     int split = rows <= G3VK_MV_ROWS;
     r->what = "attn";
     bind(r, b->kv16 ? G3VK_K_ATTN_KV16 : G3VK_K_ATTN, 0);
@@ -144,11 +153,11 @@ static void layer(rec *r, int rows, int l) {
                   .params = b->params.addr, .ld = LD, .NH = NH, .KVH = KVH, .D = D, .B = (uint32_t)b->cfg.kv_block,
                   .li = (uint32_t)L->li, .block_floats = (uint32_t)b->block_floats[L->kind],
                   .table = (uint32_t)L->kind, .window = L->kind ? (uint32_t)c->sliding_window : 0u,
-                  .chunk_len = split ? (uint32_t)b->chunk_len : (uint32_t)b->ctx,
-                  .n_chunks = split ? (uint32_t)b->n_chunks : 1u, .mode = split ? (b->vk.fuse ? 2u : 1u) : 0u,
-                  .out_ld = Q, .scale = 1.0f / sqrtf(c->query_pre_attn_scalar), .cap = c->attn_softcap,
+                  .chunk_len = (uint32_t)b->chunk_len, .n_chunks = split ? (uint32_t)b->n_chunks : 1u,
+                  .mode = split ? (b->vk.fuse ? 2u : 1u) : 0u, .out_ld = Q,
+                  .scale = 1.0f / sqrtf(c->query_pre_attn_scalar), .cap = c->attn_softcap,
                   .cnt = b->cnt.addr + 4 * G3VK_CNT_ATTN};
-    push_dispatch(r, &pa, sizeof pa, pa.n_chunks, NH, (uint32_t)rows);
+    push_dispatch(r, &pa, sizeof pa, pa.n_chunks, NH / g3vk_attn_heads(NH, KVH), (uint32_t)rows);
     barrier(r);
     if (split && pa.mode == 1) { /* merge not fused into attn */
         r->what = "attn_combine";
@@ -248,8 +257,9 @@ g3_status g3vk_record_head(g3_backend *b, VkCommandBuffer cb, int rows, int argm
         r.what = "argmax";
         bind(&r, G3VK_K_ARGMAX, 0);
         pc_argmax pm = {.logits = b->logits_dev.addr, .ids = b->ids.addr, .params = b->params.addr,
-                        .V = (uint32_t)c->vocab};
-        push_dispatch(&r, &pm, sizeof pm, (uint32_t)rows, 1, 1);
+                        .V = (uint32_t)c->vocab, .nb = g3vk_argmax_groups((uint32_t)c->vocab), .part = b->a_amx,
+                        .cnt = b->cnt.addr + 4 * G3VK_CNT_ARGMAX(c->n_heads)};
+        push_dispatch(&r, &pm, sizeof pm, pm.nb, (uint32_t)rows, 1);
     }
     return end(&r);
 }
