@@ -88,14 +88,30 @@ __device__ __forceinline__ void zero_qkv(float *y, int ny, size_t sl, size_t row
 
 /* grid (m, ceil(heads/4)), block (32, 4): one warp per head of q, k or v. Reads (and zeroes) the ny slices of y. */
 __global__ void k_qkv_post(g3c_attn_args a, float *y, int ny, const float *qn, const float *kn, float *qout) {
-    g3c_pdl_wait();
     const int r = blockIdx.x, hh = blockIdx.y * 4 + threadIdx.y, lane = threadIdx.x;
     const int D = a.D, NHT = a.NH + 2 * a.NKV, half = D / 2;
+    /* before the programmatic-dependent-launch wait: what depends only on the position and the weights (row
+     * parameters and block tables are uploaded before the step): the cache slot, the norm weights, cos and sin */
+    const int u = hh < NHT ? a.rows.useq[r] : -1, p = hh < NHT ? a.rows.pos[r] : 0;
+    const bool qh = hh < a.NH, vh = hh >= a.NH + a.NKV;
+    float *slot = hh < NHT && !qh && u >= 0 ? kv_row(a, u, p, vh ? 1 : 0, vh ? hh - a.NH - a.NKV : hh - a.NH) : NULL;
+    const float *nw = qh ? qn : kn;
+    float w0[4], w1[4], cs[4], sn[4];
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        const int i = lane + 32 * t;
+        w0[t] = w1[t] = cs[t] = sn[t] = 0.f;
+        if (hh < NHT && !vh && i < half) {
+            w0[t] = nw[i], w1[t] = nw[i + half];
+            const float ang = (float)p * a.inv_freq[i];
+            cs[t] = cosf(ang), sn[t] = sinf(ang);
+        }
+    }
+    g3c_pdl_wait();
     if (hh >= NHT) return;
     const size_t src = (size_t)r * NHT * D + (size_t)hh * D, sl = (size_t)a.m * NHT * D;
-    const int u = a.rows.useq[r], p = a.rows.pos[r];
-    if (hh >= a.NH + a.NKV) { /* v: straight into the cache */
-        float *dst = u < 0 ? NULL : kv_row(a, u, p, 1, hh - a.NH - a.NKV);
+    if (vh) { /* v: straight into the cache */
+        float *dst = slot;
         for (int i = lane; i < D; i += 32) {
             float v = 0.f;
             for (int j = 0; j < ny; j++) v += y[j * sl + src + i], y[j * sl + src + i] = 0.f;
@@ -103,7 +119,6 @@ __global__ void k_qkv_post(g3c_attn_args a, float *y, int ny, const float *qn, c
         }
         return;
     }
-    const float *nw = hh < a.NH ? qn : kn;
     float v0[4], v1[4], ss = 0.f; /* pairs (i, i + D/2), i = lane + 32t */
 #pragma unroll
     for (int t = 0; t < 4; t++) {
@@ -119,22 +134,15 @@ __global__ void k_qkv_post(g3c_attn_args a, float *y, int ny, const float *qn, c
     }
     for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float inv = 1.f / sqrtf(ss / (float)D + a.eps);
-    float *dst;
-    if (hh < a.NH) {
-        dst = qout + (size_t)r * a.NH * D + (size_t)hh * D;
-    } else {
-        if (u < 0) return;
-        dst = kv_row(a, u, p, 0, hh - a.NH);
-        if (!dst) return;
-    }
+    float *dst = qh ? qout + (size_t)r * a.NH * D + (size_t)hh * D : slot;
+    if (!dst) return;
 #pragma unroll
     for (int t = 0; t < 4; t++) {
         int i = lane + 32 * t;
         if (i < half) {
-            float x0 = v0[t] * inv * nw[i], x1 = v1[t] * inv * nw[i + half];
-            float ang = (float)p * a.inv_freq[i], c = cosf(ang), s = sinf(ang);
-            dst[i] = x0 * c - x1 * s;
-            dst[i + half] = x1 * c + x0 * s;
+            float x0 = v0[t] * inv * w0[t], x1 = v1[t] * inv * w1[t];
+            dst[i] = x0 * cs[t] - x1 * sn[t];
+            dst[i + half] = x1 * cs[t] + x0 * sn[t];
         }
     }
 }
