@@ -59,8 +59,9 @@ static int coopmat_nv_usable(g3vk *vk) {
 /* $G3_VULKAN_MV2_WG (32|64|128|256 threads per workgroup), _NC (4|8|16 output channels per workgroup; GeGLU half of
  * them for gate and up each), _COLS (1|2|4 chunk columns per thread per iteration): the one-row matvec2 products
  * through matvec2s* (the same source with these as specialization constants) instead of the kernel compiled with
- * 64 / 8 / 2; $G3_VULKAN_MV2_SPEC=1 takes matvec2s* even at those defaults (the control of a sweep). Unknown values
- * and a variant past the device's workgroup or shared-memory limits fall back to the default. */
+ * 64 / 8 / 2. The default is 64 / 4 / 2 (matvec2s*, below); _NC=8 gives the compiled kernel, and
+ * $G3_VULKAN_MV2_SPEC=1 takes matvec2s* even at 64 / 8 / 2 (the control of a sweep). Unknown values and a variant
+ * past the device's workgroup or shared-memory limits fall back to the compiled kernel. */
 static uint32_t env_choice(const char *name, const uint32_t *allowed, int n, uint32_t def) {
     const char *v = getenv(name);
     if (!v || !*v) return def;
@@ -74,7 +75,10 @@ static uint32_t env_choice(const char *name, const uint32_t *allowed, int n, uin
 static void mv2_variant(g3vk *vk) {
     static const uint32_t wgs[] = {32, 64, 128, 256}, ncs[] = {4, 8, 16}, cols[] = {1, 2, 4};
     vk->mv2_wg = env_choice("G3_VULKAN_MV2_WG", wgs, 4, 64);
-    vk->mv2_nc = env_choice("G3_VULKAN_MV2_NC", ncs, 3, 8);
+    /* 4 channels a workgroup by default: measured on the H200 (session 4, batch-1 decode tok/s, 8 -> 4): 1B Q4_0
+     * 521.8 -> 572.4, 1B Q8_0 526.2 -> 546.3, 4B Q4_0 291.1 -> 326.1, 4B Q8_0 300.8 -> 318.5, 27B Q8_0 81.6 -> 83.2;
+     * only 27B Q4_0 lost (86.6 -> 81.7; G3_VULKAN_MV2_NC=8 restores the compiled kernel) */
+    vk->mv2_nc = env_choice("G3_VULKAN_MV2_NC", ncs, 3, 4);
     vk->mv2_cols = env_choice("G3_VULKAN_MV2_COLS", cols, 3, 2);
     const VkPhysicalDeviceLimits *lim = &vk->props.limits;
     uint64_t smem = 4ull * vk->mv2_wg * (vk->mv2_nc + 1) + 64; /* part_sh, red_sh, tail_last */
@@ -83,7 +87,7 @@ static void mv2_variant(g3vk *vk) {
         vk->mv2_wg = 64, vk->mv2_nc = 8, vk->mv2_cols = 2;
     const char *sp = getenv("G3_VULKAN_MV2_SPEC");
     vk->mv2_spec = (sp && *sp == '1') || vk->mv2_wg != 64 || vk->mv2_nc != 8 || vk->mv2_cols != 2;
-    if (vk->mv2_spec)
+    if (vk->mv2_spec && (getenv("G3_VULKAN_MV2_WG") || getenv("G3_VULKAN_MV2_NC") || getenv("G3_VULKAN_MV2_COLS")))
         fprintf(stderr, "gemma3: vulkan: one-row matvec2 variant: %u threads, %u channels, %u chunk columns\n",
                 vk->mv2_wg, vk->mv2_nc, vk->mv2_cols);
 }
