@@ -215,18 +215,10 @@ int main(void) {
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
 #else /* built without the Vulkan backend */
-#include <stdio.h>
-
 #include "testutil.h"
 
-static void test_not_built(void **state) {
-    (void)state;
-    printf("  this build has no Vulkan backend (Vulkan headers or glslc missing): skipped\n");
-    skip();
-}
-
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_not_built)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(tu_skip_no_vulkan)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
 #endif

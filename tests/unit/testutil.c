@@ -38,6 +38,12 @@ void tu_skip_no_cuda(void **state) {
     skip();
 }
 
+void tu_skip_no_vulkan(void **state) {
+    (void)state;
+    printf("  this build has no Vulkan backend (Vulkan headers or glslc missing): skipped\n");
+    skip();
+}
+
 char *tu_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

@@ -18,6 +18,8 @@ const char *tu_source_dir(void);
 const char *tu_fixture(const char *name);
 /* The one test of a CUDA test binary built without CUDA (no nvcc): prints why and skips. */
 void tu_skip_no_cuda(void **state);
+/* The same for the test binaries of a build without the Vulkan backend. */
+void tu_skip_no_vulkan(void **state);
 /* Whole file into a malloc'd NUL-terminated buffer; NULL if unreadable. */
 char *tu_read_file(const char *path, size_t *len);
 /* A fresh temporary directory (removed by the OS eventually); static string. */
