@@ -10,7 +10,7 @@
  *   - per kernel position in the replay (launch order on the GPU): the kernel's demangled name, grid, dynamic shared
  *     memory, mean duration and mean gap after the previous kernel's end (negative: overlapped, e.g. programmatic
  *     dependent launch), over the replays after the first;
- *   - the same folded by the layer period when the sequence repeats (dev/cuda/kprof_fold.py does it too).
+ *   - the same folded by the layer period when the sequence repeats (middle layers, mean per position).
  * Eager kernels (outside graphs) are summed per name. Timing with CUPTI on costs a little per kernel; compare spans,
  * not absolute tokens/s, with runs without it. */
 #include <cupti.h>
@@ -92,16 +92,19 @@ void report(void) {
     }
     for (auto &g : by_graph) {
         std::vector<std::vector<const krec *>> launches;
+        auto earlier = [](const krec *a, const krec *b) { return a->start < b->start; };
         for (auto &l : g.second) {
-            std::sort(l.second.begin(), l.second.end(), [](const krec *a, const krec *b) { return a->start < b->start; });
+            std::sort(l.second.begin(), l.second.end(), earlier);
             launches.push_back(l.second);
         }
         if (launches.size() < 4) continue;
-        std::sort(launches.begin(), launches.end(), [](const std::vector<const krec *> &a,
-                                                       const std::vector<const krec *> &b) { return a[0]->start < b[0]->start; });
+        std::sort(launches.begin(), launches.end(),
+                  [&](const std::vector<const krec *> &a, const std::vector<const krec *> &b) {
+                      return earlier(a[0], b[0]);
+                  });
         const size_t nk = launches[0].size();
         std::vector<double> dur(nk, 0), gap(nk, 0);
-        double span = 0, busy = 0;
+        double span = 0;
         int used = 0;
         for (size_t l = 1; l < launches.size(); l++) { /* the first replay may include one-time work */
             const auto &v = launches[l];
@@ -109,11 +112,13 @@ void report(void) {
             used++;
             span += (v[nk - 1]->end - v[0]->start) * 1e-3;
             for (size_t i = 0; i < nk; i++) {
-                dur[i] += (v[i]->end - v[i]->start) * 1e-3, busy += (v[i]->end - v[i]->start) * 1e-3;
+                dur[i] += (v[i]->end - v[i]->start) * 1e-3;
                 if (i) gap[i] += ((double)v[i]->start - (double)v[i - 1]->end) * 1e-3;
             }
         }
         if (!used) continue;
+        double busy = 0;
+        for (double d : dur) busy += d;
         fprintf(f, "graph %u: %zu kernels, %d replays used of %zu; mean span %.1f us, sum of kernels %.1f us\n",
                 g.first, nk, used, launches.size(), span / used, busy / used);
         std::vector<uint32_t> seq;
@@ -125,16 +130,16 @@ void report(void) {
         }
         const int p = layer_period(seq);
         if (p) { /* fold the middle layers: mean per position in the layer */
-            fprintf(f, " folded by layer (%d kernels per layer), layers %zu..%zu:\n", p, nk / 4 / p + 1, 3 * nk / 4 / p);
             const size_t a = (nk / 4 / p + 1) * p, b = (3 * nk / 4 / p) * p;
+            fprintf(f, " folded by layer (%d kernels per layer), layers %zu..%zu:\n", p, a / p, b / p);
             double tot = 0, totg = 0;
             for (int j = 0; j < p; j++) {
                 double d = 0, gg = 0;
                 int c = 0;
                 for (size_t i = a + j; i < b; i += p) d += dur[i], gg += gap[i], c++;
                 const krec *k = launches[1][a + j];
-                fprintf(f, "  L%-3d %9.2f us  gap %7.2f  grid %6u smem %6u  %s\n", j, d / used / c, gg / used / c, k->gx,
-                        k->smem, names[k->name].c_str());
+                fprintf(f, "  L%-3d %9.2f us  gap %7.2f  grid %6u smem %6u  %s\n", j, d / used / c, gg / used / c,
+                        k->gx, k->smem, names[k->name].c_str());
                 tot += d / used / c, totg += gg / used / c;
             }
             fprintf(f, "  layer: kernels %.2f us + gaps %.2f us\n", tot, totg);

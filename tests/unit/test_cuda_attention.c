@@ -25,6 +25,24 @@ static void rms_rope(float *v, int D, const float *w, float eps, int pos, const 
     }
 }
 
+/* The reference q, k, v of m rows of a product output qkv [m][(NH + 2 NKV) D]: q and k RMS-normalized and rotated
+ * for their row's position, v as is (q [m][NH][D], k and v [m][NKV][D]). */
+static void ref_qkv(const float *qkv, int m, int NH, int NKV, int D, const int32_t *pos, const float *qn,
+                    const float *kn, const float *inv_freq, float *q, float *k, float *v) {
+    const int NQKV = (NH + 2 * NKV) * D;
+    for (int i = 0; i < m; i++) {
+        for (int h = 0; h < NH; h++) {
+            memcpy(q + ((size_t)i * NH + h) * D, qkv + (size_t)i * NQKV + h * D, sizeof(float) * D);
+            rms_rope(q + ((size_t)i * NH + h) * D, D, qn, 1e-6f, pos[i], inv_freq);
+        }
+        for (int h = 0; h < NKV; h++) {
+            memcpy(k + ((size_t)i * NKV + h) * D, qkv + (size_t)i * NQKV + (NH + h) * D, sizeof(float) * D);
+            rms_rope(k + ((size_t)i * NKV + h) * D, D, kn, 1e-6f, pos[i], inv_freq);
+            memcpy(v + ((size_t)i * NKV + h) * D, qkv + (size_t)i * NQKV + (NH + NKV + h) * D, sizeof(float) * D);
+        }
+    }
+}
+
 static void run_attention(int NH, int NKV, int D, int kind, int window, int n_splits, float softcap) {
     const int B = 4, mbps = 8, n_blocks = 16, L = 2, li = 1, n_u = 2;
     const int lens[2] = {13, 7};
@@ -55,17 +73,7 @@ static void run_attention(int NH, int NKV, int D, int kind, int window, int n_sp
     /* reference */
     float *q = malloc(sizeof(float) * m * NH * D), *k = malloc(sizeof(float) * m * NKV * D);
     float *v = malloc(sizeof(float) * m * NKV * D);
-    for (int i = 0; i < m; i++) {
-        for (int h = 0; h < NH; h++) {
-            memcpy(q + ((size_t)i * NH + h) * D, qkv + (size_t)i * NQKV + h * D, sizeof(float) * D);
-            rms_rope(q + ((size_t)i * NH + h) * D, D, qn, 1e-6f, pos[i], inv_freq);
-        }
-        for (int h = 0; h < NKV; h++) {
-            memcpy(k + ((size_t)i * NKV + h) * D, qkv + (size_t)i * NQKV + (NH + h) * D, sizeof(float) * D);
-            rms_rope(k + ((size_t)i * NKV + h) * D, D, kn, 1e-6f, pos[i], inv_freq);
-            memcpy(v + ((size_t)i * NKV + h) * D, qkv + (size_t)i * NQKV + (NH + NKV + h) * D, sizeof(float) * D);
-        }
-    }
+    ref_qkv(qkv, m, NH, NKV, D, pos, qn, kn, inv_freq, q, k, v);
     double worst = 0;
     for (int i = 0; i < m; i++)
         for (int h = 0; h < NH; h++) {
@@ -299,17 +307,7 @@ static void run_prefill_attention(int NH, int NKV, int D, int kind, int window, 
     /* reference q, k, v of every row */
     float *q = malloc(sizeof(float) * (size_t)m * NH * D), *k = malloc(sizeof(float) * (size_t)m * NKV * D);
     float *v = malloc(sizeof(float) * (size_t)m * NKV * D);
-    for (int i = 0; i < m; i++) {
-        for (int h = 0; h < NH; h++) {
-            memcpy(q + ((size_t)i * NH + h) * D, qkv + (size_t)i * NQKV + h * D, sizeof(float) * D);
-            rms_rope(q + ((size_t)i * NH + h) * D, D, qn, 1e-6f, pos[i], inv_freq);
-        }
-        for (int h = 0; h < NKV; h++) {
-            memcpy(k + ((size_t)i * NKV + h) * D, qkv + (size_t)i * NQKV + (NH + h) * D, sizeof(float) * D);
-            rms_rope(k + ((size_t)i * NKV + h) * D, D, kn, 1e-6f, pos[i], inv_freq);
-            memcpy(v + ((size_t)i * NKV + h) * D, qkv + (size_t)i * NQKV + (NH + NKV + h) * D, sizeof(float) * D);
-        }
-    }
+    ref_qkv(qkv, m, NH, NKV, D, pos, qn, kn, inv_freq, q, k, v);
     double *sc = malloc(sizeof(double) * m);
     for (int flash = 0; flash < 2; flash++) {
         for (int i = 0; i < (m - m0) * NH * D; i++) o[i] = NAN;

@@ -13,6 +13,21 @@
 #include "model/dtype.h"
 #include "cuda_testutil.h"
 
+/* n random rows of k values (row r: frand() * scale * (1 + r % 3)) stored as type t in raw (row_bytes(t, k) each;
+ * F32 as is); ref (if not NULL) gets them dequantized back to float */
+static void random_rows(uint32_t t, int n, int k, float scale, uint8_t *raw, float *ref) {
+    const size_t rb = t == G3_DTYPE_F32 ? sizeof(float) * (size_t)k : g3_row_bytes(t, k);
+    float *src = malloc(sizeof(float) * k);
+    g3_error err = {0};
+    for (int r = 0; r < n; r++) {
+        for (int i = 0; i < k; i++) src[i] = frand() * scale * (1 + r % 3);
+        if (t == G3_DTYPE_F32) memcpy(raw + rb * r, src, rb);
+        else assert_int_equal(g3_quantize_row(t, src, raw + rb * r, k, &err), G3_OK);
+        if (ref) g3_dequant_row(t, raw + rb * r, ref + (size_t)r * k, k);
+    }
+    free(src);
+}
+
 static void test_matmul_formats(void **state) {
     (void)state;
     need_gpu();
@@ -83,15 +98,11 @@ static void test_gguf_types(void **state) {
             size_t rb = g3_row_bytes(t, k);
             assert_true(rb > 0);
             uint8_t *raw = malloc(rb * n);
-            float *src = malloc(sizeof(float) * k), *ref = malloc(sizeof(float) * (size_t)n * k);
+            float *ref = malloc(sizeof(float) * (size_t)n * k);
             float *wd = malloc(sizeof(float) * (size_t)n * k), *x = malloc(sizeof(float) * (size_t)m * k);
             float *y = malloc(sizeof(float) * (size_t)m * n);
             g3_error err = {0};
-            for (int r = 0; r < n; r++) {
-                for (int i = 0; i < k; i++) src[i] = frand() * (1 + r % 3);
-                assert_int_equal(g3_quantize_row(t, src, raw + rb * r, k, &err), G3_OK);
-                g3_dequant_row(t, raw + rb * r, ref + (size_t)r * k, k);
-            }
+            random_rows(t, n, k, 1.f, raw, ref);
             for (int i = 0; i < m * k; i++) x[i] = frand();
             if (g3_cuda_test_matmul(t, raw, n, k, "bf16", 1, 0, x, m, y, wd, &err) != G3_OK) fail_msg("%s", err.msg);
             double d = 0, mx = 0;
@@ -104,7 +115,7 @@ static void test_gguf_types(void **state) {
             assert_true(d <= tol);
             int is_float = t == G3_DTYPE_F16 || t == G3_DTYPE_BF16;
             assert_true(dy <= (t == G3_DTYPE_F16 ? 4e-3 : is_float || m <= 8 ? 2e-5 : 1e-2));
-            free(raw), free(src), free(ref), free(wd), free(x), free(y);
+            free(raw), free(ref), free(wd), free(x), free(y);
         }
     }
 }
@@ -118,14 +129,10 @@ static void run_gguf_mm(uint32_t t, int n, int k, int m) {
     size_t rb = g3_row_bytes(t, k);
     assert_true(rb > 0);
     uint8_t *raw = malloc(rb * n);
-    float *src = malloc(sizeof(float) * k), *ref = malloc(sizeof(float) * (size_t)n * k);
+    float *ref = malloc(sizeof(float) * (size_t)n * k);
     float *x = malloc(sizeof(float) * (size_t)m * k), *y = malloc(sizeof(float) * (size_t)m * n);
     g3_error err = {0};
-    for (int r = 0; r < n; r++) {
-        for (int i = 0; i < k; i++) src[i] = frand() * (1 + r % 3);
-        assert_int_equal(g3_quantize_row(t, src, raw + rb * r, k, &err), G3_OK);
-        g3_dequant_row(t, raw + rb * r, ref + (size_t)r * k, k);
-    }
+    random_rows(t, n, k, 1.f, raw, ref);
     for (int i = 0; i < m * k; i++) x[i] = frand();
     for (int i = 0; i < m * n; i++) y[i] = NAN;
     if (g3_cuda_test_matmul(t, raw, n, k, "bf16", 1, 0, x, m, y, NULL, &err) != G3_OK) fail_msg("%s", err.msg);
@@ -134,7 +141,7 @@ static void run_gguf_mm(uint32_t t, int n, int k, int m) {
     printf("  type %2u n=%d k=%d m=%-2d path %d: product rel err %.2e\n", t, n, k, m, path, dy);
     assert_int_equal(path, 1); /* tensor cores */
     assert_true(dy <= 1e-2);
-    free(raw), free(src), free(ref), free(x), free(y);
+    free(raw), free(ref), free(x), free(y);
 }
 
 static void test_matmul_staged(void **state) {
@@ -227,15 +234,11 @@ static void run_qgemv(uint32_t src_type, const char *quant, int n, int k, int m,
     size_t rb = src_type == G3_DTYPE_F32 ? sizeof(float) * (size_t)k : g3_row_bytes(src_type, k);
     assert_true(rb > 0);
     uint8_t *raw = malloc(rb * n);
-    float *src = malloc(sizeof(float) * k), *x = malloc(sizeof(float) * (size_t)m * k);
+    float *x = malloc(sizeof(float) * (size_t)m * k);
     float *xh = malloc(sizeof(float) * (size_t)m * k), *y = malloc(sizeof(float) * (size_t)m * n);
     float *wd = malloc(sizeof(float) * (size_t)n * k);
     g3_error err = {0};
-    for (int r = 0; r < n; r++) {
-        for (int i = 0; i < k; i++) src[i] = frand() * 0.1f * (1 + r % 3);
-        if (src_type == G3_DTYPE_F32) memcpy(raw + rb * r, src, rb);
-        else assert_int_equal(g3_quantize_row(src_type, src, raw + rb * r, k, &err), G3_OK);
-    }
+    random_rows(src_type, n, k, 0.1f, raw, NULL);
     /* activations with outliers (every 97th value x20, as in real residual streams) and one all-zero block */
     for (size_t i = 0; i < (size_t)m * k; i++) x[i] = frand() * (i % 97 == 5 ? 20.f : 1.f);
     for (int i = 0; i < 32; i++) x[(size_t)(m - 1) * k + 32 + i] = 0.f;
@@ -268,7 +271,7 @@ static void run_qgemv(uint32_t src_type, const char *quant, int n, int k, int m,
            "%.3f\n", quant, src_type, n, k, m, geglu, path, lo, dq, worst);
     assert_int_equal(path, 3);
     if (!(dq <= 5e-5)) fail_msg("%s m=%d: product error vs the emulated q8 %g > 5e-5", quant, m, dq);
-    free(raw), free(src), free(x), free(xh), free(y), free(wd);
+    free(raw), free(x), free(xh), free(y), free(wd);
 }
 
 static void test_qgemv(void **state) {

@@ -20,41 +20,23 @@
 namespace cg = cooperative_groups;
 
 
-template <int EPL> __device__ __forceinline__ void a2_ld(float (&v)[EPL], const float *p) {
-    if constexpr (EPL == 2) {
-        const float2 t = __ldg((const float2 *)p);
-        v[0] = t.x, v[1] = t.y;
-    } else {
-#pragma unroll
-        for (int i = 0; i < EPL / 4; i++) {
-            const float4 t = __ldg((const float4 *)p + i);
-            v[4 * i] = t.x, v[4 * i + 1] = t.y, v[4 * i + 2] = t.z, v[4 * i + 3] = t.w;
-        }
-    }
+/* EPL consecutive floats into registers, by one of three loads: A2_NC read-only cache (__ldg: the cache and q,
+ * written before this kernel started), A2_PLAIN (y, which this kernel also writes when fused), A2_CG from L2 past any
+ * L1 copy (a key re-read after the launch wait: L1 may hold the line of the load before it) */
+enum { A2_NC, A2_PLAIN, A2_CG };
+template <int MODE, typename T> __device__ __forceinline__ T a2_ld1(const T *p) {
+    if constexpr (MODE == A2_NC) return __ldg(p);
+    else if constexpr (MODE == A2_CG) return __ldcg(p);
+    else return *p;
 }
-
-/* EPL consecutive floats written by an earlier kernel (plain loads: y is also written by this one) */
-template <int EPL> __device__ __forceinline__ void a2_ldy(float (&v)[EPL], const float *p) {
+template <int EPL, int MODE = A2_NC> __device__ __forceinline__ void a2_ld(float (&v)[EPL], const float *p) {
     if constexpr (EPL == 2) {
-        const float2 t = *(const float2 *)p;
+        const float2 t = a2_ld1<MODE>((const float2 *)p);
         v[0] = t.x, v[1] = t.y;
     } else {
 #pragma unroll
         for (int i = 0; i < EPL / 4; i++) {
-            const float4 t = ((const float4 *)p)[i];
-            v[4 * i] = t.x, v[4 * i + 1] = t.y, v[4 * i + 2] = t.z, v[4 * i + 3] = t.w;
-        }
-    }
-}
-/* EPL consecutive floats from L2 (ld.global.cg), past any L1 copy */
-template <int EPL> __device__ __forceinline__ void a2_ldcg(float (&v)[EPL], const float *p) {
-    if constexpr (EPL == 2) {
-        const float2 t = __ldcg((const float2 *)p);
-        v[0] = t.x, v[1] = t.y;
-    } else {
-#pragma unroll
-        for (int i = 0; i < EPL / 4; i++) {
-            const float4 t = __ldcg((const float4 *)p + i);
+            const float4 t = a2_ld1<MODE>((const float4 *)p + i);
             v[4 * i] = t.x, v[4 * i + 1] = t.y, v[4 * i + 2] = t.z, v[4 * i + 3] = t.w;
         }
     }
@@ -79,7 +61,7 @@ __device__ __forceinline__ void a2_norm_rope(const float *y, int ny, size_t sl, 
     for (int e = 0; e < EPL; e++) v[e] = 0.f;
     for (int j = 0; j < ny; j++) {
         float t[EPL];
-        a2_ldy<EPL>(t, y + j * sl + base + lane * EPL);
+        a2_ld<EPL, A2_PLAIN>(t, y + j * sl + base + lane * EPL);
 #pragma unroll
         for (int e = 0; e < EPL; e++) v[e] += t[e];
     }
@@ -134,11 +116,14 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
         }
         return of;
     };
-    /* every K and V load of group `sub` of a lookup round issued before any use; missing keys read slot 0 */
-    auto issue = [&](long long of, int sub, float (&kr)[NKW][EPL], float (&vr)[NKW][EPL], bool (&ok)[NKW]) {
+    /* every K and V load of group g (the warp's group `sub` of its lookup round, whose slots are looked up first when
+     * sub == 0) issued before any use; missing keys read slot 0 */
+    long long off = -1;
+    auto fetch = [&](int g, int sub, float (&kr)[NKW][EPL], float (&vr)[NKW][EPL], bool (&ok)[NKW]) {
+        if (sub == 0) off = lookup(g);
 #pragma unroll
         for (int j = 0; j < NKW; j++) {
-            const long long oj = __shfl_sync(0xffffffffu, of, sub * NKW + j);
+            const long long oj = __shfl_sync(0xffffffffu, off, sub * NKW + j);
             ok[j] = oj >= 0;
             a2_ld<EPL>(kr[j], pool + (ok[j] ? oj : 0));
             a2_ld<EPL>(vr[j], pool + (ok[j] ? oj + (long long)vstride : 0));
@@ -154,12 +139,11 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
         early = !__any_sync(0xffffffffu, dup);
     }
     int it = 0, gi = rank * WPB + warp;
-    long long off = -1;
     float kr[NKW][EPL], vr[NKW][EPL];
     bool ok[NKW];
-    if (early && gi < NG) off = lookup(gi), issue(off, 0, kr, vr, ok); /* warp-uniform */
+    if (early && gi < NG) fetch(gi, 0, kr, vr, ok); /* warp-uniform */
     g3c_pdl_wait();
-    if (!early && gi < NG) off = lookup(gi), issue(off, 0, kr, vr, ok);
+    if (!early && gi < NG) fetch(gi, 0, kr, vr, ok);
     if (early && !FU && gi < NG) { /* the row's own key, written by the kernel before: read it again */
         const int jp = p - (lo + gi * NKW);
         if (jp >= 0 && jp < NKW) {
@@ -167,8 +151,8 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
 #pragma unroll
             for (int j = 0; j < NKW; j++)
                 if (j == jp && op >= 0) { /* L2 loads: L1 may hold the stale line of the load before the wait */
-                    a2_ldcg<EPL>(kr[j], a.pool + op + lane * EPL);
-                    a2_ldcg<EPL>(vr[j], a.pool + op + (long long)vstride + lane * EPL);
+                    a2_ld<EPL, A2_CG>(kr[j], a.pool + op + lane * EPL);
+                    a2_ld<EPL, A2_CG>(vr[j], a.pool + op + (long long)vstride + lane * EPL);
                 }
         }
     }
@@ -189,11 +173,7 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
         float k2[PIPE ? NKW : 1][EPL], v2[PIPE ? NKW : 1][EPL];
         bool ok2[PIPE ? NKW : 1];
         if constexpr (PIPE) { /* the next group's loads in flight during this group's math */
-            const int gn = gi + TW, subn = (it + 1) % IPB;
-            if (gn < NG) {
-                if (subn == 0) off = lookup(gn);
-                issue(off, subn, k2, v2, ok2);
-            }
+            if (gi + TW < NG) fetch(gi + TW, (it + 1) % IPB, k2, v2, ok2);
         }
         const int jp = p - kb; /* fused: this group holds the row's own key: normalize, rotate, write, use it */
         if (FU && jp >= 0 && jp < NKW) { /* warp-uniform */
@@ -203,7 +183,7 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
             for (int e = 0; e < EPL; e++) vp[e] = 0.f;
             for (int j = 0; j < ny; j++) {
                 float t[EPL];
-                a2_ldy<EPL>(t, y + j * sl + rowb + (size_t)(a.NH + a.NKV + kh) * D + lane * EPL);
+                a2_ld<EPL, A2_PLAIN>(t, y + j * sl + rowb + (size_t)(a.NH + a.NKV + kh) * D + lane * EPL);
 #pragma unroll
                 for (int e = 0; e < EPL; e++) vp[e] += t[e];
             }
@@ -269,12 +249,8 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
 #pragma unroll
                 for (int e = 0; e < EPL; e++) kr[j][e] = k2[j][e], vr[j][e] = v2[j][e];
             }
-        } else { /* the next group's loads */
-            const int gn = gi + TW, subn = (it + 1) % IPB;
-            if (gn < NG) {
-                if (subn == 0) off = lookup(gn);
-                issue(off, subn, kr, vr, ok);
-            }
+        } else if (gi + TW < NG) { /* the next group's loads */
+            fetch(gi + TW, (it + 1) % IPB, kr, vr, ok);
         }
     }
     /* the 4 warps of the block */
@@ -403,6 +379,12 @@ static int a2_pipe(void) {
     return on;
 }
 
+template <int G, int EPL, int W, bool FU, bool PIPE>
+static cudaError_t a2_run(const cudaLaunchConfig_t *cfg, const g3c_attn_args *a, const float *q, float *o,
+                          __nv_bfloat16 *oh, int split, const a2_fu &f) {
+    return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
+}
+
 template <int G, int EPL, int W>
 static cudaError_t a2_launch(const g3c_attn_args *a, const float *q, float *o, __nv_bfloat16 *oh, int split, int C,
                              const a2_fu &f, cudaStream_t st) {
@@ -422,13 +404,15 @@ static cudaError_t a2_launch(const g3c_attn_args *a, const float *q, float *o, _
     }
     cfg.gridDim = dim3((unsigned)a->NKV, (unsigned)a->m, (unsigned)C), cfg.blockDim = dim3(W * 32);
     cfg.dynamicSmemBytes = 0, cfg.stream = st, cfg.attrs = at, cfg.numAttrs = (unsigned)na;
-    if constexpr (W == 4 && G * EPL <= 16) /* where the second K/V set fits the registers without spills */
-    if (C > 1 && a2_pipe()) { /* few rows: registers are plentiful, latency is what counts */
-        if (f.y) return cudaLaunchKernelEx(&cfg, k_attn2<G, EPL, W, true, true>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
-        return cudaLaunchKernelEx(&cfg, k_attn2<G, EPL, W, false, true>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
+    /* the double buffer where a grid of clusters (few rows: registers are plentiful, latency is what counts) and the
+     * second K/V set fits the registers without spills */
+    if constexpr (W == 4 && G * EPL <= 16) {
+        if (C > 1 && a2_pipe())
+            return f.y ? a2_run<G, EPL, W, true, true>(&cfg, a, q, o, oh, split, f)
+                       : a2_run<G, EPL, W, false, true>(&cfg, a, q, o, oh, split, f);
     }
-    if (f.y) return cudaLaunchKernelEx(&cfg, k_attn2<G, EPL, W, true, false>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
-    return cudaLaunchKernelEx(&cfg, k_attn2<G, EPL, W, false, false>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
+    return f.y ? a2_run<G, EPL, W, true, false>(&cfg, a, q, o, oh, split, f)
+               : a2_run<G, EPL, W, false, false>(&cfg, a, q, o, oh, split, f);
 }
 
 /* 16-warp blocks only where the kernel fits 128 registers a thread and 32 KB of warp partials (G * EPL <= 8) */

@@ -56,10 +56,10 @@ static __device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
 
 /* Quantizes item t (8 values: row t / (k/8), values 8*(t % (k/8)) ...) of x into xq / xl / xd (global or shared
  * memory, same layout): q8_load reads the values (split off so that a thread can have several items' loads in
- * flight at once), q8_quant quantizes and stores them. ok = 0: the thread only takes part in the shuffles (the 4 threads of a block of 32 values are
- * consecutive lanes, all in or all out). hl: also the residual plane xl (q_lo = rint((x*inv - q) * 254), so that
- * x = d * (q + q_lo/254) within amax/64516); the products are rounded explicitly (no FMA contraction) so that a CPU
- * reference can reproduce q and q_lo. */
+ * flight at once), q8_quant quantizes and stores them. ok = 0: the thread only takes part in the shuffles (the 4
+ * threads of a block of 32 values are consecutive lanes, all in or all out). hl: also the residual plane xl
+ * (q_lo = rint((x*inv - q) * 254), so that x = d * (q + q_lo/254) within amax/64516); the products are rounded
+ * explicitly (no FMA contraction) so that a CPU reference can reproduce q and q_lo. */
 static __device__ __forceinline__ void q8_load(const float *__restrict__ x, int ldx, int k, long long t, bool ok,
                                                float (&v)[8]) {
     const int k8 = k / 8;
