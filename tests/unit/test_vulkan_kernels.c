@@ -94,6 +94,7 @@ static void check_matmul(uint32_t type, int n, int k, int m, int path, int geglu
 static void test_matmul_all_types(void **state) {
     (void)state;
     if (!have_device()) skip();
+    setenv("G3_VULKAN_MVQ", "0", 1); /* float-activation kernels: the int8 products in test_vulkan_mvq */
     static const uint32_t types[] = {G3_DTYPE_F32, G3_DTYPE_F16, G3_DTYPE_BF16, G3_DTYPE_Q8_0,
                                      G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
@@ -108,6 +109,7 @@ static void test_matmul_all_types(void **state) {
         check_matmul(types[t], 70, k, 70, 2, 0); /* partial 64x64 tiles in both directions */
         check_matmul(types[t], 45, k, 9, 2, 1);
     }
+    unsetenv("G3_VULKAN_MVQ");
 }
 
 /* $G3_VULKAN_MV2=0: the 1..8-row products on matvec1 (one row) and matvec1n (2..8 rows), the kernels before matvec2. */
@@ -133,12 +135,14 @@ static void test_matvec1_kernels(void **state) {
 static void test_matmul_without_subgroups(void **state) {
     (void)state;
     if (!have_device()) skip();
+    setenv("G3_VULKAN_MVQ", "0", 1); /* float-activation kernels: the int8 products in test_vulkan_mvq */
     setenv("G3_VULKAN_NO_SUBGROUPS", "1", 1);
     check_matmul(G3_DTYPE_Q8_0, 37, 160, 3, 1, 0);
     check_matmul(G3_DTYPE_Q4_K, 70, 512, 5, 1, 1);
     check_matmul(G3_DTYPE_BF16, 70, 160, 70, 2, 0);
     unsetenv("G3_VULKAN_NO_SUBGROUPS");
     check_matmul(G3_DTYPE_Q4_0, 37, 1024, 1, 1, 1);
+    unsetenv("G3_VULKAN_MVQ");
 }
 
 /* $G3_VULKAN_MATVEC1=0: one-row products through matvec.comp (the kernel before matvec1). */
@@ -205,9 +209,11 @@ static void matvec2_checks(int one_row) {
 static void test_matvec2(void **state) {
     (void)state;
     if (!have_device()) skip();
+    setenv("G3_VULKAN_MVQ", "0", 1); /* float-activation kernels: the int8 products in test_vulkan_mvq */
     setenv("G3_VULKAN_MV2", "1", 1);
     matvec2_checks(0);
     unsetenv("G3_VULKAN_MV2");
+    unsetenv("G3_VULKAN_MVQ");
 }
 
 /* The one-row matvec2 variants of a tuning sweep ($G3_VULKAN_MV2_WG / _NC / _COLS through matvec2s*, the same
@@ -216,6 +222,7 @@ static void test_matvec2(void **state) {
 static void test_matvec2_variants(void **state) {
     (void)state;
     if (!have_device()) skip();
+    setenv("G3_VULKAN_MVQ", "0", 1); /* float-activation kernels: the int8 products in test_vulkan_mvq */
     static const char *const variants[][4] = {
         /* WG, NC, COLS, SPEC */
         {"64", "8", "2", "1"},  {NULL, "4", NULL, NULL},  {NULL, "16", NULL, NULL}, {"32", NULL, NULL, NULL},
@@ -233,6 +240,7 @@ static void test_matvec2_variants(void **state) {
         matvec2_checks(1);
         for (int i = 0; i < 4; i++) unsetenv(names[i]);
     }
+    unsetenv("G3_VULKAN_MVQ");
 }
 
 /* Every backend, test context and device listing of this process shares one Vulkan instance: the NVIDIA driver fails

@@ -219,11 +219,14 @@ static g3_status vk_create(const g3_model *m, const g3_backend_cfg *cfg, g3_back
     for (int l = 0; l < c->n_layers; l++) any_unfused |= !b->layers[l].fused_geglu;
     size_t H = (size_t)c->hidden, F = (size_t)c->ffn, D = (size_t)c->head_dim, Q = (size_t)c->n_heads * D,
            KV = (size_t)c->n_kv_heads * D;
+    size_t kmax = H > F ? H : F;
+    kmax = kmax > Q ? kmax : Q;
+    size_t q8_floats = (size_t)g3vk_q8_row_bytes(kmax) / 4; /* one row: matvecq serves the one-row bucket only */
     size_t sizes[] = {R * H, R * H, R * H, R * (Q + 2 * KV), R * Q, R * F, any_unfused ? R * F : 1, (size_t)b->lch * H,
                       (size_t)G3VK_MV_ROWS * (size_t)c->n_heads * (size_t)b->n_chunks * (D + 2),
-                      (size_t)b->lch * G3VK_ARGMAX_MAX_GROUPS * 2};
+                      (size_t)b->lch * G3VK_ARGMAX_MAX_GROUPS * 2, q8_floats};
     uint64_t *addrs[] = {&b->a_h,    &b->a_x,  &b->a_t,  &b->a_qkv,  &b->a_att,
-                         &b->a_gate, &b->a_up, &b->a_xo, &b->a_part, &b->a_amx};
+                         &b->a_gate, &b->a_up, &b->a_xo, &b->a_part, &b->a_amx, &b->a_q8};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] * 4 + 255) & ~(size_t)255;
     if ((rc = g3vk_buf_create(&b->vk, total, G3VK_MEM_DEVICE, "activations", &b->act, err))) goto fail;

@@ -49,6 +49,7 @@ struct g3_backend {
     uint64_t a_xo;             /* [lch][H] final-normed rows whose logits are wanted */
     uint64_t a_part;           /* [G3VK_MV_ROWS][NH][n_chunks][D + 2] split-attention partials */
     uint64_t a_amx;            /* [lch][G3VK_ARGMAX_MAX_GROUPS] argmax (value, id) pairs of the vocab slabs */
+    uint64_t a_q8;             /* one q8act row (g3vk_q8_row_bytes of the widest K): the matvecq products' input */
     g3vk_buf params;           /* int32 parameter block, host-visible */
     g3vk_buf logits;           /* [lch][vocab] float32, host-visible */
     g3vk_buf logits_dev;       /* [lch][vocab] float32, device-local: the greedy path's logits */

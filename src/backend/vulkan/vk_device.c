@@ -92,6 +92,31 @@ static void mv2_variant(g3vk *vk) {
                 vk->mv2_wg, vk->mv2_nc, vk->mv2_cols);
 }
 
+/* The one-row int8 product (matvecq.comp): on where the device has int8 dot products, unless $G3_VULKAN_MVQ=0 (or,
+ * with $G3_VULKAN_MVQ unset, $G3_VULKAN_MV2=0: back to the float kernels); $G3_VULKAN_MVQ=1 turns it on even with
+ * $G3_VULKAN_MV2=0. $G3_VULKAN_MVQ_WG (32|64|128|256 threads), _NC (2|4|8|16 weight rows per workgroup, GeGLU: half
+ * gate, half up), _COLS (1|2|4 chunk columns per iteration): its specialization constants (tuning sweeps; unknown
+ * values and variants past the device's limits: the defaults 64 / 4 / 2, the numbers of matvec2's default). */
+static void mvq_setup(g3vk *vk, int idot) {
+    const char *e = getenv("G3_VULKAN_MVQ");
+    int want = e && *e ? *e != '0' : vk->mv2;
+    vk->mvq = want && idot;
+    if (e && *e == '1' && !idot)
+        fprintf(stderr, "gemma3: vulkan: G3_VULKAN_MVQ=1 but the device has no int8 dot products: matvec2 instead\n");
+    static const uint32_t wgs[] = {32, 64, 128, 256}, ncs[] = {2, 4, 8, 16}, cols[] = {1, 2, 4};
+    vk->mvq_wg = env_choice("G3_VULKAN_MVQ_WG", wgs, 4, 64);
+    vk->mvq_nc = env_choice("G3_VULKAN_MVQ_NC", ncs, 4, 4);
+    vk->mvq_cols = env_choice("G3_VULKAN_MVQ_COLS", cols, 3, 2);
+    const VkPhysicalDeviceLimits *lim = &vk->props.limits;
+    uint64_t smem = 4ull * vk->mvq_wg * (vk->mvq_nc + 1) + 64; /* part_sh, red_sh, tail_last */
+    if (vk->mvq_wg > lim->maxComputeWorkGroupInvocations || vk->mvq_wg > lim->maxComputeWorkGroupSize[0] ||
+        smem > lim->maxComputeSharedMemorySize)
+        vk->mvq_wg = 64, vk->mvq_nc = 4, vk->mvq_cols = 2;
+    if (vk->mvq && (getenv("G3_VULKAN_MVQ_WG") || getenv("G3_VULKAN_MVQ_NC") || getenv("G3_VULKAN_MVQ_COLS")))
+        fprintf(stderr, "gemma3: vulkan: one-row matvecq variant: %u threads, %u channels, %u chunk columns\n",
+                vk->mvq_wg, vk->mvq_nc, vk->mvq_cols);
+}
+
 g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
     memset(vk, 0, sizeof *vk);
     G3_TRY(g3vk_open_instance(vk, err));
@@ -130,6 +155,7 @@ g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
     vk->vkGetPhysicalDeviceProperties(vk->pdev, &vk->props);
     vk->vkGetPhysicalDeviceMemoryProperties(vk->pdev, &vk->memp);
     mv2_variant(vk);
+    mvq_setup(vk, info.int8_dot);
     /* compute queue: prefer a family without graphics (dedicated compute) */
     uint32_t nq = 0;
     VkQueueFamilyProperties qf[32];
@@ -156,13 +182,24 @@ g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
     const char *cm = getenv("G3_VULKAN_COOPMAT");
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, .cooperativeMatrix = VK_TRUE};
-    const char *cm_ext = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+    const char *exts[2];
+    uint32_t n_ext = 0;
     if (cm && *cm == '1' && coopmat_nv_usable(vk)) {
         vk->coopmat = 1;
         f12.shaderFloat16 = VK_TRUE;
-        f12.pNext = &cmf;
-        dci.enabledExtensionCount = 1, dci.ppEnabledExtensionNames = &cm_ext;
+        cmf.pNext = f12.pNext, f12.pNext = &cmf;
+        exts[n_ext++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
     }
+    /* int8 dot products for matvecq.comp (SPV_KHR_integer_dot_product): enabled only when it will run */
+    VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR idf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR,
+        .shaderIntegerDotProduct = VK_TRUE};
+    if (vk->mvq) {
+        vk->idot = 1;
+        idf.pNext = f12.pNext, f12.pNext = &idf;
+        exts[n_ext++] = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+    }
+    dci.enabledExtensionCount = n_ext, dci.ppEnabledExtensionNames = n_ext ? exts : NULL;
     VkResult r = vk->vkCreateDevice(vk->pdev, &dci, NULL, &vk->dev);
     if (r != VK_SUCCESS)
         return g3_fail(err, G3_ERR_DEVICE, "vulkan: cannot create a device on %s (VkResult %d)", info.name, (int)r);
@@ -228,12 +265,14 @@ const char *g3vk_type_suffix(uint32_t type) {
 static const char *kernel_names[G3VK_K_COUNT] = {
     "matvec",  "matvec_geglu", "matmul",   "matmul_geglu", "embed",  "matvec1", "matvec1_geglu", "matmul_cm",
     "matmul_cm_geglu", "matvec1n", "matvec1n_geglu", "matvec2", "matvec2_geglu", "matvec2n", "matvec2n_geglu",
-    "qk_rope", "attn", "attn_combine", "add_norm", "gather", "geglu",
-    "argmax", "test_sincos", "qk_rope_kv16", "attn_kv16"};
+    "matvecq", "matvecq_geglu", "qk_rope", "attn", "attn_combine", "add_norm", "gather", "geglu",
+    "argmax", "test_sincos", "qk_rope_kv16", "attn_kv16", "q8act"};
 
 int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu) {
     if (rows > 8 && vk->coopmat) return geglu ? G3VK_K_MATMUL_CM_GEGLU : G3VK_K_MATMUL_CM;
     if (rows > 8) return geglu ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL;
+    if (rows == 1 && vk->mvq && k % 32 == 0 && (type == G3_DTYPE_Q8_0 || type == G3_DTYPE_Q4_0))
+        return geglu ? G3VK_K_MATVECQ_GEGLU : G3VK_K_MATVECQ;
     int chunked = k % 32 == 0 &&
                   (type == G3_DTYPE_F16 || type == G3_DTYPE_BF16 || type == G3_DTYPE_Q8_0 || type == G3_DTYPE_Q4_0);
     if (chunked && vk->mv2) return rows == 1 ? (geglu ? G3VK_K_MATVEC2_GEGLU : G3VK_K_MATVEC2)
@@ -247,6 +286,8 @@ int g3vk_matvec_outputs(const g3vk *vk, int kind) {
     switch (kind) {
     case G3VK_K_MATVEC2: return vk->mv2_spec ? (int)vk->mv2_nc : 8;
     case G3VK_K_MATVEC2_GEGLU: return vk->mv2_spec ? (int)vk->mv2_nc / 2 : 4;
+    case G3VK_K_MATVECQ: return (int)vk->mvq_nc;
+    case G3VK_K_MATVECQ_GEGLU: return (int)vk->mvq_nc / 2;
     case G3VK_K_MATVEC2N: return 4;
     case G3VK_K_MATVEC2N_GEGLU: return 2;
     case G3VK_K_MATVEC_GEGLU: case G3VK_K_MATVEC1_GEGLU: case G3VK_K_MATVEC1N_GEGLU: return 1;
@@ -281,7 +322,9 @@ g3_status g3vk_pipeline(g3vk *vk, int kind, uint32_t type, VkPipeline *out, g3_e
                                     .pCode = sp->code};
     VkShaderModule mod;
     G3_TRY(g3vk_check(vk->vkCreateShaderModule(vk->dev, &smi, NULL, &mod), "vkCreateShaderModule", err));
-    uint32_t sv[3] = {vk->mv2_wg, vk->mv2_nc, vk->mv2_cols}; /* constant_id 0, 1, 2 of matvec2.comp (MV2_SPEC) */
+    /* constant_id 0, 1, 2 of matvec2.comp (MV2_SPEC) and of matvecq.comp */
+    uint32_t sv[3] = {vk->mv2_wg, vk->mv2_nc, vk->mv2_cols};
+    if (g3vk_kind_q8(kind)) spec = 1, sv[0] = vk->mvq_wg, sv[1] = vk->mvq_nc, sv[2] = vk->mvq_cols;
     VkSpecializationMapEntry se[3] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}};
     VkSpecializationInfo si = {.mapEntryCount = 3, .pMapEntries = se, .dataSize = sizeof sv, .pData = sv};
     VkComputePipelineCreateInfo ci = {

@@ -190,6 +190,27 @@ void g3vk_describe(g3vk *vk, VkPhysicalDevice pd, int index, g3_vulkan_device *d
     d->subgroup_arithmetic = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                              (sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
                              (sg.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
+    /* int8 dot products (optional: the matvecq decode products) */
+    uint32_t ne = 0;
+    if (vk->vkEnumerateDeviceExtensionProperties) vk->vkEnumerateDeviceExtensionProperties(pd, NULL, &ne, NULL);
+    VkExtensionProperties *ep = calloc(ne ? ne : 1, sizeof *ep);
+    int has_idot = 0;
+    if (ep && ne && vk->vkEnumerateDeviceExtensionProperties(pd, NULL, &ne, ep) == VK_SUCCESS)
+        for (uint32_t i = 0; i < ne; i++)
+            has_idot |= !strcmp(ep[i].extensionName, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+    free(ep);
+    if (has_idot && p->apiVersion >= VK_API_VERSION_1_2) {
+        VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR idf = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR};
+        VkPhysicalDeviceFeatures2 fi = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &idf};
+        vk->vkGetPhysicalDeviceFeatures2(pd, &fi);
+        VkPhysicalDeviceShaderIntegerDotProductPropertiesKHR idp = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES_KHR};
+        VkPhysicalDeviceProperties2 pi = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &idp};
+        vk->vkGetPhysicalDeviceProperties2(pd, &pi);
+        d->int8_dot = !!idf.shaderIntegerDotProduct;
+        d->int8_dot_fast = d->int8_dot && idp.integerDotProduct4x8BitPackedSignedAccelerated;
+    }
     /* requirements */
     char *miss = d->missing;
     size_t cap = sizeof d->missing;
@@ -236,6 +257,19 @@ g3_status g3_vulkan_list_devices(g3_vulkan_device *out, int max, int *n, g3_erro
     return G3_OK;
 }
 
+/* What the device line says about int8 dot products and the one-row Q8_0/Q4_0 decode products (matvecq), with the
+ * same switches as g3vk_init ($G3_VULKAN_MVQ, $G3_VULKAN_MV2). */
+static const char *idot_note(const g3_vulkan_device *d) {
+    if (!d->int8_dot) return ", no int8 dot products (decode products: matvec2)";
+    const char *e = getenv("G3_VULKAN_MVQ"), *m2 = getenv("G3_VULKAN_MV2");
+    int on = e && *e ? *e != '0' : !(m2 && *m2 == '0');
+    if (d->int8_dot_fast)
+        return on ? ", int8 dot products (accelerated; Q8_0/Q4_0 decode products: matvecq)"
+                  : ", int8 dot products (accelerated; matvecq off: G3_VULKAN_MVQ / G3_VULKAN_MV2)";
+    return on ? ", int8 dot products (not accelerated; Q8_0/Q4_0 decode products: matvecq)"
+              : ", int8 dot products (not accelerated; matvecq off: G3_VULKAN_MVQ / G3_VULKAN_MV2)";
+}
+
 int g3_vulkan_print_devices(FILE *f) {
     g3_vulkan_device d[G3VK_MAX_PDEV];
     int n = 0;
@@ -246,10 +280,10 @@ int g3_vulkan_print_devices(FILE *f) {
     }
     if (n == 0) fprintf(f, "vulkan: the loader found no Vulkan device\n");
     for (int i = 0; i < n && i < G3VK_MAX_PDEV; i++) {
-        fprintf(f, "vulkan device %d: %s (%s), Vulkan %u.%u.%u, %.1f GiB device-local, subgroup %u%s%s%s%s\n", i,
+        fprintf(f, "vulkan device %d: %s (%s), Vulkan %u.%u.%u, %.1f GiB device-local, subgroup %u%s%s%s%s%s\n", i,
                 d[i].name, d[i].type, VK_API_VERSION_MAJOR(d[i].api_version), VK_API_VERSION_MINOR(d[i].api_version),
                 VK_API_VERSION_PATCH(d[i].api_version), (double)d[i].device_local_bytes / (1024.0 * 1024 * 1024),
-                d[i].subgroup_size, d[i].subgroup_arithmetic ? " (reductions)" : "",
+                d[i].subgroup_size, d[i].subgroup_arithmetic ? " (reductions)" : "", idot_note(&d[i]),
                 d[i].driver[0] ? ", driver " : "", d[i].driver,
                 d[i].usable ? (i == 0 ? " [default]" : "") : "");
         if (!d[i].usable) fprintf(f, "    not usable by gemma3: lacks %s\n", d[i].missing);

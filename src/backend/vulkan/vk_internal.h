@@ -41,9 +41,10 @@
 /* Pipelines: kernels templated on the weight type, then the type-independent ones. */
 enum { G3VK_K_MATVEC, G3VK_K_MATVEC_GEGLU, G3VK_K_MATMUL, G3VK_K_MATMUL_GEGLU, G3VK_K_EMBED, G3VK_K_MATVEC1,
        G3VK_K_MATVEC1_GEGLU, G3VK_K_MATMUL_CM, G3VK_K_MATMUL_CM_GEGLU, G3VK_K_MATVEC1N, G3VK_K_MATVEC1N_GEGLU,
-       G3VK_K_MATVEC2, G3VK_K_MATVEC2_GEGLU, G3VK_K_MATVEC2N, G3VK_K_MATVEC2N_GEGLU, G3VK_K_TYPED };
+       G3VK_K_MATVEC2, G3VK_K_MATVEC2_GEGLU, G3VK_K_MATVEC2N, G3VK_K_MATVEC2N_GEGLU, G3VK_K_MATVECQ,
+       G3VK_K_MATVECQ_GEGLU, G3VK_K_TYPED };
 enum { G3VK_K_QK_ROPE = G3VK_K_TYPED, G3VK_K_ATTN, G3VK_K_ATTN_COMBINE, G3VK_K_ADD_NORM, G3VK_K_GATHER, G3VK_K_GEGLU,
-       G3VK_K_ARGMAX, G3VK_K_TEST_SINCOS, G3VK_K_QK_ROPE_KV16, G3VK_K_ATTN_KV16, G3VK_K_COUNT };
+       G3VK_K_ARGMAX, G3VK_K_TEST_SINCOS, G3VK_K_QK_ROPE_KV16, G3VK_K_ATTN_KV16, G3VK_K_Q8ACT, G3VK_K_COUNT };
 #define G3VK_NTYPES 7 /* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K */
 #define G3VK_NPIPES (G3VK_K_TYPED * G3VK_NTYPES + (G3VK_K_COUNT - G3VK_K_TYPED))
 
@@ -86,6 +87,10 @@ typedef struct g3vk {
     int mv2;                /* 1..8-row buckets use matvec2.comp where it serves the type (default; $G3_VULKAN_MV2=0: matvec1 / matvec1n) */
     int mv2_spec;           /* one-row matvec2 through matvec2s* with the three below as specialization constants */
     uint32_t mv2_wg, mv2_nc, mv2_cols; /* $G3_VULKAN_MV2_WG / _NC / _COLS: threads, channels, chunk columns (64 8 2) */
+    int idot;               /* VK_KHR_shader_integer_dot_product enabled (shaderIntegerDotProduct): matvecq.comp can run */
+    int mvq;                /* one-row Q8_0/Q4_0 products through q8act.comp + matvecq.comp (default where idot, unless
+                               $G3_VULKAN_MV2=0; $G3_VULKAN_MVQ=0: off, =1: on wherever idot) */
+    uint32_t mvq_wg, mvq_nc, mvq_cols; /* $G3_VULKAN_MVQ_WG / _NC / _COLS: matvecq's threads, channels, chunk columns */
     int fuse;               /* decode Wo/down products end with the post-norm tail ($G3_VULKAN_FUSE=0: add_norm.comp) */
     int coopmat;            /* VK_NV_cooperative_matrix enabled: prefill through matmul_cm.comp ($G3_VULKAN_COOPMAT=1) */
     VkCommandPool pool;
@@ -141,6 +146,10 @@ g3_status g3vk_pipeline(g3vk *vk, int kind, uint32_t type, VkPipeline *out, g3_e
  * else matvec up to G3VK_MV_ROWS rows (8), the tiled matmul beyond (on cooperative matrices where enabled; same
  * grid). Channels per matvec workgroup: g3vk_matvec_outputs(). */
 int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu);
+/* Whether kind multiplies int8-quantized activations (matvecq): its x is a q8act row (g3vk_q8_row_bytes(k) bytes)
+ * that a q8act dispatch writes first (il = 1 for Q4_0 weights: the nibble order of shaders/q8act.comp). */
+static inline int g3vk_kind_q8(int kind) { return kind == G3VK_K_MATVECQ || kind == G3VK_K_MATVECQ_GEGLU; }
+static inline uint64_t g3vk_q8_row_bytes(uint64_t k) { return (k * 9 / 4 + 15) & ~(uint64_t)15; }
 /* Output channels one workgroup of a matvec kind computes (grid = ceil(N / this)): matvec/matvec1/matvec1n 2
  * (GeGLU 1); matvec2 8 (GeGLU 4), or vk->mv2_nc (halved for GeGLU) with a $G3_VULKAN_MV2_* variant; matvec2n 4
  * (GeGLU 2), the NC of shaders/matvec2.comp (halved for GeGLU). */
@@ -183,6 +192,12 @@ typedef struct pc_matmul {
     float cap;
     uint64_t h, xo, cnt; /* mode 2 (shaders/tail_norm.glsl): residual, normed output, zeroed counter */
 } pc_matmul;
+
+/* shaders/q8act.comp: rows of x [rows][ldx] (k values) into q8act rows at xq; il: Q4_0 nibble order */
+typedef struct pc_q8act {
+    uint64_t x, xq, params;
+    uint32_t K, ldx, nrows_idx, il;
+} pc_q8act;
 
 typedef struct pc_embed {
     uint64_t e, eaux, h, x, w, params;

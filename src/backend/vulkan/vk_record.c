@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "backend/vulkan/vk_backend.h"
+#include "model/dtype.h"
 
 typedef struct rec {
     g3_backend *b;
@@ -28,6 +29,7 @@ typedef struct rec {
     int dispatches; /* recorded so far */
     g3vk_prof *prof; /* profiled recording (timestamps around dispatches), else NULL */
     const char *what; /* label of the dispatches that follow, for the profile */
+    int unfenced;     /* dispatches recorded since the last barrier */
 } rec;
 
 static void bind(rec *r, int kind, uint32_t type) {
@@ -45,6 +47,7 @@ static void push_dispatch(rec *r, const void *pc, size_t size, uint32_t gx, uint
     vk->vkCmdDispatch(r->cb, gx, gy, gz);
     if (r->prof) g3vk_prof_after(vk, r->prof, r->cb);
     r->dispatches++;
+    r->unfenced++;
 }
 
 /* Between dispatches of one command buffer: shader writes before shader reads and writes, compute stage only (the
@@ -55,6 +58,7 @@ static void barrier(rec *r) {
                           .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
     r->b->vk.vkCmdPipelineBarrier(r->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0,
                                   1, &mb, 0, NULL, 0, NULL);
+    r->unfenced = 0;
 }
 
 static uint32_t cdiv(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
@@ -76,13 +80,44 @@ static int tail_fused(const g3_backend *b, int rows) {
     return b->vk.fuse && rows <= G3VK_MV_ROWS && b->m->cfg.hidden % 4 == 0;
 }
 
-/* y[row][ldy] = x W^T (+ GeGLU with W2, or followed by the norm tail tl): matvec for small buckets, tiled matmul
- * otherwise. */
+/* Profile label of the activation quantization before a product labelled `what`. */
+static const char *q8_label(const char *what) {
+    static const char *const known[][2] = {{"qkv", "qkv.q8"}, {"q", "q.q8"}, {"k", "k.q8"}, {"v", "v.q8"},
+                                           {"wo", "wo.q8"}, {"wo+norm", "wo.q8"}, {"gate_up", "gate_up.q8"},
+                                           {"gate", "gate.q8"}, {"up", "up.q8"}, {"down", "down.q8"},
+                                           {"down+norm", "down.q8"}, {"logits", "logits.q8"}};
+    for (size_t i = 0; what && i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(what, known[i][0])) return known[i][1];
+    return "q8";
+}
+
+/* The int8 products (matvecq): x [ldx] (one row) quantized into b->a_q8 by q8act.comp (a dispatch and a barrier of
+ * its own; a barrier before it too when dispatches since the last one may still read a_q8: the separate q, k, v
+ * or gate, up products). */
+static void q8act(rec *r, uint32_t type, uint32_t K, uint64_t x, uint32_t ldx, int nrows_idx) {
+    g3_backend *b = r->b;
+    if (r->unfenced) barrier(r);
+    const char *what = r->what;
+    r->what = q8_label(what);
+    bind(r, G3VK_K_Q8ACT, 0);
+    pc_q8act pq = {.x = x, .xq = b->a_q8, .params = b->params.addr, .K = K, .ldx = ldx,
+                   .nrows_idx = (uint32_t)nrows_idx, .il = type == G3_DTYPE_Q4_0};
+    push_dispatch(r, &pq, sizeof pq, cdiv(K / 8, 64), 1, 1);
+    barrier(r);
+    r->what = what;
+}
+
+/* y[row][ldy] = x W^T (+ GeGLU with W2, or followed by the norm tail tl): matvec for small buckets (for one row of
+ * Q8_0/Q4_0 weights where the device has int8 dot products: q8act + matvecq), tiled matmul otherwise. */
 static void matmul_t(rec *r, int rows, const g3vk_weight *w, const g3vk_weight *w2, uint64_t x, uint32_t ldx,
                      uint64_t y, uint32_t ldy, int nrows_idx, int softcap, const tail *tl) {
     g3_backend *b = r->b;
     int small = rows <= G3VK_MV_ROWS;
     int kind = g3vk_matmul_kind(&b->vk, rows, w->type, w->k, w2 != NULL);
+    if (g3vk_kind_q8(kind)) {
+        q8act(r, w->type, (uint32_t)w->k, x, ldx, nrows_idx);
+        x = b->a_q8;
+    }
     bind(r, kind, w->type);
     pc_matmul pc = {.w = w->addr, .waux = w->aux, .w2 = w2 ? w2->addr : 0, .w2aux = w2 ? w2->aux : 0, .x = x,
                     .y = y, .params = b->params.addr, .N = (uint32_t)w->n, .K = (uint32_t)w->k, .ldx = ldx,

@@ -30,21 +30,35 @@ static g3_status put(test_ctx *t, int slot, const void *data, size_t bytes, g3_e
     return rc ? rc : rc2;
 }
 
-static g3_status run_one(test_ctx *t, int kind, uint32_t type, const void *pc, size_t pc_size, uint32_t gx,
-                         uint32_t gy, g3_error *err) {
+/* One dispatch into the one-shot command buffer, after a compute barrier. */
+static g3_status record(test_ctx *t, int kind, uint32_t type, const void *pc, size_t pc_size, uint32_t gx, uint32_t gy,
+                        g3_error *err) {
     g3vk *vk = &t->vk;
     VkPipeline p;
     G3_TRY(g3vk_pipeline(vk, kind, type, &p, err));
-    G3_TRY(g3vk_once_begin(vk, err));
     g3vk_barrier(vk, vk->once);
     vk->vkCmdBindPipeline(vk->once, VK_PIPELINE_BIND_POINT_COMPUTE, p);
     vk->vkCmdPushConstants(vk->once, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)pc_size, pc);
     vk->vkCmdDispatch(vk->once, gx, gy, 1);
+    return G3_OK;
+}
+
+/* Submits the one-shot command buffer (begun by the caller, dispatches recorded) with shader writes made visible to
+ * the host; ends the recording even after an error. */
+static g3_status submit(test_ctx *t, g3_status rc, g3_error *err) {
+    g3vk *vk = &t->vk;
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                           .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
     vk->vkCmdPipelineBarrier(vk->once, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0,
                              NULL, 0, NULL);
-    return g3vk_once_submit(vk, err);
+    g3_status rc2 = g3vk_once_submit(vk, rc ? NULL : err);
+    return rc ? rc : rc2;
+}
+
+static g3_status run_one(test_ctx *t, int kind, uint32_t type, const void *pc, size_t pc_size, uint32_t gx,
+                         uint32_t gy, g3_error *err) {
+    G3_TRY(g3vk_once_begin(&t->vk, err));
+    return submit(t, record(t, kind, type, pc, pc_size, gx, gy, err), err);
 }
 
 static g3_status read_back(test_ctx *t, g3vk_buf *b, void *dst, size_t bytes, g3_error *err) {
@@ -85,14 +99,25 @@ g3_status g3_vulkan_test_matmul(uint32_t type, const void *w, const void *w2, in
                         .x = t->bufs[0].addr, .y = t->bufs[2].addr, .params = t->bufs[1].addr, .N = (uint32_t)n,
                         .K = (uint32_t)k, .ldx = (uint32_t)k, .ldy = (uint32_t)n, .nrows_idx = 0};
         int kind = small ? g3vk_matmul_kind(&t->vk, m, type, k, w2 != NULL) : (w2 ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL);
-        uint32_t gx, gy;
+        int q8 = g3vk_kind_q8(kind); /* the activation row quantized into bufs[3] first (q8act.comp) */
+        pc_q8act pq = {.x = pc.x, .params = pc.params, .K = (uint32_t)k, .ldx = (uint32_t)k, .nrows_idx = 0,
+                       .il = type == G3_DTYPE_Q4_0};
+        if (q8 && !(rc = g3vk_buf_create(&t->vk, g3vk_q8_row_bytes((uint64_t)k), G3VK_MEM_DEVICE, "test q8 row",
+                                         &t->bufs[3], err)))
+            pq.xq = pc.x = t->bufs[3].addr;
+        uint32_t gx = 1, gy = 1;
         if (small) {
             uint32_t groups = (uint32_t)(n + g3vk_matvec_outputs(&t->vk, kind) - 1) / (uint32_t)g3vk_matvec_outputs(&t->vk, kind);
             gx = groups < 32768 ? groups : 32768, gy = (groups + gx - 1) / gx;
         } else {
             gx = (uint32_t)(n + (w2 ? 31 : 63)) / (w2 ? 32 : 64), gy = (uint32_t)(m + 63) / 64;
         }
-        rc = run_one(t, kind, type, &pc, sizeof pc, gx, gy, err);
+        if (!rc) rc = g3vk_once_begin(&t->vk, err);
+        if (!rc) {
+            g3_status r1 = q8 ? record(t, G3VK_K_Q8ACT, 0, &pq, sizeof pq, ((uint32_t)k / 8 + 63) / 64, 1, err) : G3_OK;
+            if (!r1) r1 = record(t, kind, type, &pc, sizeof pc, gx, gy, err);
+            rc = submit(t, r1, err);
+        }
     }
     if (!rc) rc = read_back(t, &t->bufs[2], y, sizeof(float) * (size_t)m * (size_t)n, err);
     ctx_free(t);
@@ -119,6 +144,33 @@ g3_status g3_vulkan_test_sincos(const float *angle, int n, float *s, float *c, g
     if (!rc) rc = read_back(t, &t->bufs[2], c, bytes, err);
     ctx_free(t);
     return rc;
+}
+
+g3_status g3_vulkan_test_q8act(const float *x, int k, int il, void *out, g3_error *err) {
+    if (k <= 0 || k % 32) return g3_fail(err, G3_ERR_ARG, "test_q8act: k = %d is not a positive multiple of 32", k);
+    test_ctx *t = calloc(1, sizeof *t);
+    if (!t) return g3_fail(err, G3_ERR_NOMEM, "out of memory");
+    g3_status rc = g3vk_init(&t->vk, 0, err);
+    int32_t params[16] = {1};
+    size_t bytes = (size_t)g3vk_q8_row_bytes((uint64_t)k);
+    if (!rc) rc = put(t, 0, x, sizeof(float) * (size_t)k, err);
+    if (!rc) rc = put(t, 1, params, sizeof params, err);
+    if (!rc) rc = g3vk_buf_create(&t->vk, bytes, G3VK_MEM_READBACK, "test output", &t->bufs[2], err);
+    if (!rc) {
+        pc_q8act pq = {.x = t->bufs[0].addr, .xq = t->bufs[2].addr, .params = t->bufs[1].addr, .K = (uint32_t)k,
+                       .ldx = (uint32_t)k, .nrows_idx = 0, .il = il ? 1u : 0u};
+        rc = run_one(t, G3VK_K_Q8ACT, 0, &pq, sizeof pq, ((uint32_t)k / 8 + 63) / 64, 1, err);
+    }
+    if (!rc) rc = read_back(t, &t->bufs[2], out, bytes, err);
+    ctx_free(t);
+    return rc;
+}
+
+int g3_vulkan_test_mvq(g3_error *err) {
+    g3vk vk;
+    int has = g3vk_init(&vk, 0, err) == G3_OK ? vk.mvq : -1;
+    g3vk_deinit(&vk);
+    return has;
 }
 
 int g3_vulkan_test_coopmat(g3_error *err) {

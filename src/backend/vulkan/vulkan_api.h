@@ -29,6 +29,9 @@ typedef struct g3_vulkan_device {
     uint64_t device_local_bytes; /* size of the largest device-local heap */
     uint32_t subgroup_size;
     int subgroup_arithmetic;  /* subgroup reductions in compute shaders */
+    int int8_dot;             /* VK_KHR_shader_integer_dot_product with shaderIntegerDotProduct: the int8 decode
+                                 products (matvecq) can run */
+    int int8_dot_fast;        /* the driver reports 4 x 8-bit packed signed dot products as accelerated */
     int usable;               /* has everything this backend needs */
     char missing[160];        /* what it lacks when !usable */
 } g3_vulkan_device;
@@ -80,6 +83,15 @@ int g3_vulkan_instances_created(void);
 /* Whether device 0 runs prefill on cooperative matrices (VK_NV_cooperative_matrix, enabled by $G3_VULKAN_COOPMAT=1):
  * 1 yes, 0 no, -1 the device could not be created (err says why). */
 int g3_vulkan_test_coopmat(g3_error *err);
+
+/* Whether device 0 runs one-row Q8_0/Q4_0 products on int8 dot products (matvecq; $G3_VULKAN_MVQ): 1 yes, 0 no,
+ * -1 the device could not be created (err says why). */
+int g3_vulkan_test_mvq(g3_error *err);
+
+/* The activation quantization of the int8 decode products (shaders/q8act.comp) on one row x[k] (k % 32 == 0), il = 1
+ * in Q4_0 order: out gets the q8act row as the shader writes it (q [k] int8, q_lo [k] int8, [k/32] float (d, block
+ * sum) pairs; g3vk_q8_row_bytes(k) bytes, at most 2.25 k + 15). */
+g3_status g3_vulkan_test_q8act(const float *x, int k, int il, void *out, g3_error *err);
 
 /* sin/cos of float32 angles as the rope shader computes them (for precision tests). */
 g3_status g3_vulkan_test_sincos(const float *angle, int n, float *s, float *c, g3_error *err);
