@@ -13,8 +13,9 @@
 //         (w & 0x0F0F0F0F) and its odd ones by a shift and a mask, matching q8act's (x0 x2 x4 x6)(x1 x3 x5 x7) order:
 //         8 dot products with q, 8 with q_lo, on the unsigned nibbles n; the offset 8 of x = d_w * (n - 8) comes
 //         from the block sum of the activations: sum (n - 8) xh = d_x (sum n q + sum n q_lo / 254) - 8 s.
-//   then per chunk: t = d_x * (iq + il / 254) (- 8 s), acc += d_w * t: two int-to-float conversions per chunk.
-// Q4_0: ~12 integer ops for the masks + 16 dot products + ~5 float ops per 32 weights (matvec2: ~1.1 integer + 2
+//   then per chunk: t = d_x / 254 * (254 iq + il) (- 8 s), acc += d_w * t: one int-to-float conversion per chunk
+//   (254 iq + il < 2^27 is rounded to float32 there: a relative 6e-8, like any float32 product).
+// Q4_0: ~12 integer ops for the masks + 16 dot products + ~4 other ops per 32 weights (matvec2: ~1.1 integer + 2
 // float ops per weight), and 2 bytes of activations per value (+ 8 bytes per block) instead of 4.
 // Accuracy: xh = d (q + q_lo / 254) is within amax / 64516 of x (the block's largest |x|), and the integer sums are
 // exact, so the result is W . xh up to float32 rounding (cf. src/backend/cuda/qgemv.cu, which makes the same argument).
@@ -128,6 +129,8 @@ void main() {
             ds[u] = xs.v[cc[u] >> 1];
         }
 #endif
+        float dd[U]; // d / 254: the chunk's two integer sums meet as 254 iq + il (< 2^27), one conversion
+        [[unroll]] for (uint u = 0; u < U; u++) dd[u] = ds[u].x * (1.0 / 254.0);
         [[unroll]] for (uint u = 0; u < U; u++) {
             if (ok[u]) { // false only in the last iteration, for threads past the end
                 [[unroll]] for (uint a = 0; a < NC; a++) {
@@ -140,13 +143,13 @@ void main() {
                         iq = dot4(ev, aq[u][g >> 1][j], iq), iq = dot4(od, aq[u][g >> 1][j + 1u], iq);
                         il = dot4(ev, al[u][g >> 1][j], il), il = dot4(od, al[u][g >> 1][j + 1u], il);
                     }
-                    float t = ds[u].x * fma(float(il), 1.0 / 254.0, float(iq)) - 8.0 * ds[u].y;
+                    float t = fma(dd[u], float(254 * iq + il), -8.0 * ds[u].y);
 #else
                     [[unroll]] for (uint g = 0; g < 4u; g++) {
                         iq = dot4(q[u][a][g], aq[u][g], iq);
                         il = dot4(q[u][a][g], al[u][g], il);
                     }
-                    float t = ds[u].x * fma(float(il), 1.0 / 254.0, float(iq));
+                    float t = dd[u] * float(254 * iq + il);
 #endif
                     acc[a] = fma(d[u][a], t, acc[a]);
                 }
