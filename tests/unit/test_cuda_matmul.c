@@ -323,6 +323,69 @@ static void test_qgemv(void **state) {
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, 1), 0);
 }
 
+/* The dp4a product with the decode add-norm in its prologue (g3c_qgemv_pn, the batch-1 decode of int8/int4 weights):
+ * xo = x + rms(yin) * w1 computed in float32 by every block (each stores its slice), then xn = rms(xo) * w2 quantized
+ * and multiplied as in run_qgemv. Checked against the same arithmetic on the host: xo within 1e-6 of max|xo| (only
+ * the order of the sums of squares differs), y within 5e-5 of max|y| of W_deq . xh (xh: the q8 emulation of the
+ * host's xn), and the zero buffer cleared. */
+static void run_qgemv_pn(uint32_t src_type, const char *quant, int n, int k, int m, int geglu) {
+    const size_t rb = src_type == G3_DTYPE_F32 ? sizeof(float) * (size_t)k : g3_row_bytes(src_type, k);
+    const size_t mk = (size_t)m * k, outw = geglu ? (size_t)n / 2 : (size_t)n;
+    uint8_t *raw = malloc(rb * n);
+    float *x = malloc(sizeof(float) * mk), *yin = malloc(sizeof(float) * mk), *w1 = malloc(sizeof(float) * k);
+    float *w2 = malloc(sizeof(float) * k), *xo = malloc(sizeof(float) * mk), *xr = malloc(sizeof(float) * mk);
+    float *xn = malloc(sizeof(float) * mk), *xh = malloc(sizeof(float) * mk);
+    float *y = malloc(sizeof(float) * (size_t)m * outw), *wd = malloc(sizeof(float) * (size_t)n * k);
+    const float eps = 1e-6f;
+    g3_error err = {0};
+    random_rows(src_type, n, k, 0.1f, raw, NULL);
+    for (size_t i = 0; i < mk; i++) x[i] = frand() * (i % 97 == 5 ? 20.f : 1.f), yin[i] = frand() * 3.f;
+    for (int i = 0; i < k; i++) w1[i] = 1.f + 0.5f * frand(), w2[i] = 1.f + 0.5f * frand();
+    int zero_ok = 0;
+    if (g3_cuda_test_qgemv_pn(src_type, raw, n, k, quant, geglu, x, yin, w1, w2, eps, m, y, xo, wd, &zero_ok, &err) !=
+        G3_OK)
+        fail_msg("%s: %s", quant, err.msg);
+    double xmax = 0, xerr = 0;
+    for (int i = 0; i < m; i++) { /* k_add_norm_dec's arithmetic, sums in double */
+        const float *xi = x + (size_t)i * k, *yi = yin + (size_t)i * k;
+        double ss = 0, s2 = 0;
+        for (int t = 0; t < k; t++) ss += (double)yi[t] * yi[t];
+        const float inv = 1.f / sqrtf((float)(ss / k) + eps);
+        for (int t = 0; t < k; t++) {
+            xr[(size_t)i * k + t] = xi[t] + yi[t] * inv * w1[t];
+            s2 += (double)xr[(size_t)i * k + t] * xr[(size_t)i * k + t];
+        }
+        const float inv2 = 1.f / sqrtf((float)(s2 / k) + eps);
+        for (int t = 0; t < k; t++) xn[(size_t)i * k + t] = xr[(size_t)i * k + t] * inv2 * w2[t];
+    }
+    for (size_t i = 0; i < mk; i++) {
+        xmax = fmax(xmax, fabs(xr[i]));
+        xerr = fmax(xerr, isnan(xo[i]) ? INFINITY : fabs(xo[i] - xr[i]));
+    }
+    q8_emulate(xn, m, k, 1, xh); /* the residual plane is on at 1-2 rows by default */
+    const double dq = check_mm(wd, n, k, xh, m, y, geglu);
+    printf("  qgemv_pn %-4s type %2u n=%-4d k=%-5d m=%d geglu=%d: xo err %.2e of max, y rel err vs W.xh %.2e, zero %d\n",
+           quant, src_type, n, k, m, geglu, xerr / xmax, dq, zero_ok);
+    if (!(xerr <= 1e-6 * xmax)) fail_msg("%s m=%d: residual out differs by %g (max %g)", quant, m, xerr, xmax);
+    if (!(dq <= 5e-5)) fail_msg("%s m=%d: product error vs the emulated q8 of the host's norm %g > 5e-5", quant, m, dq);
+    assert_true(zero_ok);
+    free(raw), free(x), free(yin), free(w1), free(w2), free(xo), free(xr), free(xn), free(xh), free(y), free(wd);
+}
+
+static void test_qgemv_pn(void **state) {
+    (void)state;
+    need_gpu();
+    unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV");
+    for (int m = 1; m <= 2; m++) {
+        run_qgemv_pn(G3_DTYPE_F32, "int4", 45, 5376, m, 0);   /* 27B qkv-like: k = hidden */
+        run_qgemv_pn(G3_DTYPE_F32, "int8", 45, 5376, m, 0);   /* per channel */
+        run_qgemv_pn(G3_DTYPE_F32, "int4", 9002, 1152, m, 1); /* gate/up: GeGLU, more row groups than warps */
+        run_qgemv_pn(G3_DTYPE_F32, "int8", 130, 2560, m, 1);  /* 4B hidden */
+        run_qgemv_pn(G3_DTYPE_Q4_0, "bf16", 45, 1152, m, 0);  /* int4 groups of 32 */
+        run_qgemv_pn(G3_DTYPE_Q8_0, "bf16", 130, 1152, m, 1); /* int8 groups of 32 */
+    }
+}
+
 /* bf16 weights on every CUDA-core GEMV variant ($G3_CUDA_GEMVPF): exact float32 arithmetic as the first GEMV (same
  * order within a chunk; the persistent one adds partial sums of a row atomically, in any order), so the same 2e-5
  * of max|y| as the exact paths (tol_for). */
@@ -361,6 +424,7 @@ int main(void) {
         cmocka_unit_test(test_gguf_types),
         cmocka_unit_test(test_matmul_staged),
         cmocka_unit_test(test_qgemv),
+        cmocka_unit_test(test_qgemv_pn),
         cmocka_unit_test(test_gemv_pipelined),
 #else
         cmocka_unit_test(tu_skip_no_cuda),

@@ -504,9 +504,13 @@ extern "C" g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, i
     a.n_layers_kind = t->n_layers_kind, a.kv_block = t->kv_block, a.window = t->window, a.scale = t->scale;
     a.softcap = t->softcap, a.eps = t->eps, a.inv_freq = dnorm + 2 * D, a.pool = pool, a.n_splits = t->n_splits;
     a.min_keys = 1;
+    if (m_hist > 0) AT_CK(cudaMemcpy(dy, hist_qkv, (size_t)m_hist * NQKV * 4, cudaMemcpyHostToDevice), "upload");
+    /* the copies and memsets above ran on the legacy stream, which st (non-blocking) does not wait for; a copy from
+     * pageable memory may return before its last bytes land (this made the 27B-shape case with 40 histories fail
+     * now and then: the last history rows' keys were computed from a half-written dy) */
+    AT_CK(cudaDeviceSynchronize(), "upload");
     if (m_hist > 0) { /* history: cache writes only */
         a.rows.token = dpar, a.rows.pos = dpar, a.rows.useq = dpar + mh, a.m = m_hist;
-        AT_CK(cudaMemcpy(dy, hist_qkv, (size_t)m_hist * NQKV * 4, cudaMemcpyHostToDevice), "upload");
         AT_CK(g3c_qkv_post(&a, dy, 1, dnorm, dnorm + D, dq, st), "qkv_post (history)");
     }
     a.rows.token = dpar + 2 * mh, a.rows.pos = dpar + 2 * mh, a.rows.useq = dpar + 2 * mh + m, a.m = m;

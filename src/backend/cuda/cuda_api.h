@@ -17,7 +17,7 @@
  * Prefill: G3_CUDA_FA=0 (no flash attention; 1: also small grids), G3_CUDA_ROWK=0 (old many-row kernels), G3_CUDA_NOZERO=1 (row kernels leave y to cuBLAS, which overwrites it; opt-in, not yet run whole-model on a GPU), G3_CUDA_FATC=1|2 (flash attention on tensor cores, 3xTF32; 2: 8 warps)
  * Batches of 9..64 rows on quantized weights: G3_CUDA_TCM=0 (warp kernel), 1 (staged bf16 kernel for all; default: int8 tensor cores, tc_q8.cu, for per-channel int8 and int4), G3_CUDA_TQOCC=1|2 (int8-core kernel at 1 or 2 blocks/SM; default 2 for int8, 1 for int4)
  * Decode: G3_CUDA_ATTN2=0 (round-1 attention kernels; G3_CUDA_ATTN2_C/_W: cluster size, warps), G3_CUDA_DFUSE=0|1 (QK-norm/RoPE/cache write fused into attention: default 1 only with ATTN2=0), G3_CUDA_DNORM=0 (old add-norm, argmax)
- * dp4a decode (int8/int4): G3_CUDA_QGEMV=n (rows, 8; 0 off), G3_CUDA_Q8LO=n (lo plane, 2), G3_CUDA_QGEMVP=0 (k_q8 + k_qgemv at 1-2 rows too); G3_CUDA_GEMVPF=0|1|2 (bf16 GEMV: first, pipelined, persistent; default 0 at 1 row, 1 beyond) */
+ * dp4a decode (int8/int4): G3_CUDA_QGEMV=n (rows, 8; 0 off), G3_CUDA_Q8LO=n (lo plane, 2), G3_CUDA_QGEMVP=0 (k_q8 + k_qgemv at 1-2 rows too), G3_CUDA_PNORM=0 (the decode add-norm as its own kernel, not in the qkv and gate/up products' prologue); G3_CUDA_GEMVPF=0|1|2 (bf16 GEMV: first, pipelined, persistent; default 0 at 1 row, 1 beyond) */
 #ifndef G3_BACKEND_CUDA_API_H
 #define G3_BACKEND_CUDA_API_H
 
@@ -64,6 +64,14 @@ g3_status g3_cuda_probe(size_t bytes, int n, double *read_gbs, double *copy_gbs,
  * [n][k] float32. */
 g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n, int k, const char *quant, int gemm,
                               int geglu, const float *x, int m, float *y, float *wdeq, g3_error *err);
+
+/* The persistent dp4a product with the decode add-norm in its prologue (g3c_qgemv_pn), m = 1..2 rows of k: from the
+ * residual x [m][k], the previous product's output yin [m][k] and the norm weights w1, w2 [k] (as 1 + w): xo = x +
+ * rms(yin) * w1 ([m][k]) and y = (rms(xo) * w2) W^T ([m][n], or [m][n/2] with geglu); wdeq [n][k] the resident
+ * weights dequantized; *zero_ok = 1 when the kernel cleared the m*k floats of its zero buffer (filled with ones). */
+g3_status g3_cuda_test_qgemv_pn(uint32_t src_type, const void *w, int n, int k, const char *quant, int geglu,
+                                const float *x, const float *yin, const float *w1, const float *w2, float eps, int m,
+                                float *y, float *xo, float *wdeq, int *zero_ok, g3_error *err);
 
 /* Path the forward takes for m rows of such a matrix: 0 CUDA-core GEMV, 1 tensor-core kernel, 2 cuBLAS; -1 if the
  * format is not supported. */

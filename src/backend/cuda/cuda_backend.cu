@@ -43,6 +43,8 @@ struct g3_backend {
     size_t block_bytes[2];
     int R;                                      /* rows per forward */
     float *x, *xn, *y, *q, *o, *a, *part, *hx, *logy, *logits;
+    float *pnb; /* decode of 1-2 rows with the add-norms inside the products (record): x2 [2][H], then the product
+                 * outputs yq [2][NQKV], yo [2][H], yd [2][H], zero between uses like y */
     __nv_bfloat16 *xh, *oh, *ah, *hxh, *wscratch;
     void *q8;                                   /* q8 activations of the dp4a products (qgemv.cu) */
     size_t q8_bytes;
@@ -225,7 +227,7 @@ static void cuda_destroy(g3_backend *b) {
         for (int l = 0; l < b->c.n_layers; l++)
             free_dmat(&b->L[l].qkv), free_dmat(&b->L[l].o), free_dmat(&b->L[l].gu), free_dmat(&b->L[l].down);
     free(b->L);
-    void *dev[] = {b->norms, b->inv_freq, b->pool[0], b->pool[1], b->x, b->xn, b->y, b->q, b->o, b->a, b->part,
+    void *dev[] = {b->norms, b->inv_freq, b->pool[0], b->pool[1], b->x, b->xn, b->y, b->pnb, b->q, b->o, b->a, b->part,
                    b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->cub_ws,
                    b->acnt, b->tcnt, b->q8, b->fa_useq};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
@@ -340,6 +342,8 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         b->HC = R < 64 ? R : 64;
         b->x = (float *)dalloc((size_t)R * H * 4, &ok), b->xn = (float *)dalloc((size_t)R * H * 4, &ok);
         b->y = (float *)dalloc((size_t)2 * R * maxN * 4, &ok);
+        const size_t pnb_floats = (size_t)2 * (3 * H + NQKV);
+        b->pnb = (float *)dalloc(pnb_floats * 4, &ok);
         b->q = (float *)dalloc((size_t)R * NQ * 4, &ok), b->o = (float *)dalloc((size_t)R * NQ * 4, &ok);
         b->a = (float *)dalloc((size_t)R * F * 4, &ok);
         b->part = (float *)dalloc(g3c_attn_part_floats(maxS, c->n_heads, D) * 4, &ok);
@@ -383,6 +387,7 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         if (!ok) { rc = g3c_fail(err, G3_ERR_NOMEM, "cuda: out of device memory for the KV cache or buffers"); goto fail; }
         /* product outputs start (and stay, between uses) at zero */
         CK(cudaMemsetAsync(b->y, 0, (size_t)2 * R * maxN * 4, b->st), "clearing buffers");
+        CK(cudaMemsetAsync(b->pnb, 0, pnb_floats * 4, b->st), "clearing buffers");
         CK(cudaMemsetAsync(b->logy, 0, (size_t)2 * b->HC * c->vocab * 4, b->st), "clearing buffers");
         CK(cudaMemsetAsync(b->acnt, 0, (size_t)R * c->n_kv_heads * 4, b->st), "clearing counters");
         CK(cudaMemsetAsync(b->tcnt, 0, (size_t)b->tcnt_n * 4, b->st), "clearing counters");
@@ -390,7 +395,8 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         b->seq_map = (int32_t *)malloc(sizeof(int32_t) * cfg->max_seqs);
         if (!b->seq_map) { rc = g3c_fail(err, G3_ERR_NOMEM, "cuda: out of memory"); goto fail; }
         for (int i = 0; i < cfg->max_seqs; i++) b->seq_map[i] = -1;
-        CK(cudaStreamSynchronize(b->st), "create");
+        /* device-wide: the norms and RoPE tables went up by legacy-stream copies, which b->st does not wait for */
+        CK(cudaDeviceSynchronize(), "create");
     }
 #undef CK
     *out = b;
@@ -405,6 +411,20 @@ static g3_status cuda_create(const g3_model *m, const g3_backend_cfg *cfg, g3_ba
 }
 
 /* ---- the forward ------------------------------------------------------------------------------------------------- */
+/* Decode of 1-2 rows with every product on the persistent dp4a kernel (qgemv.cu) can take the add-norms into the
+ * qkv and gate/up products' prologues (g3c_qgemv_pn): two launches less per layer. */
+static int pnorm_ok(const g3_backend *b, const g3c_mm_ctx *mc, int m) {
+    if (m > 2 || !g3c_pnorm_enabled()) return 0;
+    for (int l = 0; l < b->c.n_layers; l++) {
+        const layer_dev *L = &b->L[l];
+        if (g3c_mm_path(mc, &L->qkv, m) != G3C_PATH_QGEMV || g3c_mm_path(mc, &L->o, m) != G3C_PATH_QGEMV ||
+            g3c_mm_path(mc, &L->gu, m) != G3C_PATH_QGEMV || g3c_mm_path(mc, &L->down, m) != G3C_PATH_QGEMV ||
+            !g3c_qgemv_pn_supported(&L->qkv, m, 0) || !g3c_qgemv_pn_supported(&L->gu, m, 1))
+            return 0;
+    }
+    return 1;
+}
+
 /* Issues every launch of one forward over m rows (padded rows have useq -1) and n_out head rows; no host sync. */
 static cudaError_t record(g3_backend *b, int m, int n_out) {
     const g3_config *c = &b->c;
@@ -430,6 +450,12 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
     cudaError_t (*add_norm)(float *, float *, int, const float *, const float *, float, int, int, float *,
                             __nv_bfloat16 *, int, cudaStream_t) =
         m <= 64 && g3c_dnorm_enabled() ? g3c_add_norm_dec : g3c_add_norm;
+    /* add-norms in the products: the residual alternates between x (after the qkv products) and x2 (after gate/up);
+     * qkv writes yq (zeroed by QK-norm), o yo (zeroed by the next qkv product), down yd (zeroed by the next gate/up
+     * product, or by the final add-norm) */
+    const int pn = !rf && !b->fa_step && !dfuse && pnorm_ok(b, &mc, m);
+    const int NQKV = (c->n_heads + 2 * c->n_kv_heads) * D;
+    float *x2 = b->pnb, *yq = x2 + 2 * H, *yo = yq + 2 * NQKV, *yd = yo + 2 * H;
 /* a statement of its own (do/while): `if (x) RUN(a); else RUN(b);` must not bind the else to RUN's own if */
 #define RUN(call)                                                                                                      \
     do {                                                                                                               \
@@ -445,7 +471,17 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
     PROF("embed + norm");
     for (int l = 0; l < c->n_layers; l++) {
         const layer_dev *L = &b->L[l];
-        RUN(g3c_mm(&mc, &L->qkv, b->xn, b->xh, m, b->y, &ny, NULL, NULL, 0, &fused));
+        float *yqkv = pn ? yq : b->y;
+        if (pn) { /* layer 0: the embedding's xn as it is; then x2 + the previous down product -> x, xn */
+            g3c_qp_pre pq;
+            memset(&pq, 0, sizeof pq);
+            pq.xi = l ? x2 : b->xn, pq.y = l ? yd : NULL, pq.xo = b->x, pq.eps = c->rms_eps;
+            pq.w1 = l ? b->L[l - 1].post_ffn : NULL, pq.w2 = L->attn_norm, pq.zero = yo, pq.zero_n = m * H;
+            RUN(g3c_qgemv_pn(&L->qkv, &pq, m, yq, NQKV, 0, b->st));
+            ny = 1;
+        } else {
+            RUN(g3c_mm(&mc, &L->qkv, b->xn, b->xh, m, b->y, &ny, NULL, NULL, 0, &fused));
+        }
         PROF("qkv product");
         g3c_attn_args a;
         a.rows = rows, a.m = m, a.NH = c->n_heads, a.NKV = c->n_kv_heads, a.D = D, a.kind = L->kind;
@@ -454,10 +490,10 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
         a.eps = c->rms_eps, a.inv_freq = b->inv_freq + L->kind * (D / 2), a.pool = b->pool[L->kind];
         a.n_splits = n_splits_for(b, m), a.min_keys = b->attn_min_keys;
         if (dfuse) { /* decode: one launch (attention.cu) */
-            RUN(g3c_attention_fused(&a, b->y, ny, L->q_norm, L->k_norm, b->part, b->acnt, b->o, b->oh, split, b->st));
+            RUN(g3c_attention_fused(&a, yqkv, ny, L->q_norm, L->k_norm, b->part, b->acnt, b->o, b->oh, split, b->st));
             PROF("qk-norm + attention (fused)");
         } else {
-            RUN(g3c_qkv_post_rows_f(&a, b->y, ny, L->q_norm, L->k_norm, b->q, rf, b->st)); /* qkv_post below 16 */
+            RUN(g3c_qkv_post_rows_f(&a, yqkv, ny, L->q_norm, L->k_norm, b->q, rf, b->st)); /* qkv_post below 16 */
             PROF("qk-norm, rope, cache write");
             if (b->fa_step) {
                 RUN(g3c_attention_prefill(&a, b->q, b->part, b->acnt, b->fa_useq, b->fa_step == 2, b->o, b->oh, split,
@@ -467,23 +503,37 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
             }
             PROF("attention");
         }
-        RUN(g3c_mm(&mc, &L->o, b->o, b->oh, m, b->y, &ny, NULL, NULL, 0, &fused));
+        RUN(g3c_mm(&mc, &L->o, b->o, b->oh, m, pn ? yo : b->y, &ny, NULL, NULL, 0, &fused));
         PROF("o product");
-        if (rf) RUN(g3c_add_norm_f(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh, split, rf,
-                                   b->st));
-        else RUN(add_norm(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
-        PROF("add + norms");
-        RUN(g3c_mm(&mc, &L->gu, b->xn, b->xh, m, b->y, &ny, b->a, b->ah, 1, &fused));
+        if (pn) { /* x + the o product -> x2, xn: GeGLU */
+            g3c_qp_pre pq;
+            memset(&pq, 0, sizeof pq);
+            pq.xi = b->x, pq.y = yo, pq.xo = x2, pq.w1 = L->post_attn, pq.w2 = L->pre_ffn, pq.eps = c->rms_eps;
+            pq.zero = yd, pq.zero_n = m * H;
+            RUN(g3c_qgemv_pn(&L->gu, &pq, m, b->a, F, 1, b->st));
+            fused = 1;
+        } else {
+            if (rf) RUN(g3c_add_norm_f(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh,
+                                       split, rf, b->st));
+            else RUN(add_norm(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
+            PROF("add + norms");
+            RUN(g3c_mm(&mc, &L->gu, b->xn, b->xh, m, b->y, &ny, b->a, b->ah, 1, &fused));
+        }
         PROF("gate/up product");
         if (!fused) RUN(g3c_geglu_f(b->y, ny, m, F, b->a, b->ah, split, rf, b->st));
         else if (fused == 1 && g3c_mm_path(&mc, &L->down, m) != G3C_PATH_GEMV &&
                  g3c_mm_path(&mc, &L->down, m) != G3C_PATH_QGEMV)
             RUN(g3c_to_bf16(b->a, m, F, b->ah, split, b->st));
         PROF("geglu");
-        RUN(g3c_mm(&mc, &L->down, b->a, b->ah, m, b->y, &ny, NULL, NULL, 0, &fused));
+        RUN(g3c_mm(&mc, &L->down, b->a, b->ah, m, pn ? yd : b->y, &ny, NULL, NULL, 0, &fused));
         PROF("down product");
         const float *next = l + 1 < c->n_layers ? b->L[l + 1].attn_norm : b->final_norm;
-        if (rf) /* the head reads the last xn */
+        if (pn) { /* the next qkv product adds and normalizes; after the last layer, the head's xn */
+            if (l + 1 == c->n_layers) {
+                RUN(add_norm(x2, yd, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
+                PROF("add + norms");
+            }
+        } else if (rf) /* the head reads the last xn */
             RUN(g3c_add_norm_f(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split,
                                l + 1 < c->n_layers ? rf : G3C_KEEP_Y, b->st));
         else RUN(add_norm(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, b->st));

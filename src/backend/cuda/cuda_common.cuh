@@ -157,6 +157,23 @@ cudaError_t g3c_qgemv(const g3_dmat *w, const float *x, int ldx, int m, float *y
  * before capturing graphs; idempotent). */
 cudaError_t g3c_qgemv_init(void);
 int g3c_qgemvp_enabled(void);
+/* The persistent kernel with the decode add-norm in its prologue (batch-1 decode; $G3_CUDA_PNORM=0: off): every
+ * block computes, for the m rows of H = k values, xo = xi + rms(y) * w1 and xn = rms(xo) * w2 (the separate add-norm
+ * kernel's arithmetic), quantizes xn as g3c_qgemv does, and stores its slice of xo (xo != xi: other blocks still read
+ * xi; y is not zeroed here, since they also read it). y == NULL: no norm, the product of x = xi as g3c_qgemv.
+ * zero (optional): zero_n floats set to 0 after the launch wait (a buffer an earlier kernel finished reading, so
+ * that the chain of decode kernels keeps every product output at zero between uses without extra launches). */
+typedef struct g3c_qp_pre {
+    const float *xi, *y, *w1, *w2; /* y: [m][k] (one slice) */
+    float *xo;
+    float eps;
+    float *zero;
+    int zero_n;
+} g3c_qp_pre;
+int g3c_pnorm_enabled(void);
+int g3c_qgemv_pn_supported(const g3_dmat *w, int m, int geglu);
+cudaError_t g3c_qgemv_pn(const g3_dmat *w, const g3c_qp_pre *pre, int m, float *y, int ldy, int geglu,
+                         cudaStream_t st);
 
 /* ---- matrix products on tensor cores (tc_gemv.cu) ----------------------------------------------------------- */
 /* y[i][j] += sum_k x[i][k] W[j][k] for i < m (atomically; y must hold zeros or a partial sum), with xh the bf16

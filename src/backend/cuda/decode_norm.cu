@@ -198,6 +198,7 @@ extern "C" g3_status g3_cuda_test_add_norm(int variant, int m, int H, int ny, co
     DN_CK(cudaMemcpy(dy, y, n * ny * 4, cudaMemcpyHostToDevice), "upload");
     DN_CK(cudaMemcpy(dw, w1, (size_t)H * 4, cudaMemcpyHostToDevice), "upload");
     DN_CK(cudaMemcpy(dw + H, w2, (size_t)H * 4, cudaMemcpyHostToDevice), "upload");
+    DN_CK(cudaDeviceSynchronize(), "upload"); /* legacy-stream copies before the kernels on st (non-blocking) */
     if (variant == 1) DN_CK(g3c_add_norm_dec(dx, dy, ny, dw, dw + H, eps, m, H, dxn, dxh, split, st), "launch");
     else DN_CK(g3c_add_norm(dx, dy, ny, dw, dw + H, eps, m, H, dxn, dxh, split, st), "launch");
     DN_CK(cudaStreamSynchronize(st), "run");
@@ -222,6 +223,7 @@ extern "C" g3_status g3_cuda_test_argmax(int variant, const float *logits, int m
     DN_CK(cudaMalloc((void **)&di, (size_t)m * 4), "alloc");
     DN_CK(cudaMemset(di, 0xff, (size_t)m * 4), "poison");
     DN_CK(cudaMemcpy(dl, logits, (size_t)m * V * 4, cudaMemcpyHostToDevice), "upload");
+    DN_CK(cudaDeviceSynchronize(), "upload"); /* legacy-stream copies before the kernels on st (non-blocking) */
     if (variant == 1) DN_CK(g3c_argmax_dec(dl, m, V, di, st), "launch");
     else DN_CK(g3c_argmax(dl, m, V, di, st), "launch");
     DN_CK(cudaStreamSynchronize(st), "run");

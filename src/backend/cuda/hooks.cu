@@ -223,3 +223,66 @@ out:
         cudaFree(douth), cudaFree(dcnt);
     return rc;
 }
+
+extern "C" g3_status g3_cuda_test_qgemv_pn(uint32_t src_type, const void *w, int n, int k, const char *quant,
+                                           int geglu, const float *x, const float *yin, const float *w1,
+                                           const float *w2, float eps, int m, float *y, float *xo, float *wdeq,
+                                           int *zero_ok, g3_error *err) {
+    g3_status rc = G3_OK;
+    g3_dmat d;
+    memset(&d, 0, sizeof d);
+    void *src = NULL;
+    float *dbuf = NULL, *hz = NULL;
+    cudaStream_t st = NULL;
+    int g, want = parse_q(quant), qt = g3c_target_format(src_type, want, k, &g);
+    const size_t rb = g3c_src_row_bytes(src_type, k), nk = (size_t)n * k, ng = (size_t)n * (k / (g > 0 ? g : 1));
+    const size_t mk = (size_t)m * k, outw = geglu ? (size_t)n / 2 : (size_t)n;
+    if (want < 0 || qt < 0 || !rb) return g3c_fail(err, G3_ERR_UNSUPPORTED, "cuda test: type %u / %s", src_type, quant);
+    d.qt = qt, d.n = n, d.k = k, d.g = g;
+    /* device: x, yin, xo, w1, w2, zero, y, wdeq (each 16-byte aligned: m*k, k and n are multiples of 4 here) */
+    const size_t off_y = 4 * mk + 2 * (size_t)k, off_wd = off_y + (size_t)m * outw, tot = off_wd + nk;
+    if (k % 32 || m < 1 || m > 2) return g3c_fail(err, G3_ERR_ARG, "cuda test: qgemv_pn needs k %% 32 == 0, m 1..2");
+    CKE(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+    CKE(cudaMalloc(&d.q, qt == G3Q_BF16 ? nk * 2 : qt == G3Q_INT4 ? nk / 2 : nk), "alloc");
+    CKE(cudaMalloc((void **)&d.s, ng * 4), "alloc");
+    CKE(cudaMalloc((void **)&d.z, ng * 4), "alloc");
+    CKE(cudaMalloc(&src, rb * n), "alloc");
+    CKE(cudaMalloc((void **)&dbuf, tot * 4), "alloc");
+    CKE(cudaMemcpy(src, w, rb * n, cudaMemcpyHostToDevice), "upload");
+    CKE(cudaMemcpy(dbuf, x, mk * 4, cudaMemcpyHostToDevice), "upload");
+    CKE(cudaMemcpy(dbuf + mk, yin, mk * 4, cudaMemcpyHostToDevice), "upload");
+    CKE(cudaMemset(dbuf + 2 * mk, 0xff, mk * 4), "poison"); /* xo: NaNs where a block forgets its slice */
+    CKE(cudaMemcpy(dbuf + 3 * mk, w1, (size_t)k * 4, cudaMemcpyHostToDevice), "upload");
+    CKE(cudaMemcpy(dbuf + 3 * mk + k, w2, (size_t)k * 4, cudaMemcpyHostToDevice), "upload");
+    {
+        hz = (float *)malloc(mk * 4);
+        if (!hz) CKE(cudaErrorMemoryAllocation, "host memory");
+        for (size_t i = 0; i < mk; i++) hz[i] = 1.f;
+        CKE(cudaMemcpy(dbuf + 3 * mk + 2 * k, hz, mk * 4, cudaMemcpyHostToDevice), "upload"); /* the zero buffer */
+    }
+    CKE(cudaMemset(dbuf + off_y, 0, (size_t)m * outw * 4), "clear"); /* product outputs start at zero */
+    CKE(cudaDeviceSynchronize(), "upload"); /* the legacy stream's copies before the kernels on st */
+    CKE(g3c_convert_rows(src, src_type, n, &d, 0, 1, st), "convert");
+    {
+        g3c_qp_pre pq;
+        memset(&pq, 0, sizeof pq);
+        pq.xi = dbuf, pq.y = dbuf + mk, pq.xo = dbuf + 2 * mk, pq.w1 = dbuf + 3 * mk, pq.w2 = dbuf + 3 * mk + k;
+        pq.eps = eps, pq.zero = dbuf + 3 * mk + 2 * k, pq.zero_n = (int)mk;
+        if (!g3c_qgemv_pn_supported(&d, m, geglu)) CKE(cudaErrorNotSupported, "qgemv_pn on this format");
+        CKE(g3c_qgemv_pn(&d, &pq, m, dbuf + off_y, (int)outw, geglu, st), "qgemv_pn");
+        CKE(g3c_dequant_f32(&d, dbuf + off_wd, st), "dequant");
+        CKE(cudaStreamSynchronize(st), "run");
+    }
+    CKE(cudaMemcpy(y, dbuf + off_y, (size_t)m * outw * 4, cudaMemcpyDeviceToHost), "download");
+    CKE(cudaMemcpy(xo, dbuf + 2 * mk, mk * 4, cudaMemcpyDeviceToHost), "download");
+    CKE(cudaMemcpy(wdeq, dbuf + off_wd, nk * 4, cudaMemcpyDeviceToHost), "download");
+    CKE(cudaMemcpy(hz, dbuf + 3 * mk + 2 * k, mk * 4, cudaMemcpyDeviceToHost), "download");
+    *zero_ok = 1;
+    for (size_t i = 0; i < mk; i++)
+        if (hz[i] != 0.f) *zero_ok = 0;
+out:
+    free(hz);
+    cudaFree(d.q), cudaFree(d.s), cudaFree(d.z), cudaFree(src), cudaFree(dbuf);
+    if (st) cudaStreamDestroy(st);
+    return rc;
+}

@@ -41,7 +41,17 @@
  * atomically (y holds zeros on entry, as for the tensor-core kernels), so the small matrices end without a tail of
  * block waves. Measured on the H200 (27B, batch-1 decode, argmax on the GPU): int4 161.9 tok/s against 138.6 with
  * $G3_CUDA_QGEMVP=0, int8 116.9 against 106.7; per layer (eager profile) int4 gate/up 43 us against 52, down 29
- * against 31, qkv 16 against 17, o 12 against 14. */
+ * against 31, qkv 16 against 17, o 12 against 14.
+ *
+ * Add-norm in the prologue (g3c_qgemv_pn, batch-1 decode; $G3_CUDA_PNORM=0: off): the qkv and gate/up products take
+ * the residual add + post-norm + pre-norm that a one-block kernel (decode_norm.cu) did before them: every block
+ * recomputes it (two block-wide sums over H values; xi and the norm weights copied to shared memory before the launch
+ * wait, the previous product's output read after it) and stores its slice of the new residual. Two launches less per
+ * layer; measured on the H200 (session 5, batch-1 decode tok/s, argmax on the GPU, off -> on): 27B int4 159.3 ->
+ * 159.8, int8 114.3 -> 114.8; 4B int4 548.2 -> 546.7, int8 482.6 -> 488.7; 1B int4 810.6 -> 846.7, int8 838.6 ->
+ * 869.4. Per layer (27B int4, CUPTI under graph replay) the products grew by about what the add-norm kernels took:
+ * after the wait, the prologue is a chain of dependent steps (an L2 round trip for y, two block sums, the
+ * quantization) wherever it runs. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -285,16 +295,139 @@ __global__ void __launch_bounds__(128, QGEMV_MINB(QT, M)) k_qgemv(g3_dmat w, con
  * first step's weights are loaded before the programmatic-dependent-launch wait. Shared memory: q [M][k], q_lo [M][k]
  * (HL), (d, sum) [M][k/32]: at k = 21504, M = 2 with the residual plane 97 KB. */
 #define QP_T 512
-template <int QT, int M, int U, bool PC, bool HL>
+
+/* Sums each of the M values of v over the block (every thread gets the totals); red: [QP_T/32][M] floats. */
+template <int M> static __device__ __forceinline__ void qp_block_sum(float (&v)[M], float (*red)[M]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int i = 0; i < M; i++)
+#pragma unroll
+        for (int o = 16; o; o >>= 1) v[i] += __shfl_xor_sync(0xffffffffu, v[i], o);
+    __syncthreads(); /* red may still be read by an earlier call */
+    if (lane == 0)
+#pragma unroll
+        for (int i = 0; i < M; i++) red[warp][i] = v[i];
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < M; i++) {
+        float t = 0.f;
+#pragma unroll
+        for (int j = 0; j < QP_T / 32; j++) t += red[j][i];
+        v[i] = t;
+    }
+}
+
+/* The add-norm prologue (g3c_qgemv_pn), in two parts. Before the launch wait, qp_pre_load starts copies of what
+ * does not depend on the previous kernel into shared memory: xi into sf [m][K] and the norm weights into sw [2][K]
+ * (xi was written two or more kernels back: every kernel lets its successor launch only after its own wait, so the
+ * kernel before the previous one has completed when this one starts). After the wait, qp_add_norm: sf <- xo = xi +
+ * rms(y) * w1 (this block also stores its slice of xo), inv2[i] <- 1 / rms(xo row i); the arithmetic of
+ * k_add_norm_dec (decode_norm.cu). y, written by the previous kernel's atomics, is read through L2 (__ldcg).
+ * m <= M <= 2, rows contiguous ([m][K]). */
+static __device__ __forceinline__ void qp_pre_load(const g3c_qp_pre &pre, int K, int m, float *sf, float *sw) {
+    const int K4 = K / 4;
+    for (int t = threadIdx.x; t < m * K4; t += QP_T) g3c_cp16((float4 *)sf + t, (const float4 *)pre.xi + t);
+    for (int t = threadIdx.x; t < 2 * K4; t += QP_T)
+        g3c_cp16((float4 *)sw + t, (const float4 *)(t < K4 ? pre.w1 : pre.w2) + (t < K4 ? t : t - K4));
+    g3c_cp_commit();
+}
+template <int M>
+static __device__ __forceinline__ void qp_add_norm(const g3c_qp_pre &pre, int K, int m, float *sf, const float *sw,
+                                                   float *inv2, float (*red)[M]) {
+    const int K4 = K / 4, tot4 = m * K4;
+    const float4 *y4 = (const float4 *)pre.y, *w4 = (const float4 *)sw;
+    float4 *s4 = (float4 *)sf;
+    float ss[M];
+#pragma unroll
+    for (int i = 0; i < M; i++) ss[i] = 0.f;
+    constexpr int NV = 3 * M; /* float4s of y per thread in flight at once (27B: 5376 values = 2.6 per thread and row) */
+    float4 v[NV];
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int t = threadIdx.x + j * QP_T;
+        v[j] = t < tot4 ? __ldcg(y4 + t) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (int t = threadIdx.x + NV * QP_T; t < tot4; t += QP_T) { /* rows beyond NV * QP_T * 4 values */
+        const float4 u = __ldcg(y4 + t);
+        const float q = u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
+        if (M == 1 || t < K4) ss[0] += q;
+        else ss[M - 1] += q;
+    }
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int t = threadIdx.x + j * QP_T;
+        const float q = v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+        if (M == 1 || t < K4) ss[0] += q;
+        else ss[M - 1] += q;
+    }
+    qp_block_sum<M>(ss, red);
+    asm volatile("cp.async.wait_group 0;" ::: "memory"); /* this thread's copies of xi and the weights */
+    __syncthreads();                                      /* everyone's */
+    float inv[M], s2[M];
+#pragma unroll
+    for (int i = 0; i < M; i++) inv[i] = 1.f / sqrtf(ss[i] / (float)K + pre.eps), s2[i] = 0.f;
+    const int per = (tot4 + gridDim.x - 1) / gridDim.x, b0 = blockIdx.x * per, b1 = min(tot4, b0 + per);
+#pragma unroll 2
+    for (int t = threadIdx.x; t < tot4; t += QP_T) {
+        const bool r1 = M > 1 && t >= K4;
+        const int j = (t - threadIdx.x) / QP_T;
+        float4 yv;
+        if (j < NV) { /* registers, constant index after unrolling the selection */
+            yv = v[0];
+#pragma unroll
+            for (int jj = 1; jj < NV; jj++)
+                if (j == jj) yv = v[jj];
+        } else {
+            yv = __ldcg(y4 + t);
+        }
+        const float4 xv = s4[t], wv = w4[r1 ? t - K4 : t];
+        const float iv = r1 ? inv[M - 1] : inv[0];
+        float4 o;
+        o.x = xv.x + yv.x * iv * wv.x, o.y = xv.y + yv.y * iv * wv.y;
+        o.z = xv.z + yv.z * iv * wv.z, o.w = xv.w + yv.w * iv * wv.w;
+        s4[t] = o;
+        if (t >= b0 && t < b1) ((float4 *)pre.xo)[t] = o;
+        const float q = o.x * o.x + o.y * o.y + o.z * o.z + o.w * o.w;
+        if (r1) s2[M - 1] += q;
+        else s2[0] += q;
+    }
+    qp_block_sum<M>(s2, red);
+#pragma unroll
+    for (int i = 0; i < M; i++) /* constant indices: s2 stays in registers */
+        if (threadIdx.x == i) inv2[i] = 1.f / sqrtf(s2[i] / (float)K + pre.eps);
+    __syncthreads();
+}
+
+/* q8_load for the add-norm prologue: the 8 values of item t are sf * inv2[row] * w2 (as k_add_norm_dec's xn). */
+static __device__ __forceinline__ void q8_load_pn(const float *sf, const float *w2, const float *inv2, int k,
+                                                  long long t, bool ok, float (&v)[8]) {
+    const int k8 = k / 8;
+    const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
+    if (ok) {
+        const float4 *p = (const float4 *)(sf + (size_t)i * k + 8 * j8), *wp = (const float4 *)(w2 + 8 * j8);
+        const float4 a = p[0], b = p[1], wa = wp[0], wb = wp[1];
+        const float iv = inv2[i];
+        v[0] = a.x * iv * wa.x, v[1] = a.y * iv * wa.y, v[2] = a.z * iv * wa.z, v[3] = a.w * iv * wa.w;
+        v[4] = b.x * iv * wb.x, v[5] = b.y * iv * wb.y, v[6] = b.z * iv * wb.z, v[7] = b.w * iv * wb.w;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = 0.f;
+    }
+}
+
+template <int QT, int M, int U, bool PC, bool HL, bool PN>
 __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__restrict__ x, int ldx, int m,
-                                                     float *__restrict__ y, int ldy, int geglu, int gsh, int sk) {
+                                                     float *__restrict__ y, int ldy, int geglu, int gsh, int sk,
+                                                     g3c_qp_pre pre) {
     constexpr int R = 2, V = QT == G3Q_INT4 ? 32 : 16, NW = QP_T / 32;
     extern __shared__ __align__(16) unsigned char qp_sm[];
+    __shared__ float pn_red[NW][M], pn_inv2[M];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, K = w.k, nch = K / V, ngr = K / w.g;
     const int nrg = (w.n + R - 1) / R, spr = (nch + 32 * U - 1) / (32 * U), tw = gridDim.x * NW;
     const size_t row_bytes = QT == G3Q_INT4 ? (size_t)K / 2 : (size_t)K;
     int8_t *sq = (int8_t *)qp_sm, *sl = sq + (size_t)M * K;
     float2 *sd = (float2 *)(sq + (size_t)(HL ? 2 : 1) * M * K);
+    float *sf = (float *)(sd + (size_t)M * (K / 32)), *sw = sf + (size_t)M * K; /* PN: [M][K], [2][K] floats */
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
     /* weights and scales of step s of row group rg (zeros past the row or past the last row group) */
     auto load = [&](bool any, int rg, int s, uint4 (&wv)[U][R], float (&sv)[U][R], float (&zv)[U][R]) {
@@ -325,7 +458,11 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     uint4 wa[U][R];
     float sa[U][R], za[U][R];
     load(more(rg, left), rg, s, wa, sa, za); /* independent of the previous kernel */
+    if constexpr (PN) qp_pre_load(pre, K, m, sf, sw);
     g3c_pdl_wait();
+    if (pre.zero)
+        for (int i = blockIdx.x * QP_T + threadIdx.x; i < pre.zero_n; i += gridDim.x * QP_T) pre.zero[i] = 0.f;
+    if constexpr (PN) qp_add_norm<M>(pre, K, m, sf, sw, pn_inv2, pn_red);
     { /* QI items per thread with their loads in flight together: one L2 round trip per QI items, not per item */
         constexpr int QI = 4;
         const long long tot = (long long)m * (K / 8); /* a multiple of 4, like QP_T: blocks of 32 all in or all out */
@@ -334,7 +471,8 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
 #pragma unroll
             for (int j = 0; j < QI; j++) {
                 const long long t = b0 + j * QP_T + threadIdx.x;
-                q8_load(x, ldx, K, t, t < tot, v[j]);
+                if constexpr (PN) q8_load_pn(sf, sw + K, pn_inv2, K, t, t < tot, v[j]);
+                else q8_load(x, ldx, K, t, t < tot, v[j]);
             }
 #pragma unroll
             for (int j = 0; j < QI; j++) {
@@ -492,7 +630,9 @@ static cudaError_t launch_q(const g3_dmat *w, const int8_t *xq, const int8_t *xl
 
 /* ---- persistent variant: dispatch ---- */
 #define QP_SMEM_MAX (200 << 10)
-static size_t qp_smem(int m, int k, int hl) { return (size_t)(hl ? 2 : 1) * m * k + (size_t)m * (k / 32) * 8; }
+static size_t qp_smem(int m, int k, int hl, int pn) {
+    return (size_t)(hl ? 2 : 1) * m * k + (size_t)m * (k / 32) * 8 + (pn ? (size_t)(m + 2) * k * 4 : 0);
+}
 
 int g3c_qgemvp_enabled(void) { /* $G3_CUDA_QGEMVP: 0 = the two-launch path at 1-2 rows too; read at every call */
     const char *e = getenv("G3_CUDA_QGEMVP");
@@ -508,8 +648,12 @@ int g3c_qgemvp_enabled(void) { /* $G3_CUDA_QGEMVP: 0 = the two-launch path at 1-
  * bytes in flight). Also tried: the residual plane's dp4a continuing the
  * main plane's int32 sum (254 q + q_lo, one conversion and float product less per row and chunk): no change
  * (int4 170.8 against 171.1, int8 121.5 against 121.6), so the arithmetic is not what limits these kernels. */
-template <int QT, int M, bool PC, bool HL> static void *qp_kernel(void) {
-    return (void *)k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL>;
+template <int QT, int M, bool PC, bool HL, bool PN> static void *qp_kernel(void) {
+    return (void *)k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>;
+}
+template <int QT, bool PC, bool PN> static void qp_kernels(void **k) { /* M 1, 2 x HL off, on */
+    k[0] = qp_kernel<QT, 1, PC, false, PN>(), k[1] = qp_kernel<QT, 1, PC, true, PN>();
+    k[2] = qp_kernel<QT, 2, PC, false, PN>(), k[3] = qp_kernel<QT, 2, PC, true, PN>();
 }
 
 static int qp_n_sm = 0;
@@ -519,51 +663,82 @@ cudaError_t g3c_qgemv_init(void) {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&qp_n_sm, cudaDevAttrMultiProcessorCount, dev);
-    void *ks[] = {qp_kernel<G3Q_INT4, 1, false, false>(), qp_kernel<G3Q_INT4, 1, false, true>(),
-                  qp_kernel<G3Q_INT4, 2, false, false>(), qp_kernel<G3Q_INT4, 2, false, true>(),
-                  qp_kernel<G3Q_INT8, 1, false, false>(), qp_kernel<G3Q_INT8, 1, false, true>(),
-                  qp_kernel<G3Q_INT8, 2, false, false>(), qp_kernel<G3Q_INT8, 2, false, true>(),
-                  qp_kernel<G3Q_INT8, 1, true, false>(),  qp_kernel<G3Q_INT8, 1, true, true>(),
-                  qp_kernel<G3Q_INT8, 2, true, false>(),  qp_kernel<G3Q_INT8, 2, true, true>()};
+    void *ks[24];
+    qp_kernels<G3Q_INT4, false, false>(ks), qp_kernels<G3Q_INT8, false, false>(ks + 4);
+    qp_kernels<G3Q_INT8, true, false>(ks + 8), qp_kernels<G3Q_INT4, false, true>(ks + 12);
+    qp_kernels<G3Q_INT8, false, true>(ks + 16), qp_kernels<G3Q_INT8, true, true>(ks + 20);
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_MAX);
     if (e == cudaSuccess) done = 1;
     return e;
 }
 
-template <int QT, int M, bool PC, bool HL>
+template <int QT, int M, bool PC, bool HL, bool PN>
 static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
-                            cudaStream_t st) {
+                            const g3c_qp_pre *pre, cudaStream_t st) {
     const int V = QT == G3Q_INT4 ? 32 : 16, gsh = PC ? 0 : log2_exact(w->g / V);
     const int nrg = (w->n + 1) / 2, need = (nrg + QP_T / 32 - 1) / (QP_T / 32);
     const int blocks = need < qp_n_sm ? need : qp_n_sm;
-    return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL>, dim3(blocks), dim3(QP_T), qp_smem(M, w->k, HL), st,
-                      *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1);
+    g3c_qp_pre none;
+    memset(&none, 0, sizeof none);
+    return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>, dim3(blocks), dim3(QP_T),
+                      qp_smem(M, w->k, HL, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1,
+                      pre ? *pre : none);
 }
 
-template <bool HL>
+template <bool HL, bool PN>
 static cudaError_t launch_pq(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
-                             cudaStream_t st) {
+                             const g3c_qp_pre *pre, cudaStream_t st) {
     if (w->qt == G3Q_INT4)
-        return m <= 1 ? launch_p<G3Q_INT4, 1, false, HL>(w, x, ldx, m, y, ldy, geglu, st)
-                      : launch_p<G3Q_INT4, 2, false, HL>(w, x, ldx, m, y, ldy, geglu, st);
+        return m <= 1 ? launch_p<G3Q_INT4, 1, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                      : launch_p<G3Q_INT4, 2, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
     if (w->g == w->k)
-        return m <= 1 ? launch_p<G3Q_INT8, 1, true, HL>(w, x, ldx, m, y, ldy, geglu, st)
-                      : launch_p<G3Q_INT8, 2, true, HL>(w, x, ldx, m, y, ldy, geglu, st);
-    return m <= 1 ? launch_p<G3Q_INT8, 1, false, HL>(w, x, ldx, m, y, ldy, geglu, st)
-                  : launch_p<G3Q_INT8, 2, false, HL>(w, x, ldx, m, y, ldy, geglu, st);
+        return m <= 1 ? launch_p<G3Q_INT8, 1, true, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                      : launch_p<G3Q_INT8, 2, true, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
+    return m <= 1 ? launch_p<G3Q_INT8, 1, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                  : launch_p<G3Q_INT8, 2, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
+}
+
+static int qp_usable(const g3_dmat *w, int m, int geglu, int pn) {
+    return m >= 1 && m <= 2 && g3c_qgemv_supported(w, m) && g3c_qgemvp_enabled() && (!geglu || w->n % 2 == 0) &&
+           qp_smem(m, w->k, 1, pn) <= QP_SMEM_MAX;
+}
+
+int g3c_pnorm_enabled(void) { /* $G3_CUDA_PNORM=0: the separate add-norm kernel; read at every call */
+    const char *e = getenv("G3_CUDA_PNORM");
+    return !(e && !strcmp(e, "0"));
+}
+
+int g3c_qgemv_pn_supported(const g3_dmat *w, int m, int geglu) { return qp_usable(w, m, geglu, 1); }
+
+cudaError_t g3c_qgemv_pn(const g3_dmat *w, const g3c_qp_pre *pre, int m, float *y, int ldy, int geglu,
+                         cudaStream_t st) {
+    if (!qp_usable(w, m, geglu, pre->y != NULL) || (pre->y && !pre->xo) || !pre->xi) return cudaErrorInvalidValue;
+    const uintptr_t al = (uintptr_t)pre->xi | (uintptr_t)pre->y | (uintptr_t)pre->xo | (uintptr_t)pre->w1 |
+                         (uintptr_t)pre->w2;
+    if (al & 15) return cudaErrorInvalidValue;
+    cudaError_t e = g3c_qgemv_init();
+    if (e != cudaSuccess) return e;
+    if (qp_n_sm <= 0) return cudaErrorInvalidValue;
+    const int hl = m <= lo_rows(), pn = pre->y != NULL;
+    const float *x = pre->xi;
+    if (pn) e = hl ? launch_pq<true, true>(w, x, w->k, m, y, ldy, geglu, pre, st)
+                   : launch_pq<false, true>(w, x, w->k, m, y, ldy, geglu, pre, st);
+    else e = hl ? launch_pq<true, false>(w, x, w->k, m, y, ldy, geglu, pre, st)
+                : launch_pq<false, false>(w, x, w->k, m, y, ldy, geglu, pre, st);
+    return e == cudaSuccess ? cudaGetLastError() : e;
 }
 
 cudaError_t g3c_qgemv(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu, void *q8,
                       size_t q8_bytes, cudaStream_t st) {
     if (!g3c_qgemv_supported(w, m) || ldx % 4) return cudaErrorInvalidValue;
-    if (m <= 2 && g3c_qgemvp_enabled() && (!geglu || w->n % 2 == 0) && qp_smem(m, w->k, 1) <= QP_SMEM_MAX) {
+    if (qp_usable(w, m, geglu, 0)) {
         cudaError_t e = g3c_qgemv_init();
         if (e != cudaSuccess) return e;
         if (qp_n_sm > 0) {
             const int hl = m <= lo_rows();
-            e = hl ? launch_pq<true>(w, x, ldx, m, y, ldy, geglu, st)
-                   : launch_pq<false>(w, x, ldx, m, y, ldy, geglu, st);
+            e = hl ? launch_pq<true, false>(w, x, ldx, m, y, ldy, geglu, NULL, st)
+                   : launch_pq<false, false>(w, x, ldx, m, y, ldy, geglu, NULL, st);
             return e == cudaSuccess ? cudaGetLastError() : e;
         }
     }
