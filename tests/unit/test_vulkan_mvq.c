@@ -358,6 +358,38 @@ static void test_random_models(void **state) {
     }
 }
 
+/* Separate q, k, v and gate, up products (wv and w_up requantized to Q8_0, the rest Q4_0): a q8act before each, in
+ * both value orders, rewriting the one q8 row that the product before may still read (the recorder puts a barrier
+ * between them); on vs off as above. */
+static void test_mixed_types(void **state) {
+    (void)state;
+    if (!mvq_on()) skip();
+    g3_model *m = NULL;
+    g3_error err = {0};
+    if (g3_model_random("tiny", G3_DTYPE_Q4_0, 99, 0, &m, &err) != G3_OK) fail_msg("%s", err.msg);
+    const g3_config *c = &m->cfg;
+    size_t per = g3_row_bytes(G3_DTYPE_Q8_0, c->hidden) * (size_t)(c->n_kv_heads * c->head_dim + c->ffn);
+    uint8_t *store = malloc(per * (size_t)c->n_layers), *cur = store;
+    float *row = malloc(sizeof(float) * (size_t)c->hidden);
+    for (int l = 0; l < c->n_layers; l++) {
+        g3_weight *ws[2] = {&m->layers[l].wv, &m->layers[l].w_up};
+        for (int i = 0; i < 2; i++) {
+            g3_weight *w = ws[i];
+            size_t rb = g3_row_bytes(w->type, w->k), qb = g3_row_bytes(G3_DTYPE_Q8_0, w->k);
+            uint8_t *start = cur;
+            for (int64_t r = 0; r < w->n; r++, cur += qb) {
+                g3_dequant_row(w->type, (const uint8_t *)w->data + (size_t)r * rb, row, w->k);
+                assert_int_equal(g3_quantize_row(G3_DTYPE_Q8_0, row, cur, w->k, &err), G3_OK);
+            }
+            w->type = G3_DTYPE_Q8_0, w->data = start, w->nbytes = qb * (size_t)w->n;
+        }
+    }
+    free(row);
+    model_on_off(m, "tiny Q4_0 with Q8_0 wv and w_up (separate q, k, v, gate, up)", 24, 1e-3, 0);
+    g3_model_free(m);
+    free(store);
+}
+
 /* One layer of the 1B shape (hidden 1152, FFN 6912, 4 x 256 heads, the 262144-entry vocabulary: the logits head at its
  * real size) in Q4_0. */
 static void test_1b_shape(void **state) {
@@ -461,7 +493,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q8act),         cmocka_unit_test(test_products),      cmocka_unit_test(test_variants),
         cmocka_unit_test(test_switches),      cmocka_unit_test(test_dispatches),    cmocka_unit_test(test_random_models),
-        cmocka_unit_test(test_tiny_gqa_q8_0), cmocka_unit_test(test_1b_shape),
+        cmocka_unit_test(test_mixed_types),   cmocka_unit_test(test_tiny_gqa_q8_0), cmocka_unit_test(test_1b_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
