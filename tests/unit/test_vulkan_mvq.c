@@ -197,7 +197,13 @@ static double check_product_q8(uint32_t type, int n, int k, int geglu, int q8) {
     return fmax(worst_h, worst_x);
 }
 
-static double check_product(uint32_t type, int n, int k, int geglu) { return check_product_q8(type, n, k, geglu, 1); }
+/* check_product_q8 on the int8 path for either type ($G3_VULKAN_MVQ=1: by default Q8_0 takes it only from k = 4096) */
+static double check_product(uint32_t type, int n, int k, int geglu) {
+    setenv("G3_VULKAN_MVQ", "1", 1);
+    const double r = check_product_q8(type, n, k, geglu, 1);
+    unsetenv("G3_VULKAN_MVQ");
+    return r;
+}
 
 /* The products of Gemma 3 1B, 4B and 27B at their K (QKV and gate/up: hidden; Wo: heads x head_dim; down: FFN width),
  * a few dozen output channels each (odd counts: a last workgroup with fewer channels), GeGLU at the hidden widths,
@@ -250,8 +256,8 @@ static void test_variants(void **state) {
     unsetenv("G3_VULKAN_NO_SUBGROUPS");
 }
 
-/* $G3_VULKAN_MVQ=0 turns the int8 products off; unset, they follow $G3_VULKAN_MV2 (=0: the older float kernels);
- * $G3_VULKAN_MVQ=1 turns them on even then. */
+/* $G3_VULKAN_MVQ=0 turns the int8 products off; unset, they follow $G3_VULKAN_MV2 (=0: the older float kernels;
+ * else mode 2: Q4_0, and Q8_0 from k = 4096); $G3_VULKAN_MVQ=1 turns them on for every Q8_0/Q4_0 product even then. */
 static void test_switches(void **state) {
     (void)state;
     if (!mvq_on()) skip();
@@ -265,7 +271,7 @@ static void test_switches(void **state) {
     unsetenv("G3_VULKAN_MVQ");
     assert_int_equal(g3_vulkan_test_mvq(&err), 0);
     unsetenv("G3_VULKAN_MV2");
-    assert_int_equal(g3_vulkan_test_mvq(&err), 1);
+    assert_int_equal(g3_vulkan_test_mvq(&err), 2);
     g3_vulkan_device d[8];
     int n = 0;
     assert_int_equal(g3_vulkan_list_devices(d, 8, &n, &err), G3_OK);
@@ -276,6 +282,9 @@ static void test_switches(void **state) {
     check_product_q8(G3_DTYPE_Q4_0, 37, 1152, 0, 0);
     unsetenv("G3_VULKAN_MVQ");
     check_product_q8(G3_DTYPE_Q4_0, 37, 1152, 0, 1);
+    /* the default for Q8_0: float activations below k = 4096, int8 from there */
+    check_product_q8(G3_DTYPE_Q8_0, 37, 2560, 0, 0);
+    check_product_q8(G3_DTYPE_Q8_0, 37, 4128, 0, 1);
 }
 
 /* ---- whole models ----------------------------------------------------------------------------------------------- */
@@ -326,7 +335,7 @@ static void model_on_off(g3_model *m, const char *what, int n, double tol, int f
     int V = m->cfg.vocab;
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n);
     for (int i = 0; i < n; i++) prompt[i] = (int32_t)((unsigned)(i * 2654435761u + 7) % (unsigned)V);
-    const char *on_env[] = {"G3_VULKAN_FUSE", fuse ? "1" : "0", NULL};
+    const char *on_env[] = {"G3_VULKAN_MVQ", "1", "G3_VULKAN_FUSE", fuse ? "1" : "0", NULL}; /* Q8_0 too at any k */
     const char *off_env[] = {"G3_VULKAN_MVQ", "0", "G3_VULKAN_FUSE", fuse ? "1" : "0", NULL};
     float *on = all_logits(m, "vulkan", prompt, n, 1, on_env), *off = all_logits(m, "vulkan", prompt, n, 1, off_env);
     float *cpu = all_logits(m, "cpu", prompt, n, 1, NULL);
@@ -461,8 +470,9 @@ static void test_tiny_gqa_q8_0(void **state) {
     int V = g3_model_config(m)->vocab;
     const tu_ref_prompt *p = &r.p[3];
     assert_non_null(p->all);
-    const char *off_env[] = {"G3_VULKAN_MVQ", "0", NULL};
-    float *on = all_logits(m, "vulkan", p->ids, p->n, 1, NULL), *off = all_logits(m, "vulkan", p->ids, p->n, 1, off_env);
+    const char *off_env[] = {"G3_VULKAN_MVQ", "0", NULL}, *on_env[] = {"G3_VULKAN_MVQ", "1", NULL};
+    float *on = all_logits(m, "vulkan", p->ids, p->n, 1, on_env);
+    float *off = all_logits(m, "vulkan", p->ids, p->n, 1, off_env);
     float *ref = malloc(sizeof(float) * (size_t)V);
     double kl[2] = {0, 0};
     int agree[2] = {0, 0};

@@ -92,15 +92,18 @@ static void mv2_variant(g3vk *vk) {
                 vk->mv2_wg, vk->mv2_nc, vk->mv2_cols);
 }
 
-/* The one-row int8 product (matvecq.comp): on where the device has int8 dot products, unless $G3_VULKAN_MVQ=0 (or,
- * with $G3_VULKAN_MVQ unset, $G3_VULKAN_MV2=0: back to the float kernels); $G3_VULKAN_MVQ=1 turns it on even with
- * $G3_VULKAN_MV2=0. $G3_VULKAN_MVQ_WG (32|64|128|256 threads), _NC (2|4|8|16 weight rows per workgroup, GeGLU: half
- * gate, half up), _COLS (1|2|4 chunk columns per iteration): its specialization constants (tuning sweeps; unknown
+/* The one-row int8 product (matvecq.comp), where the device has int8 dot products: by default (vk->mvq 2) for Q4_0
+ * and for Q8_0 products of k >= G3VK_MVQ_Q8_MIN_K; measured on the H200 (session 5, batch-1 decode tok/s, matvec2 ->
+ * matvecq): Q4_0 1B 561.9 -> 551.6, 4B 322.5 -> 372.0, 27B 81.5 -> 117.1; Q8_0 1B 545.2 -> 512.1, 4B 318.6 -> 309.2,
+ * 27B 83.1 -> 86.4 (Q8_0 weights cost matvec2 little to decode, so the extra quantization dispatch only pays off on
+ * wide products). $G3_VULKAN_MVQ=0: off (also, with $G3_VULKAN_MVQ unset, $G3_VULKAN_MV2=0: back to the float
+ * kernels); $G3_VULKAN_MVQ=1: every Q8_0/Q4_0 one-row product, even with $G3_VULKAN_MV2=0.
+ * $G3_VULKAN_MVQ_WG (32|64|128|256 threads), _NC (2|4|8|16 weight rows per workgroup, GeGLU: half gate, half up), _COLS (1|2|4 chunk columns per iteration): its specialization constants (tuning sweeps; unknown
  * values and variants past the device's limits: the defaults 64 / 4 / 2, the numbers of matvec2's default). */
 static void mvq_setup(g3vk *vk, int idot) {
     const char *e = getenv("G3_VULKAN_MVQ");
-    int want = e && *e ? *e != '0' : vk->mv2;
-    vk->mvq = want && idot;
+    int want = e && *e ? *e != '0' : vk->mv2 ? 2 : 0;
+    vk->mvq = idot ? want : 0;
     if (e && *e == '1' && !idot)
         fprintf(stderr, "gemma3: vulkan: G3_VULKAN_MVQ=1 but the device has no int8 dot products: matvec2 instead\n");
     static const uint32_t wgs[] = {32, 64, 128, 256}, ncs[] = {2, 4, 8, 16}, cols[] = {1, 2, 4};
@@ -271,7 +274,8 @@ static const char *kernel_names[G3VK_K_COUNT] = {
 int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu) {
     if (rows > 8 && vk->coopmat) return geglu ? G3VK_K_MATMUL_CM_GEGLU : G3VK_K_MATMUL_CM;
     if (rows > 8) return geglu ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL;
-    if (rows == 1 && vk->mvq && k % 32 == 0 && (type == G3_DTYPE_Q8_0 || type == G3_DTYPE_Q4_0))
+    if (rows == 1 && vk->mvq && k % 32 == 0 &&
+        (type == G3_DTYPE_Q4_0 || (type == G3_DTYPE_Q8_0 && (vk->mvq == 1 || k >= G3VK_MVQ_Q8_MIN_K))))
         return geglu ? G3VK_K_MATVECQ_GEGLU : G3VK_K_MATVECQ;
     int chunked = k % 32 == 0 &&
                   (type == G3_DTYPE_F16 || type == G3_DTYPE_BF16 || type == G3_DTYPE_Q8_0 || type == G3_DTYPE_Q4_0);

@@ -262,12 +262,14 @@ g3_status g3_vulkan_list_devices(g3_vulkan_device *out, int max, int *n, g3_erro
 static const char *idot_note(const g3_vulkan_device *d) {
     if (!d->int8_dot) return ", no int8 dot products (decode products: matvec2)";
     const char *e = getenv("G3_VULKAN_MVQ"), *m2 = getenv("G3_VULKAN_MV2");
-    int on = e && *e ? *e != '0' : !(m2 && *m2 == '0');
+    int on = e && *e ? (*e != '0') : (m2 && *m2 == '0') ? 0 : 2;
     if (d->int8_dot_fast)
-        return on ? ", int8 dot products (accelerated; Q8_0/Q4_0 decode products: matvecq)"
-                  : ", int8 dot products (accelerated; matvecq off: G3_VULKAN_MVQ / G3_VULKAN_MV2)";
-    return on ? ", int8 dot products (not accelerated; Q8_0/Q4_0 decode products: matvecq)"
-              : ", int8 dot products (not accelerated; matvecq off: G3_VULKAN_MVQ / G3_VULKAN_MV2)";
+        return on == 1   ? ", int8 dot products (accelerated; Q8_0/Q4_0 decode products: matvecq)"
+               : on == 2 ? ", int8 dot products (accelerated; Q4_0 and wide Q8_0 decode products: matvecq)"
+                         : ", int8 dot products (accelerated; matvecq off: G3_VULKAN_MVQ / G3_VULKAN_MV2)";
+    return on == 1   ? ", int8 dot products (not accelerated; Q8_0/Q4_0 decode products: matvecq)"
+           : on == 2 ? ", int8 dot products (not accelerated; Q4_0 and wide Q8_0 decode products: matvecq)"
+                     : ", int8 dot products (not accelerated; matvecq off: G3_VULKAN_MVQ / G3_VULKAN_MV2)";
 }
 
 int g3_vulkan_print_devices(FILE *f) {
