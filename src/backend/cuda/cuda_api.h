@@ -15,7 +15,7 @@
  * tensor-core product), G3_CUDA_NORM=loop|reg (add-norm kernel; default by batch size), G3_CUDA_ATTN_MIN=n (fewest
  * keys per attention split, 32).
  * Prefill: G3_CUDA_FA=0 (no flash attention; 1: also small grids), G3_CUDA_ROWK=0 (old many-row kernels), G3_CUDA_NOZERO=1 (row kernels leave y to cuBLAS, which overwrites it; opt-in, not yet run whole-model on a GPU), G3_CUDA_FATC=1|2 (flash attention on tensor cores, 3xTF32; 2: 8 warps)
- * Batches of 9..64 rows on quantized weights: G3_CUDA_TCM=0 (warp kernel), 1 (staged bf16 kernel for all; default: int8 tensor cores, tc_q8.cu, for per-channel int8 and int4), G3_CUDA_TQOCC=1|2 (int8-core kernel at 1 or 2 blocks/SM; default 2 for int8, 1 for int4)
+ * Batches of 9..64 rows on quantized weights: G3_CUDA_TCM=0 (warp kernel), 1 (staged bf16 kernel for all; default: int8 tensor cores, tc_q8.cu, for per-channel int8 and int4), G3_CUDA_TQOCC=1|2 (int8-core kernel at 1 or 2 blocks/SM; default 2 for int8, 1 for int4), G3_CUDA_TQPRE=0 (each int8-core product quantizes its input in a launch of its own, instead of the add-norm / GeGLU before it)
  * Decode: G3_CUDA_ATTN2=0 (round-1 attention kernels; G3_CUDA_ATTN2_C/_W: cluster size, warps), G3_CUDA_DFUSE=0|1 (QK-norm/RoPE/cache write fused into attention: default 1 only with ATTN2=0), G3_CUDA_DNORM=0 (old add-norm, argmax)
  * dp4a decode (int8/int4): G3_CUDA_QGEMV=n (rows, 8; 0 off), G3_CUDA_Q8LO=n (lo plane, 2), G3_CUDA_QGEMVP=0 (k_q8 + k_qgemv at 1-2 rows too), G3_CUDA_PNORM=0 (the decode add-norm as its own kernel, not in the qkv and gate/up products' prologue); G3_CUDA_GEMVPF=0|1|2 (bf16 GEMV: first, pipelined, persistent; default 0 at 1 row, 1 beyond) */
 #ifndef G3_BACKEND_CUDA_API_H

@@ -47,6 +47,8 @@ struct g3_backend {
                  * outputs yq [2][NQKV], yo [2][H], yd [2][H], zero between uses like y */
     __nv_bfloat16 *xh, *oh, *ah, *hxh, *wscratch;
     void *q8;                                   /* q8 activations of the dp4a products (qgemv.cu) */
+    int8_t *tq8;                                /* 9..64 rows: activations quantized by their producer for the int8
+                                                 * tensor-core products (tc_q8.cu), [64][max(H, F)] + scales */
     size_t q8_bytes;
     int HC;                                     /* head chunk rows */
     int32_t *d_par, *h_par, *d_ids, *seq_map;
@@ -228,7 +230,7 @@ static void cuda_destroy(g3_backend *b) {
             free_dmat(&b->L[l].qkv), free_dmat(&b->L[l].o), free_dmat(&b->L[l].gu), free_dmat(&b->L[l].down);
     free(b->L);
     void *dev[] = {b->norms, b->inv_freq, b->pool[0], b->pool[1], b->x, b->xn, b->y, b->pnb, b->q, b->o, b->a, b->part,
-                   b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->cub_ws,
+                   b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->cub_ws, b->tq8,
                    b->acnt, b->tcnt, b->q8, b->fa_useq};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     cudaFreeHost(b->h_par);
@@ -380,6 +382,7 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
             if (NQ > kq) kq = NQ;
             b->q8_bytes = g3c_qgemv_q8_bytes(R < 8 ? R : 8, kq);
             b->q8 = dalloc(b->q8_bytes, &ok);
+            if (R >= 9) b->tq8 = (int8_t *)dalloc(g3c_tq_q8_bytes(64, H > F ? H : F), &ok);
         }
         b->par_ints = off_bt(b) + (size_t)R * 2 * cfg->max_blocks_per_seq;
         b->d_par = (int32_t *)dalloc(b->par_ints * 4, &ok);
@@ -454,6 +457,12 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
      * qkv writes yq (zeroed by QK-norm), o yo (zeroed by the next qkv product), down yd (zeroed by the next gate/up
      * product, or by the final add-norm) */
     const int pn = !rf && !b->fa_step && !dfuse && pnorm_ok(b, &mc, m);
+    /* 9..64 rows: the add-norms and GeGLU also quantize their outputs for the int8 tensor-core products that read
+     * them (one launch less per product); tq_* below say which products take them, per layer */
+    const int tqp = b->tq8 && m >= 9 && m <= 64 && !rf && H % 128 == 0 && F % 128 == 0;
+    int8_t *tq_x = b->tq8;
+    float2 *tq_d = (float2 *)(b->tq8 + (size_t)64 * (H > F ? H : F)); /* 8-byte aligned: 64 * k, k % 128 == 0 */
+    int tq_next = 0; /* the next qkv product reads activations the last add-norm quantized */
     const int NQKV = (c->n_heads + 2 * c->n_kv_heads) * D;
     float *x2 = b->pnb, *yq = x2 + 2 * H, *yo = yq + 2 * NQKV, *yd = yo + 2 * H;
 /* a statement of its own (do/while): `if (x) RUN(a); else RUN(b);` must not bind the else to RUN's own if */
@@ -479,9 +488,13 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
             pq.w1 = l ? b->L[l - 1].post_ffn : NULL, pq.w2 = L->attn_norm, pq.zero = yo, pq.zero_n = m * H;
             RUN(g3c_qgemv_pn(&L->qkv, &pq, m, yq, NQKV, 0, b->st));
             ny = 1;
+        } else if (tq_next) {
+            RUN(g3c_tq_mm_pre(&L->qkv, tq_x, tq_d, m, b->y, b->n_sm, b->st));
+            ny = 1;
         } else {
             RUN(g3c_mm(&mc, &L->qkv, b->xn, b->xh, m, b->y, &ny, NULL, NULL, 0, &fused));
         }
+        tq_next = 0;
         PROF("qkv product");
         g3c_attn_args a;
         a.rows = rows, a.m = m, a.NH = c->n_heads, a.NKV = c->n_kv_heads, a.D = D, a.kind = L->kind;
@@ -513,19 +526,35 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
             RUN(g3c_qgemv_pn(&L->gu, &pq, m, b->a, F, 1, b->st));
             fused = 1;
         } else {
+            const int tq_gu = tqp && add_norm == g3c_add_norm_dec && g3c_tq_taken(&L->gu, m);
             if (rf) RUN(g3c_add_norm_f(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh,
                                        split, rf, b->st));
+            else if (tq_gu)
+                RUN(g3c_add_norm_dec_tq(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh,
+                                        split, tq_x, tq_d, g3c_tq_int4(&L->gu), b->st));
             else RUN(add_norm(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
             PROF("add + norms");
-            RUN(g3c_mm(&mc, &L->gu, b->xn, b->xh, m, b->y, &ny, b->a, b->ah, 1, &fused));
+            if (tq_gu) {
+                RUN(g3c_tq_mm_pre(&L->gu, tq_x, tq_d, m, b->y, b->n_sm, b->st));
+                ny = 1, fused = 0;
+            } else {
+                RUN(g3c_mm(&mc, &L->gu, b->xn, b->xh, m, b->y, &ny, b->a, b->ah, 1, &fused));
+            }
         }
         PROF("gate/up product");
-        if (!fused) RUN(g3c_geglu_f(b->y, ny, m, F, b->a, b->ah, split, rf, b->st));
+        const int tq_dn = tqp && !fused && ny <= 2 && g3c_tq_taken(&L->down, m);
+        if (tq_dn) RUN(g3c_geglu_tq(b->y, ny, m, F, b->a, b->ah, split, tq_x, tq_d, g3c_tq_int4(&L->down), b->st));
+        else if (!fused) RUN(g3c_geglu_f(b->y, ny, m, F, b->a, b->ah, split, rf, b->st));
         else if (fused == 1 && g3c_mm_path(&mc, &L->down, m) != G3C_PATH_GEMV &&
                  g3c_mm_path(&mc, &L->down, m) != G3C_PATH_QGEMV)
             RUN(g3c_to_bf16(b->a, m, F, b->ah, split, b->st));
         PROF("geglu");
-        RUN(g3c_mm(&mc, &L->down, b->a, b->ah, m, pn ? yd : b->y, &ny, NULL, NULL, 0, &fused));
+        if (tq_dn) {
+            RUN(g3c_tq_mm_pre(&L->down, tq_x, tq_d, m, b->y, b->n_sm, b->st));
+            ny = 1;
+        } else {
+            RUN(g3c_mm(&mc, &L->down, b->a, b->ah, m, pn ? yd : b->y, &ny, NULL, NULL, 0, &fused));
+        }
         PROF("down product");
         const float *next = l + 1 < c->n_layers ? b->L[l + 1].attn_norm : b->final_norm;
         if (pn) { /* the next qkv product adds and normalizes; after the last layer, the head's xn */
@@ -536,6 +565,10 @@ static cudaError_t record(g3_backend *b, int m, int n_out) {
         } else if (rf) /* the head reads the last xn */
             RUN(g3c_add_norm_f(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split,
                                l + 1 < c->n_layers ? rf : G3C_KEEP_Y, b->st));
+        else if ((tq_next = tqp && l + 1 < c->n_layers && add_norm == g3c_add_norm_dec &&
+                            g3c_tq_taken(&b->L[l + 1].qkv, m)))
+            RUN(g3c_add_norm_dec_tq(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, tq_x,
+                                    tq_d, g3c_tq_int4(&b->L[l + 1].qkv), b->st));
         else RUN(add_norm(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
         PROF("add + norms");
     }

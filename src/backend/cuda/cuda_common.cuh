@@ -200,6 +200,15 @@ cudaError_t g3c_tc_init(void);
 /* 9..64 plain rows on quantized weights with the activations staged in shared memory (tc_stage.cu); g3c_tc_mm
  * takes it where g3c_tcm_supported (0 with $G3_CUDA_TCM=0). g3c_tcm_init: shared-memory limits and occupancy. */
 int g3c_tcm_supported(const g3_dmat *w, int m);
+/* Activations quantized by their producer (tq_act.cuh) for the int8 tensor-core kernel (tc_q8.cu): g3c_tq_taken says
+ * whether the forward's product of m rows on w runs there (path TC, 9..64 rows, $G3_CUDA_TQPRE != 0), g3c_tq_int4
+ * which value order its activations need; g3c_tq_mm_pre = g3c_tq_mm on activations already quantized: xq [m][k],
+ * xd [m][k/128]. */
+int g3c_tq_taken(const g3_dmat *w, int m);
+int g3c_tq_int4(const g3_dmat *w);
+size_t g3c_tq_q8_bytes(int m, int k);
+cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
+                          cudaStream_t st);
 cudaError_t g3c_tcm_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, cudaStream_t st);
 cudaError_t g3c_tcm_init(void);
 
@@ -257,6 +266,9 @@ cudaError_t g3c_add_norm_f(float *x, float *y, int ny, const float *w1, const fl
                            float *xn, __nv_bfloat16 *xh, int split, int flags, cudaStream_t st);
 cudaError_t g3c_geglu_f(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, int flags,
                         cudaStream_t st);
+/* GeGLU with the outputs also quantized into xq / xd for g3c_tq_mm_pre (F % 128 == 0, ny <= 2; y zeroed). */
+cudaError_t g3c_geglu_tq(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, int8_t *xq,
+                         float2 *xd, int il, cudaStream_t st);
 /* f32 [m][n] -> bf16 hi [m][n] (+ lo at +m rows). */
 cudaError_t g3c_to_bf16(const float *x, int m, int n, __nv_bfloat16 *xh, int split, cudaStream_t st);
 /* dst[i] = src[rows[i]] for i < n (rows of width n_cols). */
@@ -344,6 +356,10 @@ int g3c_attn2_cluster(int m, int NKV, int *wpb); /* blocks per (row, kv head); *
  * weights loaded before the PDL wait. g3c_dnorm_enabled: 1 unless $G3_CUDA_DNORM=0 (also selects g3c_argmax_dec). */
 cudaError_t g3c_add_norm_dec(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m, int H,
                              float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st);
+/* The same, xn also quantized into xq / xd for g3c_tq_mm_pre (H % 128 == 0; il: the int4 value order). */
+cudaError_t g3c_add_norm_dec_tq(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m,
+                                int H, float *xn, __nv_bfloat16 *xh, int split, int8_t *xq, float2 *xd, int il,
+                                cudaStream_t st);
 /* g3c_argmax with one 1024-thread block per row and float4 loads (V % 4 == 0; else g3c_argmax). */
 cudaError_t g3c_argmax_dec(const float *logits, int m, int V, int32_t *ids, cudaStream_t st);
 int g3c_dnorm_enabled(void);

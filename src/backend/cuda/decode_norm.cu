@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/tq_act.cuh"
 extern "C" {
 #include "backend/cuda/cuda_api.h"
 }
@@ -41,10 +42,13 @@ __device__ __forceinline__ void dn_put_bf16(__nv_bfloat16 *xh, size_t idx, size_
 }
 
 /* grid m, block DN_T: row r; thread t holds float4s t + DN_T*e, e < V4 (V4 * 4 * DN_T >= H). */
+/* xq (optional, H % 128 == 0): xn also quantized for the int8 tensor-core product (tq_act.cuh); for each e the 32
+ * lanes of a warp hold float4s i4 = warp * 32 + lane + DN_T * e, one block of 128 values. */
 template <int V4>
 __global__ void __launch_bounds__(DN_T) k_add_norm_dec(float *x, float *y, int ny, const float *__restrict__ w1,
                                                        const float *__restrict__ w2, float eps, int m, int H,
-                                                       float *xn, __nv_bfloat16 *xh, int split) {
+                                                       float *xn, __nv_bfloat16 *xh, int split, int8_t *xq,
+                                                       float2 *xd, int il) {
     __shared__ float red1[DN_T / 32], red2[DN_T / 32];
     const int r = blockIdx.x, H4 = H / 4;
     float4 a1[V4], a2[V4];
@@ -99,6 +103,12 @@ __global__ void __launch_bounds__(DN_T) k_add_norm_dec(float *x, float *y, int n
                                          xv[e].w * inv2 * a2[e].w);
             ((float4 *)xn)[row4 + i4] = o;
             if (xh) dn_put_bf16(xh, (size_t)r * H + 4 * (size_t)i4, (size_t)m * H, split, o);
+        }
+        if (xq) { /* whole warps in or out: H4 % 32 == 0 */
+            const float4 o = make_float4(xv[e].x * inv2 * a2[e].x, xv[e].y * inv2 * a2[e].y, xv[e].z * inv2 * a2[e].z,
+                                         xv[e].w * inv2 * a2[e].w);
+            const int b = i4 >> 5;
+            g3c_tq_quant4(o, i4 < H4, xq + (size_t)r * H + 128 * (size_t)b, xd + (size_t)r * (H / 128) + b, il);
         }
     }
 }
@@ -163,16 +173,25 @@ int g3c_dnorm_enabled(void) {
     return on;
 }
 
-cudaError_t g3c_add_norm_dec(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m, int H,
-                             float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st) {
+cudaError_t g3c_add_norm_dec_tq(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m,
+                                int H, float *xn, __nv_bfloat16 *xh, int split, int8_t *xq, float2 *xd, int il,
+                                cudaStream_t st) {
     const int v4 = (H / 4 + DN_T - 1) / DN_T;
     const int aligned = !(((uintptr_t)x | (uintptr_t)y | (uintptr_t)w1 | (uintptr_t)w2 | (uintptr_t)xn) & 15) &&
                         !((uintptr_t)xh & 7);
-    if (H % 4 || H > 4 * DN_T * 4 || ny < 1 || !aligned)
+    if (H % 4 || H > 4 * DN_T * 4 || ny < 1 || !aligned) {
+        if (xq) return cudaErrorInvalidValue;
         return g3c_add_norm(x, y, ny, w1, w2, eps, m, H, xn, xh, split, st);
-    void (*k)(float *, float *, int, const float *, const float *, float, int, int, float *, __nv_bfloat16 *, int) =
+    }
+    if (xq && H % 128) return cudaErrorInvalidValue;
+    void (*k)(float *, float *, int, const float *, const float *, float, int, int, float *, __nv_bfloat16 *, int,
+              int8_t *, float2 *, int) =
         v4 <= 1 ? k_add_norm_dec<1> : v4 == 2 ? k_add_norm_dec<2> : v4 == 3 ? k_add_norm_dec<3> : k_add_norm_dec<4>;
-    return g3c_launch(k, dim3(m), dim3(DN_T), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
+    return g3c_launch(k, dim3(m), dim3(DN_T), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split, xq, xd, il);
+}
+cudaError_t g3c_add_norm_dec(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m, int H,
+                             float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st) {
+    return g3c_add_norm_dec_tq(x, y, ny, w1, w2, eps, m, H, xn, xh, split, NULL, NULL, 0, st);
 }
 
 /* ---- test hook ------------------------------------------------------------------------------------------------ */

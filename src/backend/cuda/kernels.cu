@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/tq_act.cuh"
 
 #define NT 256
 
@@ -283,9 +284,11 @@ __global__ void __launch_bounds__(NT) k_add_norm_v(float *x, float *y, int ny, c
     }
 }
 
-/* GeGLU, 4 outputs per thread: two float4 (gate, up, gate, up) per slice, every slice loaded before zeroing. */
+/* GeGLU, 4 outputs per thread: two float4 (gate, up, gate, up) per slice, every slice loaded before zeroing.
+ * xq (optional, F % 128 == 0): the outputs also quantized for the int8 tensor-core product (tq_act.cuh); the 32
+ * lanes of a warp hold one block of 128 (consecutive e, warp-aligned, F / 4 a multiple of 32). */
 __global__ void __launch_bounds__(256) k_geglu4(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah,
-                                                int split, int flags) {
+                                                int split, int flags, int8_t *xq, float2 *xd, int il) {
     g3c_pdl_wait();
     const int F4 = F / 4, n4 = m * F4;
     const size_t sl4 = (size_t)m * F / 2; /* slice stride in float4: 2 m F floats */
@@ -306,6 +309,7 @@ __global__ void __launch_bounds__(256) k_geglu4(float *y, int ny, int m, int F, 
                                      gelu_tanh(p1.z) * p1.w);
         if (!(flags & G3C_NO_F32) || !ah) ((float4 *)a)[e] = v;
         if (ah) put_bf16x4(ah, split, (size_t)m * F, (size_t)4 * e, v);
+        if (xq) g3c_tq_quant4(v, true, xq + (size_t)4 * (e & ~31), xd + (e >> 5), il); /* n4 % 32 == 0 */
     }
 }
 
@@ -396,8 +400,14 @@ cudaError_t g3c_geglu_f(float *y, int ny, int m, int F, float *a, __nv_bfloat16 
                         cudaStream_t st) {
     if (m >= G3C_ROWK_MIN && ny <= 2 && F % 4 == 0 && g3c_rowk_enabled())
         return g3c_launch(k_geglu4, dim3(grid4((size_t)m * F / 4)), dim3(256), 0, st, y, ny, m, F, a, ah, split,
-                          flags);
+                          flags, (int8_t *)NULL, (float2 *)NULL, 0);
     return g3c_launch(k_geglu, dim3(grid_for((size_t)m * F)), dim3(256), 0, st, y, ny, m, F, a, ah, split);
+}
+cudaError_t g3c_geglu_tq(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, int8_t *xq,
+                         float2 *xd, int il, cudaStream_t st) {
+    if (F % 128 || ny > 2) return cudaErrorInvalidValue;
+    return g3c_launch(k_geglu4, dim3(grid4((size_t)m * F / 4)), dim3(256), 0, st, y, ny, m, F, a, ah, split, 0, xq, xd,
+                      il);
 }
 cudaError_t g3c_to_bf16(const float *x, int m, int n, __nv_bfloat16 *xh, int split, cudaStream_t st) {
     if (m >= G3C_ROWK_MIN && n % 4 == 0 && g3c_rowk_enabled())

@@ -437,15 +437,42 @@ cudaError_t g3c_tq_init(void) {
 
 size_t g3c_tq_q8_bytes(int m, int k) { return (size_t)m * k + (size_t)m * (k / 128) * sizeof(float2); }
 
-cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,
-                      cudaStream_t st) {
-    if (!g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
-    tq_build();
+int g3c_tq_int4(const g3_dmat *w) { return w->qt == G3Q_INT4; }
+
+static tq_inst *tq_pick(const g3_dmat *w, int m) {
     /* $G3_CUDA_TQOCC=1|2 forces one; default by format, as measured on the H200 (27B, 32 / 64 seqs, tok/s): int8 at
      * two blocks per SM (2550 / 3590 against 2409 / 3453), int4 at one (2899 / 3792 against 2697 / 3379) */
     const char *oe = getenv("G3_CUDA_TQOCC");
     const int occ2 = oe && *oe ? !strcmp(oe, "2") : w->qt == G3Q_INT8;
-    tq_inst *ti = &tq_table[occ2][tq_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2];
+    return &tq_table[occ2][tq_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2];
+}
+
+static cudaError_t tq_run(const tq_inst *ti, const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y,
+                          int n_sm, cudaStream_t st) {
+    const int KS = w->qt == G3Q_INT4 ? 256 : 128, S = (w->k + KS - 1) / KS;
+    const int tiles = (w->n + ti->rows - 1) / ti->rows;
+    const long long L = (long long)tiles * S;
+    long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * ti->bps;
+    if (blocks > L) blocks = L;
+    if (blocks < 1) blocks = 1;
+    return g3c_launch(ti->k, dim3((unsigned)blocks), dim3(TQ_WARPS * 32), (size_t)ti->smem, st, *w, xq, xd, m, y, S,
+                      L);
+}
+
+cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
+                          cudaStream_t st) {
+    if (!g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
+    tq_build();
+    tq_inst *ti = tq_pick(w, m);
+    cudaError_t e = tq_setup(ti); /* no-op after g3c_tq_init */
+    return e == cudaSuccess ? tq_run(ti, w, xq, xd, m, y, n_sm, st) : e;
+}
+
+cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,
+                      cudaStream_t st) {
+    if (!g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
+    tq_build();
+    tq_inst *ti = tq_pick(w, m);
     cudaError_t e = tq_setup(ti); /* no-op after g3c_tq_init */
     if (e != cudaSuccess) return e;
     const size_t need = g3c_tq_q8_bytes(m, w->k);
@@ -484,16 +511,7 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
                                        m, w->k, xq, xd)
                           : g3c_launch(k_tq_quant<G3Q_INT8>, dim3((unsigned)((th + 255) / 256)), dim3(256), 0, st, xh,
                                        m, w->k, xq, xd);
-    if (e == cudaSuccess) {
-        const int KS = w->qt == G3Q_INT4 ? 256 : 128, S = (w->k + KS - 1) / KS;
-        const int tiles = (w->n + ti->rows - 1) / ti->rows;
-        const long long L = (long long)tiles * S;
-        long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * ti->bps;
-        if (blocks > L) blocks = L;
-        if (blocks < 1) blocks = 1;
-        e = g3c_launch(ti->k, dim3((unsigned)blocks), dim3(TQ_WARPS * 32), (size_t)ti->smem, st, *w,
-                       (const int8_t *)xq, (const float2 *)xd, m, y, S, L);
-    }
+    if (e == cudaSuccess) e = tq_run(ti, w, xq, xd, m, y, n_sm, st);
     if (tmp) {
         cudaError_t e2 = cudaFreeAsync(tmp, st);
         if (e == cudaSuccess) e = e2;

@@ -325,6 +325,13 @@ static int tcm_enabled(void) {
     return tcm_mode() != 0;
 }
 
+int g3c_tq_taken(const g3_dmat *w, int m) {
+    const char *e = getenv("G3_CUDA_TQPRE"); /* 0: every tq product quantizes its input itself (k_tq_quant) */
+    if (e && !strcmp(e, "0")) return 0;
+    const int md = tcm_mode();
+    return (md == 3 || md == 4) && g3c_tcm_supported(w, m) && g3c_tq_supported(w, m);
+}
+
 int g3c_tcm_supported(const g3_dmat *w, int m) {
     const int v = tcm_variant(w);
     if (v < 0 || m < 9 || m > 64 || !tcm_enabled()) return 0;

@@ -1,0 +1,41 @@
+/* Quantization of activations for the int8 tensor-core products (tc_q8.cu) by the kernels that produce them (the
+ * decode add-norm, GeGLU), so that the product needs no quantization launch of its own: per row and block of 128
+ * values d = amax/127, q = rint(x * 127/amax) (k_tq_quant's arithmetic, from the float32 values instead of their bf16
+ * copy), q stored [m][K] (for int4 weights each 8 values as x0,x2,x4,x6,x1,x3,x5,x7), (d, d * sum q) [m][K/128].
+ * record (cuda_backend.cu) takes it for the qkv, gate/up and down products on the int8 tensor cores ($G3_CUDA_TQPRE=0:
+ * k_tq_quant before each, as before). Measured on the H200 (session 5, 27B, aggregate decode tok/s, argmax on the GPU,
+ * off -> on): int4 32 seqs 2880 -> 2944, 64 seqs 3791 -> 3857; int8 32 seqs 2515 -> 2711, 64 seqs 3589 -> 3819. */
+#ifndef G3_BACKEND_CUDA_TQ_ACT_CUH
+#define G3_BACKEND_CUDA_TQ_ACT_CUH
+
+#include <stdint.h>
+
+/* The 32 lanes of a warp hold the 128 values of one block, lane l values 4l..4l+3 (v); every lane calls, ok equal
+ * across the warp. xq: the block's 128 bytes, xd: its (d, d * sum q); il: the int4 order. */
+static __device__ __forceinline__ void g3c_tq_quant4(float4 v, bool ok, int8_t *xq, float2 *xd, int il) {
+    const int lane = threadIdx.x & 31;
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    const int q0 = __float2int_rn(v.x * inv), q1 = __float2int_rn(v.y * inv);
+    const int q2 = __float2int_rn(v.z * inv), q3 = __float2int_rn(v.w * inv);
+    int sum = q0 + q1 + q2 + q3;
+#pragma unroll
+    for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const uint32_t p02 = (uint32_t)(q0 & 255) | (uint32_t)(q2 & 255) << 8;
+    const uint32_t p13 = (uint32_t)(q1 & 255) | (uint32_t)(q3 & 255) << 8;
+    const bool odd = lane & 1;
+    const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? p02 : p13, 1); /* the pair's other half */
+    if (!ok) return;
+    uint32_t word;
+    if (il) word = odd ? (got | p13 << 16) : (p02 | got << 16); /* even: x0 x2 x4 x6, odd: x1 x3 x5 x7 */
+    else word = p02 & 255 | (p13 & 255) << 8 | (p02 >> 8) << 16 | (p13 >> 8) << 24;
+    ((uint32_t *)xq)[lane] = word;
+    if (lane == 0) {
+        const float d = amax * (1.f / 127.f);
+        *xd = make_float2(d, d * (float)sum);
+    }
+}
+
+#endif
