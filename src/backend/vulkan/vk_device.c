@@ -93,10 +93,10 @@ static void mv2_variant(g3vk *vk) {
 }
 
 /* The one-row int8 product (matvecq.comp), where the device has int8 dot products: by default (vk->mvq 2) for Q4_0
- * and for Q8_0 products of k >= G3VK_MVQ_Q8_MIN_K; measured on the H200 (session 5, batch-1 decode tok/s, matvec2 ->
- * matvecq): Q4_0 1B 561.9 -> 551.6, 4B 322.5 -> 372.0, 27B 81.5 -> 117.1; Q8_0 1B 545.2 -> 512.1, 4B 318.6 -> 309.2,
- * 27B 83.1 -> 86.4 (Q8_0 weights cost matvec2 little to decode, so the extra quantization dispatch only pays off on
- * wide products). $G3_VULKAN_MVQ=0: off (also, with $G3_VULKAN_MVQ unset, $G3_VULKAN_MV2=0: back to the float
+ * only; measured on the H200 (session 5, batch-1 decode tok/s, matvec2 -> matvecq for every product): Q4_0 1B 561.9 ->
+ * 551.6, 4B 322.5 -> 372.0, 27B 81.5 -> 117.1; Q8_0 1B 545.2 -> 512.1, 4B 318.6 -> 309.2, 27B 83.1 -> 86.4, and with
+ * only the down products (k >= 4096) on it 1B 543.8 -> 532.6, 4B 320.5 -> 313.8: Q8_0 weights cost matvec2 little to
+ * decode, so the extra quantization dispatch pays off only at 27B. $G3_VULKAN_MVQ=0: off (also, with $G3_VULKAN_MVQ unset, $G3_VULKAN_MV2=0: back to the float
  * kernels); $G3_VULKAN_MVQ=1: every Q8_0/Q4_0 one-row product, even with $G3_VULKAN_MV2=0.
  * $G3_VULKAN_MVQ_WG (32|64|128|256 threads), _NC (2|4|8|16 weight rows per workgroup, GeGLU: half gate, half up), _COLS (1|2|4 chunk columns per iteration): its specialization constants (tuning sweeps; unknown
  * values and variants past the device's limits: the defaults 64 / 4 / 2, the numbers of matvec2's default). */
@@ -275,7 +275,7 @@ int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu) 
     if (rows > 8 && vk->coopmat) return geglu ? G3VK_K_MATMUL_CM_GEGLU : G3VK_K_MATMUL_CM;
     if (rows > 8) return geglu ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL;
     if (rows == 1 && vk->mvq && k % 32 == 0 &&
-        (type == G3_DTYPE_Q4_0 || (type == G3_DTYPE_Q8_0 && (vk->mvq == 1 || k >= G3VK_MVQ_Q8_MIN_K))))
+        (type == G3_DTYPE_Q4_0 || (type == G3_DTYPE_Q8_0 && vk->mvq == 1)))
         return geglu ? G3VK_K_MATVECQ_GEGLU : G3VK_K_MATVECQ;
     int chunked = k % 32 == 0 &&
                   (type == G3_DTYPE_F16 || type == G3_DTYPE_BF16 || type == G3_DTYPE_Q8_0 || type == G3_DTYPE_Q4_0);

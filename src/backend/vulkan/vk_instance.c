@@ -265,10 +265,10 @@ static const char *idot_note(const g3_vulkan_device *d) {
     int on = e && *e ? (*e != '0') : (m2 && *m2 == '0') ? 0 : 2;
     if (d->int8_dot_fast)
         return on == 1   ? ", int8 dot products (accelerated; Q8_0/Q4_0 decode products: matvecq)"
-               : on == 2 ? ", int8 dot products (accelerated; Q4_0 and wide Q8_0 decode products: matvecq)"
+               : on == 2 ? ", int8 dot products (accelerated; Q4_0 decode products: matvecq)"
                          : ", int8 dot products (accelerated; matvecq off: G3_VULKAN_MVQ / G3_VULKAN_MV2)";
     return on == 1   ? ", int8 dot products (not accelerated; Q8_0/Q4_0 decode products: matvecq)"
-           : on == 2 ? ", int8 dot products (not accelerated; Q4_0 and wide Q8_0 decode products: matvecq)"
+           : on == 2 ? ", int8 dot products (not accelerated; Q4_0 decode products: matvecq)"
                      : ", int8 dot products (not accelerated; matvecq off: G3_VULKAN_MVQ / G3_VULKAN_MV2)";
 }
 

@@ -56,9 +56,6 @@ typedef enum g3vk_mem {
     G3VK_MEM_STAGING,  /* host-visible + coherent, for transfers */
 } g3vk_mem;
 
-/* Q8_0 one-row products take the int8 path by default from this many values per row (vk_device.c: measured) */
-#define G3VK_MVQ_Q8_MIN_K 4096
-
 typedef struct g3vk_buf {
     VkBuffer buf;
     VkDeviceMemory mem;
@@ -92,7 +89,7 @@ typedef struct g3vk {
     uint32_t mv2_wg, mv2_nc, mv2_cols; /* $G3_VULKAN_MV2_WG / _NC / _COLS: threads, channels, chunk columns (64 8 2) */
     int idot;               /* VK_KHR_shader_integer_dot_product enabled (shaderIntegerDotProduct): matvecq.comp can run */
     int mvq;                /* one-row Q8_0/Q4_0 products through q8act.comp + matvecq.comp: 0 off, 1 all ($G3_VULKAN_MVQ=1),
-                               2 Q4_0 and wide Q8_0 (the default where idot, unless $G3_VULKAN_MV2=0) */
+                               2 Q4_0 only (the default where idot, unless $G3_VULKAN_MV2=0) */
     uint32_t mvq_wg, mvq_nc, mvq_cols; /* $G3_VULKAN_MVQ_WG / _NC / _COLS: matvecq's threads, channels, chunk columns */
     int fuse;               /* decode Wo/down products end with the post-norm tail ($G3_VULKAN_FUSE=0: add_norm.comp) */
     int coopmat;            /* VK_NV_cooperative_matrix enabled: prefill through matmul_cm.comp ($G3_VULKAN_COOPMAT=1) */
