@@ -9,73 +9,14 @@
  *   xn = rms(x)*(1+w_next).  Head: logits = softcap(xn_final E^T) for the rows asked for.
  * Every producer of a matrix-product input writes float32 and bf16 (hi, lo) copies; every product's output buffer
  * is zero between uses (the consumer zeroes it), since the tensor-core kernels accumulate with atomics. Kernels are
- * launched with programmatic dependent launch so that each one's blocks are scheduled while its predecessor drains. */
+ * launched with programmatic dependent launch so that each one's blocks are scheduled while its predecessor drains.
+ * This file: create / destroy, the step (parameter upload, graph capture and replay) and the ops table; the weights
+ * are loaded by cuda_weights.cu, the launches of one forward issued by cuda_forward.cu (state: cuda_backend.cuh). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_common.cuh"
-extern "C" {
-#include "backend/cuda/cuda_api.h"
-}
-
-#define NBUCKET 9 /* graphs for 1, 2, 4, ..., 256 rows */
-
-typedef struct layer_dev {
-    g3_dmat qkv, o, gu, down; /* [(NH+2NKV)D][H], [H][NH D], [2F][H] (gate, up interleaved), [H][F] */
-    float *attn_norm, *q_norm, *k_norm, *post_attn, *pre_ffn, *post_ffn; /* device, as 1+w */
-    int kind, index_in_kind;
-} layer_dev;
-
-struct g3_backend {
-    g3_config c;
-    g3_backend_cfg bc;
-    int qt_req, split, graphs_on;
-    char desc[64];
-    cudaStream_t st;
-    cublasHandle_t cub;
-    void *cub_ws;
-    int n_sm;
-    g3_dmat embed;
-    layer_dev *L;
-    float *final_norm, *norms, *inv_freq; /* inv_freq: [2][D/2], kind 0 = global (scaled), 1 = sliding */
-    int n_kind[2];
-    float *pool[2];
-    size_t block_bytes[2];
-    int R;                                      /* rows per forward */
-    float *x, *xn, *y, *q, *o, *a, *part, *hx, *logy, *logits;
-    float *pnb; /* decode of 1-2 rows with the add-norms inside the products (record): x2 [2][H], then the product
-                 * outputs yq [2][NQKV], yo [2][H], yd [2][H], zero between uses like y */
-    __nv_bfloat16 *xh, *oh, *ah, *hxh, *wscratch;
-    void *q8;                                   /* q8 activations of the dp4a products (qgemv.cu) */
-    int8_t *tq8;                                /* 9..64 rows: activations quantized by their producer for the int8
-                                                 * tensor-core products (tc_q8.cu), [64][max(H, F)] + scales */
-    size_t q8_bytes;
-    int HC;                                     /* head chunk rows */
-    int32_t *d_par, *h_par, *d_ids, *seq_map;
-    unsigned *acnt, *tcnt;                      /* attention split counters [R][NKV]; GeGLU tile counters */
-    int attn_min_keys;                          /* $G3_CUDA_ATTN_MIN, default 32 */
-    int distinct;                               /* this step's rows are all of different sequences (decode) */
-    int32_t *fa_useq;                           /* [R] row plan of the prefill attention (attention_prefill.cu) */
-    int fa_step;                                /* this step takes the prefill attention (run eagerly) */
-    int tcnt_n;
-    size_t par_ints;
-    cudaGraphExec_t graph[NBUCKET];
-    int graph_failed[NBUCKET];
-    int graph_nodes[NBUCKET];
-    uint64_t resident;
-    cudaEvent_t *prof_ev;                       /* g3_cuda_profile: an event after each launch group */
-    const char **prof_lbl;
-    int prof_n;
-};
-
-#define PROF_MAX 4096
-static void prof_mark(g3_backend *b, const char *lbl) {
-    if (!b->prof_ev || b->prof_n >= PROF_MAX) return;
-    cudaEventRecord(b->prof_ev[b->prof_n], b->st);
-    b->prof_lbl[b->prof_n++] = lbl;
-}
-
-static size_t off_bt(const g3_backend *b) { return (size_t)4 * b->R; }
+#include "backend/cuda/cuda_backend.cuh"
 
 static int parse_quant(const char *s) {
     if (!s || !*s || !strcmp(s, "bf16")) return G3Q_BF16;
@@ -85,164 +26,27 @@ static int parse_quant(const char *s) {
     return -1;
 }
 
-static void *dalloc(size_t bytes, int *ok) {
-    void *p = NULL;
-    if (!*ok) return NULL;
-    if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) *ok = 0, p = NULL;
-    return p;
-}
-
-/* ---- weights ---------------------------------------------------------------------------------------------------- */
-typedef struct src_mat { const g3_weight *w; int n; } src_mat; /* w NULL: random */
-
-static g3_status alloc_dmat(g3_dmat *d, int qt, int n, int k, int g, g3_error *err) {
-    memset(d, 0, sizeof *d);
-    d->qt = qt, d->n = n, d->k = k, d->g = g;
-    size_t nk = (size_t)n * k, ng = (size_t)n * (k / g);
-    size_t qb = qt == G3Q_BF16 ? nk * 2 : qt == G3Q_INT4 ? nk / 2 : nk;
-    G3C_CK(cudaMalloc(&d->q, qb), "weight allocation");
-    if (qt != G3Q_BF16) G3C_CK(cudaMalloc((void **)&d->s, ng * 4), "scale allocation");
-    if (qt == G3Q_INT4) G3C_CK(cudaMalloc((void **)&d->z, ng * 4), "offset allocation");
-    d->bytes = g3c_dmat_bytes(qt, n, k, g);
-    return G3_OK;
-}
-
-static void free_dmat(g3_dmat *d) {
-    cudaFree(d->q), cudaFree(d->s), cudaFree(d->z);
-    memset(d, 0, sizeof *d);
-}
-
-/* Builds one resident matrix from nsrc sources stacked by rows (interleave: row i of source j -> i*nsrc + j). */
-static g3_status load_mat(g3_backend *b, g3_dmat *d, const src_mat *src, int nsrc, int k, int interleave,
-                          void *stage, size_t stage_bytes, uint64_t seed, const char *what, g3_error *err) {
-    int n = 0, qt = -1, g = 0, mixed = 0;
-    for (int j = 0; j < nsrc; j++) {
-        uint32_t t = src[j].w ? src[j].w->type : (uint32_t)G3_DTYPE_BF16;
-        if (src[j].w && (src[j].w->k != k || src[j].w->n != src[j].n || !src[j].w->data))
-            return g3c_fail(err, G3_ERR_FORMAT, "cuda: %s: source %d is [%lld][%lld], expected [%d][%d]", what, j,
-                            (long long)src[j].w->n, (long long)src[j].w->k, src[j].n, k);
-        int gj, qj = g3c_target_format(t, b->qt_req, k, &gj);
-        if (qj < 0) {
-            qj = g3c_target_format(t, G3Q_BF16, k, &gj);
-            if (qj < 0)
-                return g3c_fail(err, G3_ERR_UNSUPPORTED, "cuda: %s: tensor type %u with %d values per row is not supported",
-                                what, t, k);
-        }
-        if (j == 0) qt = qj, g = gj;
-        else if (qj != qt || gj != g) mixed = 1;
-        n += src[j].n;
-    }
-    if (mixed) qt = G3Q_BF16, g = k; /* e.g. Q4_K q/k with Q6_K v: a common lossless format */
-    G3_TRY(alloc_dmat(d, qt, n, k, g, err));
-    int row0 = 0;
-    for (int j = 0; j < nsrc; j++) {
-        uint32_t t = src[j].w ? src[j].w->type : (uint32_t)G3_DTYPE_BF16;
-        size_t rb = g3c_src_row_bytes(t, k);
-        if (!rb) return g3c_fail(err, G3_ERR_UNSUPPORTED, "cuda: %s: bad row size", what);
-        int per = (int)(stage_bytes / rb);
-        if (per < 1) return g3c_fail(err, G3_ERR_NOMEM, "cuda: %s: row of %zu bytes exceeds the staging buffer", what, rb);
-        for (int r = 0; r < src[j].n; r += per) {
-            int nr = src[j].n - r < per ? src[j].n - r : per;
-            if (src[j].w) {
-                G3C_CK(cudaMemcpyAsync(stage, (const uint8_t *)src[j].w->data + (size_t)r * rb, (size_t)nr * rb,
-                                       cudaMemcpyHostToDevice, b->st), "weight upload");
-            } else {
-                G3C_CK(g3c_fill_random_bf16((__nv_bfloat16 *)stage, (size_t)nr * k, 1.f / sqrtf((float)k),
-                                            seed * 1000003ull + (uint64_t)j * 7919 + (uint64_t)r, b->st),
-                       "random fill");
-            }
-            int dr0 = interleave ? r * nsrc + j : row0 + r;
-            G3C_CK(g3c_convert_rows(stage, t, nr, d, dr0, interleave ? nsrc : 1, b->st), "weight conversion");
-            G3C_CK(cudaStreamSynchronize(b->st), "weight conversion");
-        }
-        row0 += src[j].n;
-    }
-    b->resident += d->bytes;
-    return G3_OK;
-}
-
-static g3_status load_weights(g3_backend *b, const g3_model *m, uint64_t seed, g3_error *err) {
-    const g3_config *c = &b->c;
-    const int H = c->hidden, F = c->ffn, D = c->head_dim, NQ = c->n_heads * D, NK = c->n_kv_heads * D;
-    size_t stage_bytes = 256u << 20;
-    void *stage = NULL;
-    G3C_CK(cudaMalloc(&stage, stage_bytes), "staging allocation");
-    g3_status rc = G3_OK;
-    src_mat e = {m ? &m->embed : NULL, c->vocab};
-    rc = load_mat(b, &b->embed, &e, 1, H, 0, stage, stage_bytes, seed, "token_embd", err);
-    for (int l = 0; l < c->n_layers && rc == G3_OK; l++) {
-        const g3_layer_weights *lw = m ? &m->layers[l] : NULL;
-        layer_dev *L = &b->L[l];
-        char what[64];
-        snprintf(what, sizeof what, "layer %d qkv", l);
-        src_mat qkv[3] = {{lw ? &lw->wq : NULL, NQ}, {lw ? &lw->wk : NULL, NK}, {lw ? &lw->wv : NULL, NK}};
-        rc = load_mat(b, &L->qkv, qkv, 3, H, 0, stage, stage_bytes, seed + 10 * l + 1, what, err);
-        snprintf(what, sizeof what, "layer %d attn_output", l);
-        src_mat o = {lw ? &lw->wo : NULL, H};
-        if (rc == G3_OK) rc = load_mat(b, &L->o, &o, 1, NQ, 0, stage, stage_bytes, seed + 10 * l + 2, what, err);
-        snprintf(what, sizeof what, "layer %d gate/up", l);
-        src_mat gu[2] = {{lw ? &lw->w_gate : NULL, F}, {lw ? &lw->w_up : NULL, F}};
-        if (rc == G3_OK) rc = load_mat(b, &L->gu, gu, 2, H, 1, stage, stage_bytes, seed + 10 * l + 3, what, err);
-        snprintf(what, sizeof what, "layer %d ffn_down", l);
-        src_mat dn = {lw ? &lw->w_down : NULL, H};
-        if (rc == G3_OK) rc = load_mat(b, &L->down, &dn, 1, F, 0, stage, stage_bytes, seed + 10 * l + 4, what, err);
-    }
-    cudaFree(stage);
-    if (rc) return rc;
-    /* norms: per layer attn, q, k, post_attn, pre_ffn, post_ffn; then final */
-    size_t per = (size_t)4 * H + 2 * D, tot = per * c->n_layers + H;
-    float *h = (float *)malloc(tot * sizeof(float));
-    if (!h) return g3c_fail(err, G3_ERR_NOMEM, "cuda: out of host memory for norms");
-    for (size_t i = 0; i < tot; i++) h[i] = 1.f;
-    if (m) {
-        for (int l = 0; l < c->n_layers; l++) {
-            const g3_layer_weights *lw = &m->layers[l];
-            float *p = h + per * l;
-            memcpy(p, lw->attn_norm, H * 4), memcpy(p + H, lw->q_norm, D * 4), memcpy(p + H + D, lw->k_norm, D * 4);
-            memcpy(p + H + 2 * D, lw->post_attn_norm, H * 4), memcpy(p + 2 * H + 2 * D, lw->pre_ffn_norm, H * 4);
-            memcpy(p + 3 * H + 2 * D, lw->post_ffn_norm, H * 4);
-        }
-        memcpy(h + per * c->n_layers, m->final_norm, H * 4);
-    }
-    cudaError_t ce = cudaMalloc((void **)&b->norms, tot * 4);
-    if (ce == cudaSuccess) ce = cudaMemcpy(b->norms, h, tot * 4, cudaMemcpyHostToDevice);
-    free(h);
-    G3C_CK(ce, "norm upload");
-    for (int l = 0; l < c->n_layers; l++) {
-        float *p = b->norms + per * l;
-        layer_dev *L = &b->L[l];
-        L->attn_norm = p, L->q_norm = p + H, L->k_norm = p + H + D, L->post_attn = p + H + 2 * D;
-        L->pre_ffn = p + 2 * H + 2 * D, L->post_ffn = p + 3 * H + 2 * D;
-    }
-    b->final_norm = b->norms + per * c->n_layers;
-    return G3_OK;
-}
-
 /* ---- create / destroy ------------------------------------------------------------------------------------------ */
 static void cuda_destroy(g3_backend *b) {
     if (!b) return;
     cudaStreamSynchronize(b->st);
     for (int i = 0; i < NBUCKET; i++)
         if (b->graph[i]) cudaGraphExecDestroy(b->graph[i]);
-    free_dmat(&b->embed);
+    g3cb_free_dmat(&b->embed);
     if (b->L)
         for (int l = 0; l < b->c.n_layers; l++)
-            free_dmat(&b->L[l].qkv), free_dmat(&b->L[l].o), free_dmat(&b->L[l].gu), free_dmat(&b->L[l].down);
+            g3cb_free_dmat(&b->L[l].qkv), g3cb_free_dmat(&b->L[l].o), g3cb_free_dmat(&b->L[l].gu),
+                g3cb_free_dmat(&b->L[l].down);
     free(b->L);
     void *dev[] = {b->norms, b->inv_freq, b->pool[0], b->pool[1], b->x, b->xn, b->y, b->pnb, b->q, b->o, b->a, b->part,
-                   b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->cub_ws, b->tq8,
-                   b->acnt, b->tcnt, b->q8, b->fa_useq};
+                   b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->cub_ws,
+                   b->tq8, b->acnt, b->tcnt, b->q8, b->fa_useq};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     cudaFreeHost(b->h_par);
     free(b->seq_map);
     if (b->cub) cublasDestroy(b->cub);
     if (b->st) cudaStreamDestroy(b->st);
     free(b);
-}
-
-static int n_splits_for(const g3_backend *b, int m) { /* ~4 blocks per SM of keys split for decode */
-    int want = (4 * b->n_sm + m * b->c.n_kv_heads - 1) / (m * b->c.n_kv_heads);
-    return want < 1 ? 1 : want > 64 ? 64 : want;
 }
 
 static size_t kv_block_bytes(const g3_config *c, const g3_backend_cfg *cfg, int kind) {
@@ -310,7 +114,7 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
             int k = c->layer_global[l] ? 0 : 1;
             b->L[l].kind = k, b->L[l].index_in_kind = b->n_kind[k]++;
         }
-        rc = load_weights(b, m, opts ? opts->seed : 1, err);
+        rc = g3cb_load_weights(b, m, opts ? opts->seed : 1, err);
         if (rc) goto fail;
 
         /* rope tables */
@@ -322,14 +126,14 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
                 hf[k * (D / 2) + i] = (1.0f / powf(base, (float)(2 * i) / (float)D)) / scale;
             }
         int ok = 1;
-        b->inv_freq = (float *)dalloc(sizeof(float) * D, &ok);
+        b->inv_freq = (float *)g3cb_dalloc(sizeof(float) * D, &ok);
         if (ok) CK(cudaMemcpy(b->inv_freq, hf, sizeof(float) * D, cudaMemcpyHostToDevice), "rope table");
 
         /* KV pools */
         for (int k = 0; k < 2; k++) {
             b->block_bytes[k] = kv_block_bytes(c, cfg, k);
             int nb = k == 0 ? cfg->n_blocks_global : cfg->n_blocks_local;
-            b->pool[k] = (float *)dalloc(b->block_bytes[k] * (size_t)nb, &ok);
+            b->pool[k] = (float *)g3cb_dalloc(b->block_bytes[k] * (size_t)nb, &ok);
         }
         /* activations */
         const int R = cfg->max_rows, F = c->ffn, NQ = c->n_heads * D, NQKV = (c->n_heads + 2 * c->n_kv_heads) * D;
@@ -338,24 +142,24 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         if (H > maxN) maxN = H;
         int maxS = 0;
         for (int mm = 1; mm <= R; mm++) {
-            int v = mm * n_splits_for(b, mm);
+            int v = mm * g3cb_n_splits(b, mm);
             if (v > maxS) maxS = v;
         }
         b->HC = R < 64 ? R : 64;
-        b->x = (float *)dalloc((size_t)R * H * 4, &ok), b->xn = (float *)dalloc((size_t)R * H * 4, &ok);
-        b->y = (float *)dalloc((size_t)2 * R * maxN * 4, &ok);
+        b->x = (float *)g3cb_dalloc((size_t)R * H * 4, &ok), b->xn = (float *)g3cb_dalloc((size_t)R * H * 4, &ok);
+        b->y = (float *)g3cb_dalloc((size_t)2 * R * maxN * 4, &ok);
         const size_t pnb_floats = (size_t)2 * (3 * H + NQKV);
-        b->pnb = (float *)dalloc(pnb_floats * 4, &ok);
-        b->q = (float *)dalloc((size_t)R * NQ * 4, &ok), b->o = (float *)dalloc((size_t)R * NQ * 4, &ok);
-        b->a = (float *)dalloc((size_t)R * F * 4, &ok);
-        b->part = (float *)dalloc(g3c_attn_part_floats(maxS, c->n_heads, D) * 4, &ok);
-        b->hx = (float *)dalloc((size_t)b->HC * H * 4, &ok);
-        b->logy = (float *)dalloc((size_t)2 * b->HC * c->vocab * 4, &ok);
-        b->logits = (float *)dalloc((size_t)R * c->vocab * 4, &ok);
-        b->xh = (__nv_bfloat16 *)dalloc((size_t)2 * R * H * 2, &ok);
-        b->oh = (__nv_bfloat16 *)dalloc((size_t)2 * R * NQ * 2, &ok);
-        b->ah = (__nv_bfloat16 *)dalloc((size_t)2 * R * F * 2, &ok);
-        b->hxh = (__nv_bfloat16 *)dalloc((size_t)2 * b->HC * H * 2, &ok);
+        b->pnb = (float *)g3cb_dalloc(pnb_floats * 4, &ok);
+        b->q = (float *)g3cb_dalloc((size_t)R * NQ * 4, &ok), b->o = (float *)g3cb_dalloc((size_t)R * NQ * 4, &ok);
+        b->a = (float *)g3cb_dalloc((size_t)R * F * 4, &ok);
+        b->part = (float *)g3cb_dalloc(g3c_attn_part_floats(maxS, c->n_heads, D) * 4, &ok);
+        b->hx = (float *)g3cb_dalloc((size_t)b->HC * H * 4, &ok);
+        b->logy = (float *)g3cb_dalloc((size_t)2 * b->HC * c->vocab * 4, &ok);
+        b->logits = (float *)g3cb_dalloc((size_t)R * c->vocab * 4, &ok);
+        b->xh = (__nv_bfloat16 *)g3cb_dalloc((size_t)2 * R * H * 2, &ok);
+        b->oh = (__nv_bfloat16 *)g3cb_dalloc((size_t)2 * R * NQ * 2, &ok);
+        b->ah = (__nv_bfloat16 *)g3cb_dalloc((size_t)2 * R * F * 2, &ok);
+        b->hxh = (__nv_bfloat16 *)g3cb_dalloc((size_t)2 * b->HC * H * 2, &ok);
         /* bf16 scratch for cuBLAS on quantized matrices, when some batch is large enough to want it (beyond 64
          * rows with the tensor-core kernels, 16 without) */
         size_t big = 0;
@@ -372,21 +176,21 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
                     if (nk > big) big = nk;
                 }
         }
-        if (anyq && R > 16) b->wscratch = (__nv_bfloat16 *)dalloc(big * 2, &ok);
-        b->acnt = (unsigned *)dalloc((size_t)R * c->n_kv_heads * 4, &ok);
-        b->fa_useq = (int32_t *)dalloc((size_t)R * 4, &ok);
+        if (anyq && R > 16) b->wscratch = (__nv_bfloat16 *)g3cb_dalloc(big * 2, &ok);
+        b->acnt = (unsigned *)g3cb_dalloc((size_t)R * c->n_kv_heads * 4, &ok);
+        b->fa_useq = (int32_t *)g3cb_dalloc((size_t)R * 4, &ok);
         b->tcnt_n = (2 * F + 15) / 16;
-        b->tcnt = (unsigned *)dalloc((size_t)b->tcnt_n * 4, &ok);
+        b->tcnt = (unsigned *)g3cb_dalloc((size_t)b->tcnt_n * 4, &ok);
         {
             int kq = H > F ? H : F;
             if (NQ > kq) kq = NQ;
             b->q8_bytes = g3c_qgemv_q8_bytes(R < 8 ? R : 8, kq);
-            b->q8 = dalloc(b->q8_bytes, &ok);
-            if (R >= 9) b->tq8 = (int8_t *)dalloc(g3c_tq_q8_bytes(64, H > F ? H : F), &ok);
+            b->q8 = g3cb_dalloc(b->q8_bytes, &ok);
+            if (R >= 9) b->tq8 = (int8_t *)g3cb_dalloc(g3c_tq_q8_bytes(64, H > F ? H : F), &ok);
         }
         b->par_ints = off_bt(b) + (size_t)R * 2 * cfg->max_blocks_per_seq;
-        b->d_par = (int32_t *)dalloc(b->par_ints * 4, &ok);
-        b->d_ids = (int32_t *)dalloc((size_t)R * 4, &ok);
+        b->d_par = (int32_t *)g3cb_dalloc(b->par_ints * 4, &ok);
+        b->d_ids = (int32_t *)g3cb_dalloc((size_t)R * 4, &ok);
         if (!ok) { rc = g3c_fail(err, G3_ERR_NOMEM, "cuda: out of device memory for the KV cache or buffers"); goto fail; }
         /* product outputs start (and stay, between uses) at zero */
         CK(cudaMemsetAsync(b->y, 0, (size_t)2 * R * maxN * 4, b->st), "clearing buffers");
@@ -411,186 +215,6 @@ fail:
 
 static g3_status cuda_create(const g3_model *m, const g3_backend_cfg *cfg, g3_backend **out, g3_error *err) {
     return g3_cuda_create(m, NULL, cfg, NULL, out, err);
-}
-
-/* ---- the forward ------------------------------------------------------------------------------------------------- */
-/* Decode of 1-2 rows with every product on the persistent dp4a kernel (qgemv.cu) can take the add-norms into the
- * qkv and gate/up products' prologues (g3c_qgemv_pn): two launches less per layer. */
-static int pnorm_ok(const g3_backend *b, const g3c_mm_ctx *mc, int m) {
-    if (m > 2 || !g3c_pnorm_enabled()) return 0;
-    for (int l = 0; l < b->c.n_layers; l++) {
-        const layer_dev *L = &b->L[l];
-        if (g3c_mm_path(mc, &L->qkv, m) != G3C_PATH_QGEMV || g3c_mm_path(mc, &L->o, m) != G3C_PATH_QGEMV ||
-            g3c_mm_path(mc, &L->gu, m) != G3C_PATH_QGEMV || g3c_mm_path(mc, &L->down, m) != G3C_PATH_QGEMV ||
-            !g3c_qgemv_pn_supported(&L->qkv, m, 0) || !g3c_qgemv_pn_supported(&L->gu, m, 1))
-            return 0;
-    }
-    return 1;
-}
-
-/* Issues every launch of one forward over m rows (padded rows have useq -1) and n_out head rows; no host sync. */
-static cudaError_t record(g3_backend *b, int m, int n_out) {
-    const g3_config *c = &b->c;
-    const int H = c->hidden, D = c->head_dim, F = c->ffn, V = c->vocab;
-    const int32_t *P = b->d_par;
-    g3c_rows rows = {P, P + b->R, P + 2 * b->R, P + off_bt(b), b->bc.max_blocks_per_seq};
-    const int32_t *out_rows = P + 3 * b->R;
-    const int split = b->split;
-    g3c_mm_ctx mc = {b->cub, b->st, b->wscratch, split, b->n_sm, b->tcnt, b->tcnt_n, b->q8, b->q8_bytes};
-    int ny, fused;
-    /* prefill with every product on cuBLAS (beta = 0 overwrites y): the row kernels leave y as it is and skip the
-     * float32 copies only GEMV paths read; y is cleared once after the last layer (opt-in: $G3_CUDA_NOZERO=1) */
-    int rf = m > 64 && g3c_nozero_enabled() ? G3C_KEEP_Y | G3C_NO_F32 : 0;
-    for (int l = 0; l < c->n_layers && rf; l++) {
-        const layer_dev *L = &b->L[l];
-        if (g3c_mm_path(&mc, &L->qkv, m) != G3C_PATH_CUBLAS || g3c_mm_path(&mc, &L->o, m) != G3C_PATH_CUBLAS ||
-            g3c_mm_path(&mc, &L->gu, m) != G3C_PATH_CUBLAS || g3c_mm_path(&mc, &L->down, m) != G3C_PATH_CUBLAS)
-            rf = 0;
-    }
-    cudaError_t e;
-    /* decode-sized steps: fused QK-norm + attention (rows of distinct sequences only) and the decode add-norm */
-    const int dfuse = m <= 64 && b->distinct && g3c_dfuse_enabled();
-    cudaError_t (*add_norm)(float *, float *, int, const float *, const float *, float, int, int, float *,
-                            __nv_bfloat16 *, int, cudaStream_t) =
-        m <= 64 && g3c_dnorm_enabled() ? g3c_add_norm_dec : g3c_add_norm;
-    /* add-norms in the products: the residual alternates between x (after the qkv products) and x2 (after gate/up);
-     * qkv writes yq (zeroed by QK-norm), o yo (zeroed by the next qkv product), down yd (zeroed by the next gate/up
-     * product, or by the final add-norm) */
-    const int pn = !rf && !b->fa_step && !dfuse && pnorm_ok(b, &mc, m);
-    /* 9..64 rows: the add-norms and GeGLU also quantize their outputs for the int8 tensor-core products that read
-     * them (one launch less per product); tq_* below say which products take them, per layer */
-    const int tqp = b->tq8 && m >= 9 && m <= 64 && !rf && H % 128 == 0 && F % 128 == 0;
-    int8_t *tq_x = b->tq8;
-    float2 *tq_d = (float2 *)(b->tq8 + (size_t)64 * (H > F ? H : F)); /* 8-byte aligned: 64 * k, k % 128 == 0 */
-    int tq_next = 0; /* the next qkv product reads activations the last add-norm quantized */
-    const int NQKV = (c->n_heads + 2 * c->n_kv_heads) * D;
-    float *x2 = b->pnb, *yq = x2 + 2 * H, *yo = yq + 2 * NQKV, *yd = yo + 2 * H;
-/* a statement of its own (do/while): `if (x) RUN(a); else RUN(b);` must not bind the else to RUN's own if */
-#define RUN(call)                                                                                                      \
-    do {                                                                                                               \
-        if ((e = (call)) != cudaSuccess) return e;                                                                     \
-    } while (0)
-#define PROF(lbl) prof_mark(b, lbl)
-    PROF("start");
-    RUN(g3c_embed_norm(&b->embed, rows.token, c->embed_scale, b->L[0].attn_norm, c->rms_eps, m, H, b->x, b->xn, b->xh,
-                       split, b->st));
-    if (b->fa_step) {
-        RUN(g3c_fa_plan(&rows, m, c->n_heads, c->n_kv_heads, b->fa_useq, b->st));
-    }
-    PROF("embed + norm");
-    for (int l = 0; l < c->n_layers; l++) {
-        const layer_dev *L = &b->L[l];
-        float *yqkv = pn ? yq : b->y;
-        if (pn) { /* layer 0: the embedding's xn as it is; then x2 + the previous down product -> x, xn */
-            g3c_qp_pre pq;
-            memset(&pq, 0, sizeof pq);
-            pq.xi = l ? x2 : b->xn, pq.y = l ? yd : NULL, pq.xo = b->x, pq.eps = c->rms_eps;
-            pq.w1 = l ? b->L[l - 1].post_ffn : NULL, pq.w2 = L->attn_norm, pq.zero = yo, pq.zero_n = m * H;
-            RUN(g3c_qgemv_pn(&L->qkv, &pq, m, yq, NQKV, 0, b->st));
-            ny = 1;
-        } else if (tq_next) {
-            RUN(g3c_tq_mm_pre(&L->qkv, tq_x, tq_d, m, b->y, b->n_sm, b->st));
-            ny = 1;
-        } else {
-            RUN(g3c_mm(&mc, &L->qkv, b->xn, b->xh, m, b->y, &ny, NULL, NULL, 0, &fused));
-        }
-        tq_next = 0;
-        PROF("qkv product");
-        g3c_attn_args a;
-        a.rows = rows, a.m = m, a.NH = c->n_heads, a.NKV = c->n_kv_heads, a.D = D, a.kind = L->kind;
-        a.layer_in_kind = L->index_in_kind, a.n_layers_kind = b->n_kind[L->kind], a.kv_block = b->bc.kv_block;
-        a.window = c->sliding_window, a.scale = 1.f / sqrtf(c->query_pre_attn_scalar), a.softcap = c->attn_softcap;
-        a.eps = c->rms_eps, a.inv_freq = b->inv_freq + L->kind * (D / 2), a.pool = b->pool[L->kind];
-        a.n_splits = n_splits_for(b, m), a.min_keys = b->attn_min_keys;
-        if (dfuse) { /* decode: one launch (attention.cu) */
-            RUN(g3c_attention_fused(&a, yqkv, ny, L->q_norm, L->k_norm, b->part, b->acnt, b->o, b->oh, split, b->st));
-            PROF("qk-norm + attention (fused)");
-        } else {
-            RUN(g3c_qkv_post_rows_f(&a, yqkv, ny, L->q_norm, L->k_norm, b->q, rf, b->st)); /* qkv_post below 16 */
-            PROF("qk-norm, rope, cache write");
-            if (b->fa_step) {
-                RUN(g3c_attention_prefill(&a, b->q, b->part, b->acnt, b->fa_useq, b->fa_step == 2, b->o, b->oh, split,
-                                          b->st));
-            } else {
-                RUN(g3c_attention(&a, b->q, b->part, b->acnt, b->o, b->oh, split, b->st));
-            }
-            PROF("attention");
-        }
-        RUN(g3c_mm(&mc, &L->o, b->o, b->oh, m, pn ? yo : b->y, &ny, NULL, NULL, 0, &fused));
-        PROF("o product");
-        if (pn) { /* x + the o product -> x2, xn: GeGLU */
-            g3c_qp_pre pq;
-            memset(&pq, 0, sizeof pq);
-            pq.xi = b->x, pq.y = yo, pq.xo = x2, pq.w1 = L->post_attn, pq.w2 = L->pre_ffn, pq.eps = c->rms_eps;
-            pq.zero = yd, pq.zero_n = m * H;
-            RUN(g3c_qgemv_pn(&L->gu, &pq, m, b->a, F, 1, b->st));
-            fused = 1;
-        } else {
-            const int tq_gu = tqp && add_norm == g3c_add_norm_dec && g3c_tq_taken(&L->gu, m);
-            if (rf) RUN(g3c_add_norm_f(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh,
-                                       split, rf, b->st));
-            else if (tq_gu)
-                RUN(g3c_add_norm_dec_tq(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh,
-                                        split, tq_x, tq_d, g3c_tq_int4(&L->gu), b->st));
-            else RUN(add_norm(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
-            PROF("add + norms");
-            if (tq_gu) {
-                RUN(g3c_tq_mm_pre(&L->gu, tq_x, tq_d, m, b->y, b->n_sm, b->st));
-                ny = 1, fused = 0;
-            } else {
-                RUN(g3c_mm(&mc, &L->gu, b->xn, b->xh, m, b->y, &ny, b->a, b->ah, 1, &fused));
-            }
-        }
-        PROF("gate/up product");
-        const int tq_dn = tqp && !fused && ny <= 2 && g3c_tq_taken(&L->down, m);
-        if (tq_dn) RUN(g3c_geglu_tq(b->y, ny, m, F, b->a, b->ah, split, tq_x, tq_d, g3c_tq_int4(&L->down), b->st));
-        else if (!fused) RUN(g3c_geglu_f(b->y, ny, m, F, b->a, b->ah, split, rf, b->st));
-        else if (fused == 1 && g3c_mm_path(&mc, &L->down, m) != G3C_PATH_GEMV &&
-                 g3c_mm_path(&mc, &L->down, m) != G3C_PATH_QGEMV)
-            RUN(g3c_to_bf16(b->a, m, F, b->ah, split, b->st));
-        PROF("geglu");
-        if (tq_dn) {
-            RUN(g3c_tq_mm_pre(&L->down, tq_x, tq_d, m, b->y, b->n_sm, b->st));
-            ny = 1;
-        } else {
-            RUN(g3c_mm(&mc, &L->down, b->a, b->ah, m, pn ? yd : b->y, &ny, NULL, NULL, 0, &fused));
-        }
-        PROF("down product");
-        const float *next = l + 1 < c->n_layers ? b->L[l + 1].attn_norm : b->final_norm;
-        if (pn) { /* the next qkv product adds and normalizes; after the last layer, the head's xn */
-            if (l + 1 == c->n_layers) {
-                RUN(add_norm(x2, yd, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
-                PROF("add + norms");
-            }
-        } else if (rf) /* the head reads the last xn */
-            RUN(g3c_add_norm_f(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split,
-                               l + 1 < c->n_layers ? rf : G3C_KEEP_Y, b->st));
-        else if ((tq_next = tqp && l + 1 < c->n_layers && add_norm == g3c_add_norm_dec &&
-                            g3c_tq_taken(&b->L[l + 1].qkv, m)))
-            RUN(g3c_add_norm_dec_tq(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, tq_x,
-                                    tq_d, g3c_tq_int4(&b->L[l + 1].qkv), b->st));
-        else RUN(add_norm(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
-        PROF("add + norms");
-    }
-    if (rf) { /* [ny][m][widest product] */
-        size_t wmax = (size_t)(c->n_heads + 2 * c->n_kv_heads) * D;
-        if ((size_t)2 * F > wmax) wmax = (size_t)2 * F;
-        if ((size_t)H > wmax) wmax = (size_t)H;
-        RUN(cudaMemsetAsync(b->y, 0, (split ? 2 : 1) * (size_t)m * wmax * sizeof(float), b->st));
-        PROF("clear y");
-    }
-    for (int c0 = 0; c0 < n_out; c0 += b->HC) {
-        int hc = n_out - c0 < b->HC ? n_out - c0 : b->HC;
-        RUN(g3c_gather_rows(b->xn, out_rows + c0, hc, H, b->hx, b->st));
-        const int hp = g3c_mm_path(&mc, &b->embed, hc);
-        if (hp != G3C_PATH_GEMV && hp != G3C_PATH_QGEMV) RUN(g3c_to_bf16(b->hx, hc, H, b->hxh, split, b->st));
-        RUN(g3c_mm(&mc, &b->embed, b->hx, b->hxh, hc, b->logy, &ny, NULL, NULL, 0, &fused));
-        RUN(g3c_finish_logits(b->logy, ny, hc, V, c->final_softcap, b->logits + (size_t)c0 * V, b->st));
-    }
-    PROF("head");
-#undef PROF
-#undef RUN
-    return cudaSuccess;
 }
 
 static int bucket_of(int m) {
@@ -643,7 +267,7 @@ static g3_status run_step(g3_backend *b, const g3_batch *bt, g3_error *err) {
     if (bk >= 0 && !b->graph[bk]) {
         cudaGraph_t g = NULL;
         cudaError_t e = cudaStreamBeginCapture(b->st, cudaStreamCaptureModeThreadLocal);
-        cudaError_t e2 = e == cudaSuccess ? record(b, mrun, mrun) : e;
+        cudaError_t e2 = e == cudaSuccess ? g3cb_record(b, mrun, mrun) : e;
         if (e == cudaSuccess) e = cudaStreamEndCapture(b->st, &g);
         if (e == cudaSuccess && e2 == cudaSuccess) e = cudaGraphInstantiate(&b->graph[bk], g, 0);
         size_t nn = 0;
@@ -656,7 +280,7 @@ static g3_status run_step(g3_backend *b, const g3_batch *bt, g3_error *err) {
         }
     }
     if (bk >= 0) G3C_CK(cudaGraphLaunch(b->graph[bk], b->st), "graph launch");
-    else G3C_CK(record(b, mrun, bt->n_out), "forward");
+    else G3C_CK(g3cb_record(b, mrun, bt->n_out), "forward");
     return G3_OK;
 }
 

@@ -1,0 +1,78 @@
+/* Internal to the CUDA backend (cuda_backend.cu: create, steps, the ops table; cuda_weights.cu: resident matrices and
+ * norms; cuda_forward.cu: the launches of one forward): the backend's state, shared by the three. */
+#ifndef G3_BACKEND_CUDA_BACKEND_CUH
+#define G3_BACKEND_CUDA_BACKEND_CUH
+
+#include "backend/cuda/cuda_common.cuh"
+extern "C" {
+#include "backend/cuda/cuda_api.h"
+}
+
+#define NBUCKET 9 /* graphs for 1, 2, 4, ..., 256 rows */
+
+typedef struct layer_dev {
+    g3_dmat qkv, o, gu, down; /* [(NH+2NKV)D][H], [H][NH D], [2F][H] (gate, up interleaved), [H][F] */
+    float *attn_norm, *q_norm, *k_norm, *post_attn, *pre_ffn, *post_ffn; /* device, as 1+w */
+    int kind, index_in_kind;
+} layer_dev;
+
+struct g3_backend {
+    g3_config c;
+    g3_backend_cfg bc;
+    int qt_req, split, graphs_on;
+    char desc[64];
+    cudaStream_t st;
+    cublasHandle_t cub;
+    void *cub_ws;
+    int n_sm;
+    g3_dmat embed;
+    layer_dev *L;
+    float *final_norm, *norms, *inv_freq; /* inv_freq: [2][D/2], kind 0 = global (scaled), 1 = sliding */
+    int n_kind[2];
+    float *pool[2];
+    size_t block_bytes[2];
+    int R;                                      /* rows per forward */
+    float *x, *xn, *y, *q, *o, *a, *part, *hx, *logy, *logits;
+    float *pnb; /* decode of 1-2 rows with the add-norms inside the products (record): x2 [2][H], then the product
+                 * outputs yq [2][NQKV], yo [2][H], yd [2][H], zero between uses like y */
+    __nv_bfloat16 *xh, *oh, *ah, *hxh, *wscratch;
+    void *q8;                                   /* q8 activations of the dp4a products (qgemv.cu) */
+    int8_t *tq8;                                /* 9..64 rows: activations quantized by their producer for the int8
+                                                 * tensor-core products (tc_q8.cu), [64][max(H, F)] + scales */
+    size_t q8_bytes;
+    int HC;                                     /* head chunk rows */
+    int32_t *d_par, *h_par, *d_ids, *seq_map;
+    unsigned *acnt, *tcnt;                      /* attention split counters [R][NKV]; GeGLU tile counters */
+    int attn_min_keys;                          /* $G3_CUDA_ATTN_MIN, default 32 */
+    int distinct;                               /* this step's rows are all of different sequences (decode) */
+    int32_t *fa_useq;                           /* [R] row plan of the prefill attention (attention_prefill.cu) */
+    int fa_step;                                /* this step takes the prefill attention (run eagerly) */
+    int tcnt_n;
+    size_t par_ints;
+    cudaGraphExec_t graph[NBUCKET];
+    int graph_failed[NBUCKET];
+    int graph_nodes[NBUCKET];
+    uint64_t resident;
+    cudaEvent_t *prof_ev;                       /* g3_cuda_profile: an event after each launch group */
+    const char **prof_lbl;
+    int prof_n;
+};
+
+#define PROF_MAX 4096
+static inline void prof_mark(g3_backend *b, const char *lbl) {
+    if (!b->prof_ev || b->prof_n >= PROF_MAX) return;
+    cudaEventRecord(b->prof_ev[b->prof_n], b->st);
+    b->prof_lbl[b->prof_n++] = lbl;
+}
+
+static inline size_t off_bt(const g3_backend *b) { return (size_t)4 * b->R; }
+
+/* cuda_weights.cu */
+void *g3cb_dalloc(size_t bytes, int *ok); /* cudaMalloc unless an earlier one failed (*ok = 0 then) */
+g3_status g3cb_load_weights(g3_backend *b, const g3_model *m, uint64_t seed, g3_error *err);
+void g3cb_free_dmat(g3_dmat *d);
+/* cuda_forward.cu */
+int g3cb_n_splits(const g3_backend *b, int m); /* ~4 blocks per SM of keys split for decode */
+cudaError_t g3cb_record(g3_backend *b, int m, int n_out);
+
+#endif

@@ -1,0 +1,112 @@
+/* Shared by the dp4a decode products (qgemv.cu: k_q8 + k_qgemv, 3..8 rows; qgemv_p.cu: the persistent kernel, 1-2
+ * rows): the activation quantization into q8 blocks of 32 (layout and rounding: qgemv.cu's header), the int8 / int4
+ * dot products, and two host helpers. */
+#ifndef G3_BACKEND_CUDA_QGEMV_COMMON_CUH
+#define G3_BACKEND_CUDA_QGEMV_COMMON_CUH
+
+#include <stdlib.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/device_util.cuh"
+
+/* ---- activation quantization ------------------------------------------------------------------------------------ */
+/* One thread per 8 values; the 4 threads of a block of 32 are consecutive lanes. */
+static __device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
+    return (uint32_t)(a & 255) | (uint32_t)(b & 255) << 8 | (uint32_t)(c & 255) << 16 | (uint32_t)(d & 255) << 24;
+}
+
+/* Quantizes item t (8 values: row t / (k/8), values 8*(t % (k/8)) ...) of x into xq / xl / xd (global or shared
+ * memory, same layout): q8_load reads the values (split off so that a thread can have several items' loads in
+ * flight at once), q8_quant quantizes and stores them. ok = 0: the thread only takes part in the shuffles (the 4
+ * threads of a block of 32 values are consecutive lanes, all in or all out). hl: also the residual plane xl
+ * (q_lo = rint((x*inv - q) * 254), so that x = d * (q + q_lo/254) within amax/64516); the products are rounded
+ * explicitly (no FMA contraction) so that a CPU reference can reproduce q and q_lo. */
+static __device__ __forceinline__ void q8_load(const float *__restrict__ x, int ldx, int k, long long t, bool ok,
+                                               float (&v)[8]) {
+    const int k8 = k / 8;
+    const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
+    if (ok) {
+        const float4 *p = (const float4 *)(x + (size_t)i * ldx + 8 * j8);
+        float4 a = p[0], b = p[1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = 0.f;
+    }
+}
+static __device__ __forceinline__ void q8_quant(const float (&v)[8], int k, long long t, bool ok, int8_t *xq,
+                                                int8_t *xl, float2 *xd, int il, int hl) {
+    const int k8 = k / 8;
+    const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
+    float amax = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) amax = fmaxf(amax, fabsf(v[e]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float inv = amax > 0.f ? 127.f / amax : 0.f, d = amax / 127.f;
+    int q[8], ql[8], sq = 0, sl = 0;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        const float p = __fmul_rn(v[e], inv);
+        q[e] = max(-127, min(127, __float2int_rn(p)));
+        ql[e] = hl ? max(-127, min(127, __float2int_rn(__fmul_rn(__fsub_rn(p, (float)q[e]), 254.f)))) : 0;
+        sq += q[e], sl += ql[e];
+    }
+    sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+    sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+    sl += __shfl_xor_sync(0xffffffffu, sl, 1);
+    sl += __shfl_xor_sync(0xffffffffu, sl, 2);
+    if (!ok) return;
+    const int blk = j8 >> 2, sub = j8 & 3;
+    size_t off = (size_t)i * k + (il ? (size_t)(sub >> 1) * (k / 2) + 16 * blk + 8 * (sub & 1) : (size_t)8 * j8);
+    if (il) {
+        *(uint2 *)(xq + off) = make_uint2(pack4(q[0], q[2], q[4], q[6]), pack4(q[1], q[3], q[5], q[7]));
+        if (hl) *(uint2 *)(xl + off) = make_uint2(pack4(ql[0], ql[2], ql[4], ql[6]), pack4(ql[1], ql[3], ql[5], ql[7]));
+    } else {
+        *(uint2 *)(xq + off) = make_uint2(pack4(q[0], q[1], q[2], q[3]), pack4(q[4], q[5], q[6], q[7]));
+        if (hl) *(uint2 *)(xl + off) = make_uint2(pack4(ql[0], ql[1], ql[2], ql[3]), pack4(ql[4], ql[5], ql[6], ql[7]));
+    }
+    if (sub == 0) xd[(size_t)i * (k / 32) + blk] = make_float2(d, d * ((float)sq + (float)sl * (1.f / 254.f)));
+}
+
+/* ---- dot products ---- */
+/* int8: 16 weights . 16 activations */
+static __device__ __forceinline__ int dot4(const uint4 &w, const uint4 &x) {
+    int s = __dp4a((int)w.x, (int)x.x, 0);
+    s = __dp4a((int)w.y, (int)x.y, s);
+    s = __dp4a((int)w.z, (int)x.z, s);
+    return __dp4a((int)w.w, (int)x.w, s);
+}
+/* int4: the lo / hi nibble bytes of the 4 weight words . the activations in their order (x0: words 0-1, x1: 2-3) */
+static __device__ __forceinline__ int dot8(const uint32_t (&lo)[4], const uint32_t (&hi)[4], const uint4 &x0,
+                                           const uint4 &x1) {
+    int s = __dp4a((int)lo[0], (int)x0.x, 0);
+    s = __dp4a((int)hi[0], (int)x0.y, s);
+    s = __dp4a((int)lo[1], (int)x0.z, s);
+    s = __dp4a((int)hi[1], (int)x0.w, s);
+    s = __dp4a((int)lo[2], (int)x1.x, s);
+    s = __dp4a((int)hi[2], (int)x1.y, s);
+    s = __dp4a((int)lo[3], (int)x1.z, s);
+    return __dp4a((int)hi[3], (int)x1.w, s);
+}
+
+static inline int log2_exact(int v) { /* -1 unless v is a power of two */
+    if (v < 1 || (v & (v - 1))) return -1;
+    int s = 0;
+    while (v > 1) v >>= 1, s++;
+    return s;
+}
+
+/* Rows up to which the residual plane is used: $G3_CUDA_Q8LO (default 2; 0 = never, 8 = always). */
+static inline int lo_rows(void) {
+    const char *e = getenv("G3_CUDA_Q8LO");
+    return e && *e ? atoi(e) : 2;
+}
+
+/* qgemv_p.cu: the persistent kernel at 1-2 rows where it applies ($G3_CUDA_QGEMVP, shared memory): g3c_qgemv
+ * takes it when g3c_qgemvp_usable */
+int g3c_qgemvp_usable(const g3_dmat *w, int m, int geglu);
+cudaError_t g3c_qgemvp(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
+                       cudaStream_t st);
+
+#endif

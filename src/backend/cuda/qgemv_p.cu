@@ -1,0 +1,429 @@
+/* The dp4a decode product at 1-2 rows (g3c_qgemv's default there, and g3c_qgemv_pn) as one persistent kernel.
+ *
+ * Where the quantization runs: 3..8 rows, its own kernel k_q8 (one extra launch per product) before k_qgemv. 1-2 rows
+ * (the decode case, unless $G3_CUDA_QGEMVP=0): k_qgemv_p, one persistent block of 16 warps per SM that quantizes x
+ * into its shared memory itself (same layout and rounding; every block re-reads the m*k floats from L2: 86 KB at
+ * k = 21504, cheap next to a launch) and streams the weights with the next step always in flight across rows;
+ * without GeGLU the warps take equal contiguous ranges of (row pair, step) work and add their partial rows into y
+ * atomically (y holds zeros on entry, as for the tensor-core kernels), so the small matrices end without a tail of
+ * block waves. Measured on the H200 (27B, batch-1 decode, argmax on the GPU): int4 161.9 tok/s against 138.6 with
+ * $G3_CUDA_QGEMVP=0, int8 116.9 against 106.7; per layer (eager profile) int4 gate/up 43 us against 52, down 29
+ * against 31, qkv 16 against 17, o 12 against 14.
+ *
+ * Add-norm in the prologue (g3c_qgemv_pn, batch-1 decode; $G3_CUDA_PNORM=0: off): the qkv and gate/up products take
+ * the residual add + post-norm + pre-norm that a one-block kernel (decode_norm.cu) did before them: every block
+ * recomputes it (two block-wide sums over H values; xi and the norm weights copied to shared memory before the launch
+ * wait, the previous product's output read after it) and stores its slice of the new residual. Two launches less per
+ * layer; measured on the H200 (session 5, batch-1 decode tok/s, argmax on the GPU, off -> on): 27B int4 159.3 ->
+ * 159.8, int8 114.3 -> 114.8; 4B int4 548.2 -> 546.7, int8 482.6 -> 488.7; 1B int4 810.6 -> 846.7, int8 838.6 ->
+ * 869.4. Per layer (27B int4, CUPTI under graph replay) the products grew by about what the add-norm kernels took:
+ * after the wait, the prologue is a chain of dependent steps (an L2 round trip for y, two block sums, the
+ * quantization) wherever it runs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/qgemv_common.cuh"
+
+/* ---- persistent variant with the quantization inside (m <= 2, $G3_CUDA_QGEMVP) ----------------------------------- */
+/* One block of QP_T threads per SM: the block quantizes x into shared memory itself (same layout and rounding as k_q8,
+ * no separate launch), then each warp walks its row groups (2 rows; row group g = warp id + total warps * j) step by
+ * step (U chunks per row and lane, whole rows per warp: no cross-warp reduction), the next step's weights always in
+ * flight across row-group boundaries, and writes each row group's outputs (or GeGLU) after a warp reduction. The
+ * first step's weights are loaded before the programmatic-dependent-launch wait. Shared memory: q [M][k], q_lo [M][k]
+ * (HL), (d, sum) [M][k/32]: at k = 21504, M = 2 with the residual plane 97 KB. */
+#define QP_T 512
+
+/* Sums each of the M values of v over the block (every thread gets the totals); red: [QP_T/32][M] floats. */
+template <int M> static __device__ __forceinline__ void qp_block_sum(float (&v)[M], float (*red)[M]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int i = 0; i < M; i++)
+#pragma unroll
+        for (int o = 16; o; o >>= 1) v[i] += __shfl_xor_sync(0xffffffffu, v[i], o);
+    __syncthreads(); /* red may still be read by an earlier call */
+    if (lane == 0)
+#pragma unroll
+        for (int i = 0; i < M; i++) red[warp][i] = v[i];
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < M; i++) {
+        float t = 0.f;
+#pragma unroll
+        for (int j = 0; j < QP_T / 32; j++) t += red[j][i];
+        v[i] = t;
+    }
+}
+
+/* The add-norm prologue (g3c_qgemv_pn), in two parts. Before the launch wait, qp_pre_load starts copies of what
+ * does not depend on the previous kernel into shared memory: xi into sf [m][K] and the norm weights into sw [2][K]
+ * (xi was written two or more kernels back: every kernel lets its successor launch only after its own wait, so the
+ * kernel before the previous one has completed when this one starts). After the wait, qp_add_norm: sf <- xo = xi +
+ * rms(y) * w1 (this block also stores its slice of xo), inv2[i] <- 1 / rms(xo row i); the arithmetic of
+ * k_add_norm_dec (decode_norm.cu). y, written by the previous kernel's atomics, is read through L2 (__ldcg).
+ * m <= M <= 2, rows contiguous ([m][K]). */
+static __device__ __forceinline__ void qp_pre_load(const g3c_qp_pre &pre, int K, int m, float *sf, float *sw) {
+    const int K4 = K / 4;
+    for (int t = threadIdx.x; t < m * K4; t += QP_T) g3c_cp16((float4 *)sf + t, (const float4 *)pre.xi + t);
+    for (int t = threadIdx.x; t < 2 * K4; t += QP_T)
+        g3c_cp16((float4 *)sw + t, (const float4 *)(t < K4 ? pre.w1 : pre.w2) + (t < K4 ? t : t - K4));
+    g3c_cp_commit();
+}
+template <int M>
+static __device__ __forceinline__ void qp_add_norm(const g3c_qp_pre &pre, int K, int m, float *sf, const float *sw,
+                                                   float *inv2, float (*red)[M]) {
+    const int K4 = K / 4, tot4 = m * K4;
+    const float4 *y4 = (const float4 *)pre.y, *w4 = (const float4 *)sw;
+    float4 *s4 = (float4 *)sf;
+    float ss[M];
+#pragma unroll
+    for (int i = 0; i < M; i++) ss[i] = 0.f;
+    constexpr int NV = 3 * M; /* float4s of y in flight per thread (27B: 5376 values = 2.6 per thread and row) */
+    float4 v[NV];
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int t = threadIdx.x + j * QP_T;
+        v[j] = t < tot4 ? __ldcg(y4 + t) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (int t = threadIdx.x + NV * QP_T; t < tot4; t += QP_T) { /* rows beyond NV * QP_T * 4 values */
+        const float4 u = __ldcg(y4 + t);
+        const float q = u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
+        if (M == 1 || t < K4) ss[0] += q;
+        else ss[M - 1] += q;
+    }
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        const int t = threadIdx.x + j * QP_T;
+        const float q = v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+        if (M == 1 || t < K4) ss[0] += q;
+        else ss[M - 1] += q;
+    }
+    qp_block_sum<M>(ss, red);
+    asm volatile("cp.async.wait_group 0;" ::: "memory"); /* this thread's copies of xi and the weights */
+    __syncthreads();                                      /* everyone's */
+    float inv[M], s2[M];
+#pragma unroll
+    for (int i = 0; i < M; i++) inv[i] = 1.f / sqrtf(ss[i] / (float)K + pre.eps), s2[i] = 0.f;
+    const int per = (tot4 + gridDim.x - 1) / gridDim.x, b0 = blockIdx.x * per, b1 = min(tot4, b0 + per);
+#pragma unroll 2
+    for (int t = threadIdx.x; t < tot4; t += QP_T) {
+        const bool r1 = M > 1 && t >= K4;
+        const int j = (t - threadIdx.x) / QP_T;
+        float4 yv;
+        if (j < NV) { /* registers, constant index after unrolling the selection */
+            yv = v[0];
+#pragma unroll
+            for (int jj = 1; jj < NV; jj++)
+                if (j == jj) yv = v[jj];
+        } else {
+            yv = __ldcg(y4 + t);
+        }
+        const float4 xv = s4[t], wv = w4[r1 ? t - K4 : t];
+        const float iv = r1 ? inv[M - 1] : inv[0];
+        float4 o;
+        o.x = xv.x + yv.x * iv * wv.x, o.y = xv.y + yv.y * iv * wv.y;
+        o.z = xv.z + yv.z * iv * wv.z, o.w = xv.w + yv.w * iv * wv.w;
+        s4[t] = o;
+        if (t >= b0 && t < b1) ((float4 *)pre.xo)[t] = o;
+        const float q = o.x * o.x + o.y * o.y + o.z * o.z + o.w * o.w;
+        if (r1) s2[M - 1] += q;
+        else s2[0] += q;
+    }
+    qp_block_sum<M>(s2, red);
+#pragma unroll
+    for (int i = 0; i < M; i++) /* constant indices: s2 stays in registers */
+        if (threadIdx.x == i) inv2[i] = 1.f / sqrtf(s2[i] / (float)K + pre.eps);
+    __syncthreads();
+}
+
+/* q8_load for the add-norm prologue: the 8 values of item t are sf * inv2[row] * w2 (as k_add_norm_dec's xn). */
+static __device__ __forceinline__ void q8_load_pn(const float *sf, const float *w2, const float *inv2, int k,
+                                                  long long t, bool ok, float (&v)[8]) {
+    const int k8 = k / 8;
+    const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
+    if (ok) {
+        const float4 *p = (const float4 *)(sf + (size_t)i * k + 8 * j8), *wp = (const float4 *)(w2 + 8 * j8);
+        const float4 a = p[0], b = p[1], wa = wp[0], wb = wp[1];
+        const float iv = inv2[i];
+        v[0] = a.x * iv * wa.x, v[1] = a.y * iv * wa.y, v[2] = a.z * iv * wa.z, v[3] = a.w * iv * wa.w;
+        v[4] = b.x * iv * wb.x, v[5] = b.y * iv * wb.y, v[6] = b.z * iv * wb.z, v[7] = b.w * iv * wb.w;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = 0.f;
+    }
+}
+
+template <int QT, int M, int U, bool PC, bool HL, bool PN>
+__global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__restrict__ x, int ldx, int m,
+                                                     float *__restrict__ y, int ldy, int geglu, int gsh, int sk,
+                                                     g3c_qp_pre pre) {
+    constexpr int R = 2, V = QT == G3Q_INT4 ? 32 : 16, NW = QP_T / 32;
+    extern __shared__ __align__(16) unsigned char qp_sm[];
+    __shared__ float pn_red[NW][M], pn_inv2[M];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, K = w.k, nch = K / V, ngr = K / w.g;
+    const int nrg = (w.n + R - 1) / R, spr = (nch + 32 * U - 1) / (32 * U), tw = gridDim.x * NW;
+    const size_t row_bytes = QT == G3Q_INT4 ? (size_t)K / 2 : (size_t)K;
+    int8_t *sq = (int8_t *)qp_sm, *sl = sq + (size_t)M * K;
+    float2 *sd = (float2 *)(sq + (size_t)(HL ? 2 : 1) * M * K);
+    float *sf = (float *)(sd + (size_t)M * (K / 32)), *sw = sf + (size_t)M * K; /* PN: [M][K], [2][K] floats */
+    const uint4 zero4 = make_uint4(0, 0, 0, 0);
+    /* weights and scales of step s of row group rg (zeros past the row or past the last row group) */
+    auto load = [&](bool any, int rg, int s, uint4 (&wv)[U][R], float (&sv)[U][R], float (&zv)[U][R]) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int nr = min(rg * R + r, w.n - 1);
+            const uint4 *wr = (const uint4 *)((const uint8_t *)w.q + (size_t)nr * row_bytes);
+            const float *sr = w.s + (size_t)nr * ngr, *zr = QT == G3Q_INT4 ? w.z + (size_t)nr * ngr : w.s;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int cc = s * 32 * U + 32 * u + lane;
+                const bool ok = any && cc < nch;
+                wv[u][r] = ok ? g3c_ld_stream(wr + cc) : zero4;
+                sv[u][r] = !PC && ok ? __ldg(sr + (cc >> gsh)) : 0.f;
+                zv[u][r] = QT == G3Q_INT4 && ok ? __ldg(zr + (cc >> gsh)) : 0.f;
+            }
+        }
+    };
+    /* the warp's steps: sk (no GeGLU): an equal contiguous range of the nrg * spr steps, partial row groups added to
+     * y atomically (y holds zeros on entry); else row groups g = warp id + tw * j, whole, outputs stored */
+    const int gw = blockIdx.x * NW + warp;
+    int rg = gw, s = 0, left = 0x7fffffff;
+    if (sk) {
+        const long long T = (long long)nrg * spr, t0 = T * gw / tw, t1 = T * (gw + 1) / tw;
+        rg = (int)(t0 / spr), s = (int)(t0 % spr), left = (int)(t1 - t0);
+    }
+    auto more = [&](int g, int l) { return sk ? l > 0 : g < nrg; };
+    uint4 wa[U][R];
+    float sa[U][R], za[U][R];
+    load(more(rg, left), rg, s, wa, sa, za); /* independent of the previous kernel */
+    if constexpr (PN) qp_pre_load(pre, K, m, sf, sw);
+    g3c_pdl_wait();
+    if (pre.zero)
+        for (int i = blockIdx.x * QP_T + threadIdx.x; i < pre.zero_n; i += gridDim.x * QP_T) pre.zero[i] = 0.f;
+    if constexpr (PN) qp_add_norm<M>(pre, K, m, sf, sw, pn_inv2, pn_red);
+    { /* QI items per thread with their loads in flight together: one L2 round trip per QI items, not per item */
+        constexpr int QI = 4;
+        const long long tot = (long long)m * (K / 8); /* a multiple of 4, like QP_T: blocks of 32 all in or all out */
+        for (long long b0 = 0; b0 < tot; b0 += QI * QP_T) {
+            float v[QI][8];
+#pragma unroll
+            for (int j = 0; j < QI; j++) {
+                const long long t = b0 + j * QP_T + threadIdx.x;
+                if constexpr (PN) q8_load_pn(sf, sw + K, pn_inv2, K, t, t < tot, v[j]);
+                else q8_load(x, ldx, K, t, t < tot, v[j]);
+            }
+#pragma unroll
+            for (int j = 0; j < QI; j++) {
+                const long long t = b0 + j * QP_T + threadIdx.x;
+                q8_quant(v[j], K, t, t < tot, sq, sl, sd, QT == G3Q_INT4, HL);
+            }
+        }
+    }
+    __syncthreads();
+    float acc[R][M];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int i = 0; i < M; i++) acc[r][i] = 0.f;
+    while (more(rg, left)) { /* warp-uniform */
+        const int rn = s + 1 == spr ? rg + (sk ? 1 : tw) : rg, sn = s + 1 == spr ? 0 : s + 1;
+        uint4 wb[U][R];
+        float sb[U][R], zb[U][R];
+        load(more(rn, left - 1), rn, sn, wb, sb, zb); /* next step in flight during this one's math */
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int cc = s * 32 * U + 32 * u + lane;
+            if (cc >= nch) break;
+            if constexpr (QT == G3Q_INT4) {
+                uint32_t lo[R][4], hi[R][4];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint32_t wd[4] = {wa[u][r].x, wa[u][r].y, wa[u][r].z, wa[u][r].w};
+#pragma unroll
+                    for (int j = 0; j < 4; j++) lo[r][j] = wd[j] & 0x0F0F0F0Fu, hi[r][j] = (wd[j] >> 4) & 0x0F0F0F0Fu;
+                }
+#pragma unroll
+                for (int i = 0; i < M; i++) {
+                    const uint4 x0 = ((const uint4 *)(sq + (size_t)i * K))[cc];
+                    const uint4 x1 = ((const uint4 *)(sq + (size_t)i * K + K / 2))[cc];
+                    uint4 l0 = zero4, l1 = zero4;
+                    if constexpr (HL) {
+                        l0 = ((const uint4 *)(sl + (size_t)i * K))[cc];
+                        l1 = ((const uint4 *)(sl + (size_t)i * K + K / 2))[cc];
+                    }
+                    const float2 dd = sd[(size_t)i * (K / 32) + cc];
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        float f = (float)dot8(lo[r], hi[r], x0, x1);
+                        if constexpr (HL) f = fmaf((float)dot8(lo[r], hi[r], l0, l1), 1.f / 254.f, f);
+                        acc[r][i] = fmaf(sa[u][r] * dd.x, f, fmaf(za[u][r], dd.y, acc[r][i]));
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < M; i++) {
+                    const uint4 xv = ((const uint4 *)(sq + (size_t)i * K))[cc];
+                    uint4 lv = zero4;
+                    if constexpr (HL) lv = ((const uint4 *)(sl + (size_t)i * K))[cc];
+                    const float d = sd[(size_t)i * (K / 32) + (cc >> 1)].x;
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        float f = (float)dot4(wa[u][r], xv);
+                        if constexpr (HL) f = fmaf((float)dot4(wa[u][r], lv), 1.f / 254.f, f);
+                        acc[r][i] = fmaf(PC ? d : sa[u][r] * d, f, acc[r][i]);
+                    }
+                }
+            }
+        }
+        if (s + 1 == spr || (sk && left == 1)) { /* row group (or the range) done: warp sums, outputs */
+            const int n0 = rg * R;
+            float v[R][M];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const float sc = PC ? __ldg(w.s + min(n0 + r, w.n - 1)) : 1.f;
+#pragma unroll
+                for (int i = 0; i < M; i++) {
+                    float t = acc[r][i];
+#pragma unroll
+                    for (int o = 16; o; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+                    v[r][i] = t * sc, acc[r][i] = 0.f;
+                }
+            }
+            if (lane < M && lane < m) {
+#pragma unroll
+                for (int i = 0; i < M; i++) {
+                    if (i != lane) continue;
+                    if (sk) {
+#pragma unroll
+                        for (int r = 0; r < R; r++)
+                            if (n0 + r < w.n) atomicAdd(y + (size_t)i * ldy + n0 + r, v[r][i]);
+                    } else if (!geglu) {
+#pragma unroll
+                        for (int r = 0; r < R; r++)
+                            if (n0 + r < w.n) y[(size_t)i * ldy + n0 + r] = v[r][i];
+                    } else if (n0 + 1 < w.n) {
+                        y[(size_t)i * ldy + n0 / 2] = gelu_tanh(v[0][i]) * v[1][i];
+                    }
+                }
+            }
+        }
+        rg = rn, s = sn, left--;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++) wa[u][r] = wb[u][r], sa[u][r] = sb[u][r], za[u][r] = zb[u][r];
+    }
+}
+
+/* ---- persistent variant: dispatch ---- */
+#define QP_SMEM_MAX (200 << 10)
+static size_t qp_smem(int m, int k, int hl, int pn) {
+    return (size_t)(hl ? 2 : 1) * m * k + (size_t)m * (k / 32) * 8 + (pn ? (size_t)(m + 2) * k * 4 : 0);
+}
+
+int g3c_qgemvp_enabled(void) { /* $G3_CUDA_QGEMVP: 0 = the two-launch path at 1-2 rows too; read at every call */
+    const char *e = getenv("G3_CUDA_QGEMVP");
+    return !(e && !strcmp(e, "0"));
+}
+
+/* U (chunks per row and lane per step): 3 at one row, 2 at two; measured on the H200 (27B, one row): U = 4 slower
+ * (int4 152.9 against 161.9 tok/s, int8 114.9 against 116.9). Also measured slower (session 4, CUPTI per-kernel
+ * times with dev/cuda/kprof.cc): more weight traffic before the programmatic-dependent-launch wait (the next 3-8 steps
+ * of every warp prefetched into L2: int4 150.1 / 140.7 tok/s at 24 / 48 MB against 163.0 without; the kernels before
+ * slowed down, and so did these) and a cp.async ring of 3-4 stages in shared memory instead of the register double
+ * buffer (more steps in flight: int4 150.1, 2 stages 154.2; every product slower, so the stream is not limited by the
+ * bytes in flight). Also tried: the residual plane's dp4a continuing the
+ * main plane's int32 sum (254 q + q_lo, one conversion and float product less per row and chunk): no change
+ * (int4 170.8 against 171.1, int8 121.5 against 121.6), so the arithmetic is not what limits these kernels. */
+template <int QT, int M, bool PC, bool HL, bool PN> static void *qp_kernel(void) {
+    return (void *)k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>;
+}
+template <int QT, bool PC, bool PN> static void qp_kernels(void **k) { /* M 1, 2 x HL off, on */
+    k[0] = qp_kernel<QT, 1, PC, false, PN>(), k[1] = qp_kernel<QT, 1, PC, true, PN>();
+    k[2] = qp_kernel<QT, 2, PC, false, PN>(), k[3] = qp_kernel<QT, 2, PC, true, PN>();
+}
+
+static int qp_n_sm = 0;
+cudaError_t g3c_qgemv_init(void) {
+    static int done = 0;
+    if (done) return cudaSuccess;
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&qp_n_sm, cudaDevAttrMultiProcessorCount, dev);
+    void *ks[24];
+    qp_kernels<G3Q_INT4, false, false>(ks), qp_kernels<G3Q_INT8, false, false>(ks + 4);
+    qp_kernels<G3Q_INT8, true, false>(ks + 8), qp_kernels<G3Q_INT4, false, true>(ks + 12);
+    qp_kernels<G3Q_INT8, false, true>(ks + 16), qp_kernels<G3Q_INT8, true, true>(ks + 20);
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_MAX);
+    if (e == cudaSuccess) done = 1;
+    return e;
+}
+
+template <int QT, int M, bool PC, bool HL, bool PN>
+static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
+                            const g3c_qp_pre *pre, cudaStream_t st) {
+    const int V = QT == G3Q_INT4 ? 32 : 16, gsh = PC ? 0 : log2_exact(w->g / V);
+    const int nrg = (w->n + 1) / 2, need = (nrg + QP_T / 32 - 1) / (QP_T / 32);
+    const int blocks = need < qp_n_sm ? need : qp_n_sm;
+    g3c_qp_pre none;
+    memset(&none, 0, sizeof none);
+    return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>, dim3(blocks), dim3(QP_T),
+                      qp_smem(M, w->k, HL, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1,
+                      pre ? *pre : none);
+}
+
+template <bool HL, bool PN>
+static cudaError_t launch_pq(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
+                             const g3c_qp_pre *pre, cudaStream_t st) {
+    if (w->qt == G3Q_INT4)
+        return m <= 1 ? launch_p<G3Q_INT4, 1, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                      : launch_p<G3Q_INT4, 2, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
+    if (w->g == w->k)
+        return m <= 1 ? launch_p<G3Q_INT8, 1, true, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                      : launch_p<G3Q_INT8, 2, true, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
+    return m <= 1 ? launch_p<G3Q_INT8, 1, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                  : launch_p<G3Q_INT8, 2, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
+}
+
+static int qp_usable(const g3_dmat *w, int m, int geglu, int pn) {
+    return m >= 1 && m <= 2 && g3c_qgemv_supported(w, m) && g3c_qgemvp_enabled() && (!geglu || w->n % 2 == 0) &&
+           qp_smem(m, w->k, 1, pn) <= QP_SMEM_MAX;
+}
+
+int g3c_pnorm_enabled(void) { /* $G3_CUDA_PNORM=0: the separate add-norm kernel; read at every call */
+    const char *e = getenv("G3_CUDA_PNORM");
+    return !(e && !strcmp(e, "0"));
+}
+
+int g3c_qgemv_pn_supported(const g3_dmat *w, int m, int geglu) { return qp_usable(w, m, geglu, 1); }
+
+cudaError_t g3c_qgemv_pn(const g3_dmat *w, const g3c_qp_pre *pre, int m, float *y, int ldy, int geglu,
+                         cudaStream_t st) {
+    if (!qp_usable(w, m, geglu, pre->y != NULL) || (pre->y && !pre->xo) || !pre->xi) return cudaErrorInvalidValue;
+    const uintptr_t al = (uintptr_t)pre->xi | (uintptr_t)pre->y | (uintptr_t)pre->xo | (uintptr_t)pre->w1 |
+                         (uintptr_t)pre->w2;
+    if (al & 15) return cudaErrorInvalidValue;
+    cudaError_t e = g3c_qgemv_init();
+    if (e != cudaSuccess) return e;
+    if (qp_n_sm <= 0) return cudaErrorInvalidValue;
+    const int hl = m <= lo_rows(), pn = pre->y != NULL;
+    const float *x = pre->xi;
+    if (pn) e = hl ? launch_pq<true, true>(w, x, w->k, m, y, ldy, geglu, pre, st)
+                   : launch_pq<false, true>(w, x, w->k, m, y, ldy, geglu, pre, st);
+    else e = hl ? launch_pq<true, false>(w, x, w->k, m, y, ldy, geglu, pre, st)
+                : launch_pq<false, false>(w, x, w->k, m, y, ldy, geglu, pre, st);
+    return e == cudaSuccess ? cudaGetLastError() : e;
+}
+
+int g3c_qgemvp_usable(const g3_dmat *w, int m, int geglu) {
+    if (!qp_usable(w, m, geglu, 0) || g3c_qgemv_init() != cudaSuccess) return 0;
+    return qp_n_sm > 0;
+}
+
+cudaError_t g3c_qgemvp(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
+                       cudaStream_t st) {
+    const int hl = m <= lo_rows();
+    cudaError_t e = hl ? launch_pq<true, false>(w, x, ldx, m, y, ldy, geglu, NULL, st)
+                       : launch_pq<false, false>(w, x, ldx, m, y, ldy, geglu, NULL, st);
+    return e == cudaSuccess ? cudaGetLastError() : e;
+}
