@@ -1,5 +1,5 @@
 /* Shared declarations of the CUDA backend: the resident matrix formats, error helpers, the launch helper and the
- * launchers that cuda_backend.cu strings together. Internal to src/backend/cuda (C++ linkage); the C-callable extras
+ * launchers that cuda_forward.cu strings together. Internal to src/backend/cuda (C++ linkage); the C-callable extras
  * are in cuda_api.h.
  *
  * Resident matrix formats (W: n rows = output channels, k values per row, row-major):

@@ -14,7 +14,7 @@ int g3cb_n_splits(const g3_backend *b, int m) { /* ~4 blocks per SM of keys spli
 }
 
 /* ---- the forward ------------------------------------------------------------------------------------------------- */
-/* Decode of 1-2 rows with every product on the persistent dp4a kernel (qgemv.cu) can take the add-norms into the
+/* Decode of 1-2 rows with every product on the persistent dp4a kernel (qgemv_p.cu) can take the add-norms into the
  * qkv and gate/up products' prologues (g3c_qgemv_pn): two launches less per layer. */
 static int pnorm_ok(const g3_backend *b, const g3c_mm_ctx *mc, int m) {
     if (m > 2 || !g3c_pnorm_enabled()) return 0;
