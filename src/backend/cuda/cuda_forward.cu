@@ -57,9 +57,9 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
      * qkv writes yq (zeroed by QK-norm), o yo (zeroed by the next qkv product), down yd (zeroed by the next gate/up
      * product, or by the final add-norm) */
     const int pn = !rf && !b->fa_step && !dfuse && pnorm_ok(b, &mc, m);
-    /* 9..64 rows: the add-norms and GeGLU also quantize their outputs for the int8 tensor-core products that read
-     * them (one launch less per product); tq_* below say which products take them, per layer */
-    const int tqp = b->tq8 && m >= 9 && m <= 64 && !rf && H % 128 == 0 && F % 128 == 0;
+    /* 9..64 rows: the decode add-norms and GeGLU also quantize their outputs for the int8 tensor-core products that
+     * read them (one launch less per product); tq_* below say which products take them, per layer */
+    const int tqp = b->tq8 && m >= 9 && m <= 64 && !rf && H % 128 == 0 && F % 128 == 0 && add_norm == g3c_add_norm_dec;
     int8_t *tq_x = b->tq8;
     float2 *tq_d = (float2 *)(b->tq8 + (size_t)64 * (H > F ? H : F)); /* 8-byte aligned: 64 * k, k % 128 == 0 */
     int tq_next = 0; /* the next qkv product reads activations the last add-norm quantized */
@@ -126,7 +126,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
             RUN(g3c_qgemv_pn(&L->gu, &pq, m, b->a, F, 1, b->st));
             fused = 1;
         } else {
-            const int tq_gu = tqp && add_norm == g3c_add_norm_dec && g3c_tq_taken(&L->gu, m);
+            const int tq_gu = tqp && g3c_tq_taken(&L->gu, m);
             if (rf) RUN(g3c_add_norm_f(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh,
                                        split, rf, b->st));
             else if (tq_gu)
@@ -165,8 +165,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
         } else if (rf) /* the head reads the last xn */
             RUN(g3c_add_norm_f(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split,
                                l + 1 < c->n_layers ? rf : G3C_KEEP_Y, b->st));
-        else if ((tq_next = tqp && l + 1 < c->n_layers && add_norm == g3c_add_norm_dec &&
-                            g3c_tq_taken(&b->L[l + 1].qkv, m)))
+        else if ((tq_next = tqp && l + 1 < c->n_layers && g3c_tq_taken(&b->L[l + 1].qkv, m)))
             RUN(g3c_add_norm_dec_tq(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, tq_x,
                                     tq_d, g3c_tq_int4(&b->L[l + 1].qkv), b->st));
         else RUN(add_norm(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, b->st));

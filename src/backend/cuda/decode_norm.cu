@@ -98,15 +98,13 @@ __global__ void __launch_bounds__(DN_T) k_add_norm_dec(float *x, float *y, int n
 #pragma unroll
     for (int e = 0; e < V4; e++) {
         const int i4 = threadIdx.x + DN_T * e;
+        const float4 o = make_float4(xv[e].x * inv2 * a2[e].x, xv[e].y * inv2 * a2[e].y, xv[e].z * inv2 * a2[e].z,
+                                     xv[e].w * inv2 * a2[e].w);
         if (i4 < H4) {
-            const float4 o = make_float4(xv[e].x * inv2 * a2[e].x, xv[e].y * inv2 * a2[e].y, xv[e].z * inv2 * a2[e].z,
-                                         xv[e].w * inv2 * a2[e].w);
             ((float4 *)xn)[row4 + i4] = o;
             if (xh) dn_put_bf16(xh, (size_t)r * H + 4 * (size_t)i4, (size_t)m * H, split, o);
         }
         if (xq) { /* whole warps in or out: H4 % 32 == 0 */
-            const float4 o = make_float4(xv[e].x * inv2 * a2[e].x, xv[e].y * inv2 * a2[e].y, xv[e].z * inv2 * a2[e].z,
-                                         xv[e].w * inv2 * a2[e].w);
             const int b = i4 >> 5;
             g3c_tq_quant4(o, i4 < H4, xq + (size_t)r * H + 128 * (size_t)b, xd + (size_t)r * (H / 128) + b, il);
         }

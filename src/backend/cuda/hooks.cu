@@ -89,6 +89,27 @@ static int parse_q(const char *s) {
     return -1;
 }
 
+/* The hooks' resident matrix: n rows of k values of src_type (host w) converted on the device into format qt with
+ * groups of g, as the backend loads weights; free with test_dmat_free. */
+static cudaError_t test_dmat(uint32_t src_type, const void *w, int n, int k, int qt, int g, g3_dmat *d,
+                             cudaStream_t st) {
+    memset(d, 0, sizeof *d);
+    d->qt = qt, d->n = n, d->k = k, d->g = g;
+    const size_t rb = g3c_src_row_bytes(src_type, k), nk = (size_t)n * k, ng = (size_t)n * (k / g);
+    void *src = NULL;
+    cudaError_t e = cudaMalloc(&d->q, qt == G3Q_BF16 ? nk * 2 : qt == G3Q_INT4 ? nk / 2 : nk);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&d->s, ng * 4);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&d->z, ng * 4);
+    if (e == cudaSuccess) e = cudaMalloc(&src, rb * n);
+    if (e == cudaSuccess) e = cudaMemcpy(src, w, rb * n, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize(); /* the legacy stream's copy before the conversion on st */
+    if (e == cudaSuccess) e = g3c_convert_rows(src, src_type, n, d, 0, 1, st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    cudaFree(src);
+    return e;
+}
+static void test_dmat_free(g3_dmat *d) { cudaFree(d->q), cudaFree(d->s), cudaFree(d->z); }
+
 extern "C" int g3_cuda_test_mm_path(uint32_t src_type, int n, int k, const char *quant, int gemm, int m) {
     g3_dmat d;
     memset(&d, 0, sizeof d);
@@ -104,7 +125,6 @@ extern "C" g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n
     g3_status rc = G3_OK;
     g3_dmat d;
     memset(&d, 0, sizeof d);
-    void *src = NULL;
     float *dx = NULL, *dy = NULL, *dw = NULL, *ha = NULL, *da = NULL;
     __nv_bfloat16 *dxh = NULL, *scr = NULL, *dah = NULL;
     unsigned *cnt = NULL;
@@ -113,18 +133,11 @@ extern "C" g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n
     int g, ny = 1, fused = 0, n_sm = 0, want = parse_q(quant), qt = g3c_target_format(src_type, want, k, &g);
     size_t rb = g3c_src_row_bytes(src_type, k), nyf = (size_t)(2 * m) * n;
     if (want < 0 || qt < 0 || !rb) return g3c_fail(err, G3_ERR_UNSUPPORTED, "cuda test: type %u / %s", src_type, quant);
-    d.qt = qt, d.n = n, d.k = k, d.g = g;
-    size_t nk = (size_t)n * k, ng = (size_t)n * (k / g);
+    size_t nk = (size_t)n * k;
     CKE(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
     CKE(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0), "attribute");
     CKE(g3c_tc_init(), "tc init");
-    CKE(cudaMalloc(&d.q, qt == G3Q_BF16 ? nk * 2 : qt == G3Q_INT4 ? nk / 2 : nk), "alloc");
-    CKE(cudaMalloc((void **)&d.s, ng * 4), "alloc");
-    CKE(cudaMalloc((void **)&d.z, ng * 4), "alloc");
-    CKE(cudaMalloc(&src, rb * n), "alloc");
-    CKE(cudaMemcpy(src, w, rb * n, cudaMemcpyHostToDevice), "upload");
-    CKE(cudaDeviceSynchronize(), "upload");
-    CKE(g3c_convert_rows(src, src_type, n, &d, 0, 1, st), "convert");
+    CKE(test_dmat(src_type, w, n, k, qt, g, &d, st), "weights");
     CKE(cudaMalloc((void **)&dx, (size_t)m * k * 4), "alloc");
     CKE(cudaMalloc((void **)&dxh, (size_t)2 * m * k * 2), "alloc");
     CKE(cudaMalloc((void **)&dy, nyf * 4 + 64), "alloc");
@@ -167,8 +180,8 @@ extern "C" g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n
 out:
     if (h) cublasDestroy(h);
     free(ha);
-    cudaFree(d.q), cudaFree(d.s), cudaFree(d.z), cudaFree(src), cudaFree(dx), cudaFree(dxh), cudaFree(dy),
-        cudaFree(scr), cudaFree(dw), cudaFree(da), cudaFree(dah), cudaFree(cnt);
+    test_dmat_free(&d);
+    cudaFree(dx), cudaFree(dxh), cudaFree(dy), cudaFree(scr), cudaFree(dw), cudaFree(da), cudaFree(dah), cudaFree(cnt);
     if (st) cudaStreamDestroy(st);
     return rc;
 }
@@ -231,24 +244,18 @@ extern "C" g3_status g3_cuda_test_qgemv_pn(uint32_t src_type, const void *w, int
     g3_status rc = G3_OK;
     g3_dmat d;
     memset(&d, 0, sizeof d);
-    void *src = NULL;
     float *dbuf = NULL, *hz = NULL;
     cudaStream_t st = NULL;
     int g, want = parse_q(quant), qt = g3c_target_format(src_type, want, k, &g);
-    const size_t rb = g3c_src_row_bytes(src_type, k), nk = (size_t)n * k, ng = (size_t)n * (k / (g > 0 ? g : 1));
+    const size_t rb = g3c_src_row_bytes(src_type, k), nk = (size_t)n * k;
     const size_t mk = (size_t)m * k, outw = geglu ? (size_t)n / 2 : (size_t)n;
     if (want < 0 || qt < 0 || !rb) return g3c_fail(err, G3_ERR_UNSUPPORTED, "cuda test: type %u / %s", src_type, quant);
-    d.qt = qt, d.n = n, d.k = k, d.g = g;
     /* device: x, yin, xo, w1, w2, zero, y, wdeq (each 16-byte aligned: m*k, k and n are multiples of 4 here) */
     const size_t off_y = 4 * mk + 2 * (size_t)k, off_wd = off_y + (size_t)m * outw, tot = off_wd + nk;
     if (k % 32 || m < 1 || m > 2) return g3c_fail(err, G3_ERR_ARG, "cuda test: qgemv_pn needs k %% 32 == 0, m 1..2");
     CKE(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
-    CKE(cudaMalloc(&d.q, qt == G3Q_BF16 ? nk * 2 : qt == G3Q_INT4 ? nk / 2 : nk), "alloc");
-    CKE(cudaMalloc((void **)&d.s, ng * 4), "alloc");
-    CKE(cudaMalloc((void **)&d.z, ng * 4), "alloc");
-    CKE(cudaMalloc(&src, rb * n), "alloc");
+    CKE(test_dmat(src_type, w, n, k, qt, g, &d, st), "weights");
     CKE(cudaMalloc((void **)&dbuf, tot * 4), "alloc");
-    CKE(cudaMemcpy(src, w, rb * n, cudaMemcpyHostToDevice), "upload");
     CKE(cudaMemcpy(dbuf, x, mk * 4, cudaMemcpyHostToDevice), "upload");
     CKE(cudaMemcpy(dbuf + mk, yin, mk * 4, cudaMemcpyHostToDevice), "upload");
     CKE(cudaMemset(dbuf + 2 * mk, 0xff, mk * 4), "poison"); /* xo: NaNs where a block forgets its slice */
@@ -262,7 +269,6 @@ extern "C" g3_status g3_cuda_test_qgemv_pn(uint32_t src_type, const void *w, int
     }
     CKE(cudaMemset(dbuf + off_y, 0, (size_t)m * outw * 4), "clear"); /* product outputs start at zero */
     CKE(cudaDeviceSynchronize(), "upload"); /* the legacy stream's copies before the kernels on st */
-    CKE(g3c_convert_rows(src, src_type, n, &d, 0, 1, st), "convert");
     {
         g3c_qp_pre pq;
         memset(&pq, 0, sizeof pq);
@@ -282,7 +288,8 @@ extern "C" g3_status g3_cuda_test_qgemv_pn(uint32_t src_type, const void *w, int
         if (hz[i] != 0.f) *zero_ok = 0;
 out:
     free(hz);
-    cudaFree(d.q), cudaFree(d.s), cudaFree(d.z), cudaFree(src), cudaFree(dbuf);
+    test_dmat_free(&d);
+    cudaFree(dbuf);
     if (st) cudaStreamDestroy(st);
     return rc;
 }

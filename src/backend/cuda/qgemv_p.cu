@@ -397,6 +397,17 @@ int g3c_pnorm_enabled(void) { /* $G3_CUDA_PNORM=0: the separate add-norm kernel;
 
 int g3c_qgemv_pn_supported(const g3_dmat *w, int m, int geglu) { return qp_usable(w, m, geglu, 1); }
 
+/* The one launch of the persistent kernel: the residual plane up to lo_rows(), the add-norm prologue when pre->y. */
+static cudaError_t qp_launch(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
+                             const g3c_qp_pre *pre, cudaStream_t st) {
+    const int hl = m <= lo_rows(), pn = pre && pre->y;
+    cudaError_t e = pn ? (hl ? launch_pq<true, true>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                             : launch_pq<false, true>(w, x, ldx, m, y, ldy, geglu, pre, st))
+                       : (hl ? launch_pq<true, false>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                             : launch_pq<false, false>(w, x, ldx, m, y, ldy, geglu, pre, st));
+    return e == cudaSuccess ? cudaGetLastError() : e;
+}
+
 cudaError_t g3c_qgemv_pn(const g3_dmat *w, const g3c_qp_pre *pre, int m, float *y, int ldy, int geglu,
                          cudaStream_t st) {
     if (!qp_usable(w, m, geglu, pre->y != NULL) || (pre->y && !pre->xo) || !pre->xi) return cudaErrorInvalidValue;
@@ -406,13 +417,7 @@ cudaError_t g3c_qgemv_pn(const g3_dmat *w, const g3c_qp_pre *pre, int m, float *
     cudaError_t e = g3c_qgemv_init();
     if (e != cudaSuccess) return e;
     if (qp_n_sm <= 0) return cudaErrorInvalidValue;
-    const int hl = m <= lo_rows(), pn = pre->y != NULL;
-    const float *x = pre->xi;
-    if (pn) e = hl ? launch_pq<true, true>(w, x, w->k, m, y, ldy, geglu, pre, st)
-                   : launch_pq<false, true>(w, x, w->k, m, y, ldy, geglu, pre, st);
-    else e = hl ? launch_pq<true, false>(w, x, w->k, m, y, ldy, geglu, pre, st)
-                : launch_pq<false, false>(w, x, w->k, m, y, ldy, geglu, pre, st);
-    return e == cudaSuccess ? cudaGetLastError() : e;
+    return qp_launch(w, pre->xi, w->k, m, y, ldy, geglu, pre, st);
 }
 
 int g3c_qgemvp_usable(const g3_dmat *w, int m, int geglu) {
@@ -422,8 +427,5 @@ int g3c_qgemvp_usable(const g3_dmat *w, int m, int geglu) {
 
 cudaError_t g3c_qgemvp(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
                        cudaStream_t st) {
-    const int hl = m <= lo_rows();
-    cudaError_t e = hl ? launch_pq<true, false>(w, x, ldx, m, y, ldy, geglu, NULL, st)
-                       : launch_pq<false, false>(w, x, ldx, m, y, ldy, geglu, NULL, st);
-    return e == cudaSuccess ? cudaGetLastError() : e;
+    return qp_launch(w, x, ldx, m, y, ldy, geglu, NULL, st);
 }

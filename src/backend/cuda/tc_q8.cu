@@ -48,6 +48,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/tq_act.cuh"
 
 #define TQ_WARPS 8
 
@@ -114,45 +115,18 @@ static __device__ __forceinline__ void tq_load_s(const g3_dmat &w, int tile, int
 }
 
 /* ---- activation quantization (pre-pass) ------------------------------------------------------------------------- */
-static __device__ __forceinline__ uint32_t tq_b4(int a, int b, int c, int d) {
-    return (uint32_t)(a & 255) | (uint32_t)(b & 255) << 8 | (uint32_t)(c & 255) << 16 | (uint32_t)(d & 255) << 24;
-}
-
-/* xh bf16 [m][K] -> xq int8 [m][K] (int4 weights: each 8 values stored as x0,x2,x4,x6,x1,x3,x5,x7) and xd [m][K/128]
- * float2 (d, d * sum q). One thread per 8 values, the 16 of one block of 128 are 16 consecutive lanes. */
-template <int QT>
+/* xh bf16 [m][K] -> xq int8 [m][K] (il, int4 weights: each 8 values stored as x0,x2,x4,x6,x1,x3,x5,x7) and xd
+ * [m][K/128] float2 (d, d * sum q): tq_act.cuh's quantization, which the add-norm and GeGLU kernels also use. One
+ * thread per 4 values, the 32 of one block of 128 a warp (K % 128 == 0). */
 __global__ void __launch_bounds__(256) k_tq_quant(const __nv_bfloat16 *__restrict__ xh, int m, int K,
-                                                  int8_t *__restrict__ xq, float2 *__restrict__ xd) {
+                                                  int8_t *__restrict__ xq, float2 *__restrict__ xd, int il) {
     g3c_pdl_wait();
-    const int PPR = K / 8;
-    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const bool ok = idx < (long long)m * PPR;
-    const int i = ok ? (int)(idx / PPR) : 0, p = ok ? (int)(idx % PPR) : 0;
-    const uint4 v = ok ? __ldcg((const uint4 *)(xh + (size_t)i * K + 8 * p)) : make_uint4(0, 0, 0, 0);
-    const uint32_t wd[4] = {v.x, v.y, v.z, v.w};
-    float f[8];
-#pragma unroll
-    for (int j = 0; j < 4; j++) f[2 * j] = __uint_as_float(wd[j] << 16), f[2 * j + 1] = __uint_as_float(wd[j] & 0xffff0000u);
-    float amax = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; j++) amax = fmaxf(amax, fabsf(f[j]));
-#pragma unroll
-    for (int o = 1; o < 16; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float inv = amax > 0.f ? 127.f / amax : 0.f;
-    int q[8], sum = 0;
-#pragma unroll
-    for (int j = 0; j < 8; j++) q[j] = __float2int_rn(f[j] * inv), sum += q[j];
-#pragma unroll
-    for (int o = 1; o < 16; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (!ok) return;
-    uint2 pk;
-    if constexpr (QT == G3Q_INT4) pk = make_uint2(tq_b4(q[0], q[2], q[4], q[6]), tq_b4(q[1], q[3], q[5], q[7]));
-    else pk = make_uint2(tq_b4(q[0], q[1], q[2], q[3]), tq_b4(q[4], q[5], q[6], q[7]));
-    *(uint2 *)(xq + (size_t)i * K + 8 * p) = pk;
-    if ((p & 15) == 0) {
-        const float d = amax * (1.f / 127.f);
-        xd[(size_t)i * (K / 128) + (p >> 4)] = make_float2(d, d * (float)sum);
-    }
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; /* float4 t of [m][K] */
+    const bool ok = t < (long long)m * (K / 4);
+    const uint2 v = ok ? __ldcg((const uint2 *)(xh + 4 * t)) : make_uint2(0, 0);
+    const float4 f = make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
+                                 __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));
+    g3c_tq_quant4(f, ok, xq + 4 * (t & ~31ll), xd + (t >> 5), il); /* blocks of 128 values never cross rows */
 }
 
 /* activations of unit stage `stage` into buffer xs ([MP][UPR] units) and ds ([SEGS][MP] float2 (d, d * sum q)); rows
@@ -506,11 +480,9 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
     }
     int8_t *xq = (int8_t *)q8;
     float2 *xd = (float2 *)(xq + (size_t)m * w->k); /* m*k is a multiple of 128: 8-byte aligned */
-    const long long th = (long long)m * (w->k / 8);
-    e = w->qt == G3Q_INT4 ? g3c_launch(k_tq_quant<G3Q_INT4>, dim3((unsigned)((th + 255) / 256)), dim3(256), 0, st, xh,
-                                       m, w->k, xq, xd)
-                          : g3c_launch(k_tq_quant<G3Q_INT8>, dim3((unsigned)((th + 255) / 256)), dim3(256), 0, st, xh,
-                                       m, w->k, xq, xd);
+    const long long th = (long long)m * (w->k / 4);
+    e = g3c_launch(k_tq_quant, dim3((unsigned)((th + 255) / 256)), dim3(256), 0, st, xh, m, w->k, xq, xd,
+                   (int)(w->qt == G3Q_INT4));
     if (e == cudaSuccess) e = tq_run(ti, w, xq, xd, m, y, n_sm, st);
     if (tmp) {
         cudaError_t e2 = cudaFreeAsync(tmp, st);

@@ -72,22 +72,34 @@ static uint32_t env_choice(const char *name, const uint32_t *allowed, int n, uin
     return def;
 }
 
+/* The specialization constants of a one-row product (matvec2s*, matvecq): $<prefix>_WG (32|64|128|256 threads),
+ * _NC (channels per workgroup, one of ncs; default 4), _COLS (1|2|4 chunk columns; default 2), unknown values their
+ * defaults; a variant past the device's workgroup or shared-memory limits (4 * wg * (nc + 1) + 64 bytes: part_sh,
+ * red_sh, tail_last) becomes 64 / fb_nc / 2. Returns whether any of the three variables is set. */
+static int spec_variant(const g3vk *vk, const char *prefix, const uint32_t *ncs, int n_ncs, uint32_t fb_nc,
+                        uint32_t *wg, uint32_t *nc, uint32_t *col) {
+    static const uint32_t wgs[] = {32, 64, 128, 256}, cols[] = {1, 2, 4};
+    char nw[64], nn[64], nk[64];
+    snprintf(nw, sizeof nw, "%s_WG", prefix), snprintf(nn, sizeof nn, "%s_NC", prefix);
+    snprintf(nk, sizeof nk, "%s_COLS", prefix);
+    *wg = env_choice(nw, wgs, 4, 64), *nc = env_choice(nn, ncs, n_ncs, 4), *col = env_choice(nk, cols, 3, 2);
+    const VkPhysicalDeviceLimits *lim = &vk->props.limits;
+    const uint64_t smem = 4ull * *wg * (*nc + 1) + 64;
+    if (*wg > lim->maxComputeWorkGroupInvocations || *wg > lim->maxComputeWorkGroupSize[0] ||
+        smem > lim->maxComputeSharedMemorySize)
+        *wg = 64, *nc = fb_nc, *col = 2;
+    return getenv(nw) || getenv(nn) || getenv(nk);
+}
+
 static void mv2_variant(g3vk *vk) {
-    static const uint32_t wgs[] = {32, 64, 128, 256}, ncs[] = {4, 8, 16}, cols[] = {1, 2, 4};
-    vk->mv2_wg = env_choice("G3_VULKAN_MV2_WG", wgs, 4, 64);
     /* 4 channels a workgroup by default: measured on the H200 (session 4, batch-1 decode tok/s, 8 -> 4): 1B Q4_0
      * 521.8 -> 572.4, 1B Q8_0 526.2 -> 546.3, 4B Q4_0 291.1 -> 326.1, 4B Q8_0 300.8 -> 318.5, 27B Q8_0 81.6 -> 83.2;
      * only 27B Q4_0 lost (86.6 -> 81.7; G3_VULKAN_MV2_NC=8 restores the compiled kernel) */
-    vk->mv2_nc = env_choice("G3_VULKAN_MV2_NC", ncs, 3, 4);
-    vk->mv2_cols = env_choice("G3_VULKAN_MV2_COLS", cols, 3, 2);
-    const VkPhysicalDeviceLimits *lim = &vk->props.limits;
-    uint64_t smem = 4ull * vk->mv2_wg * (vk->mv2_nc + 1) + 64; /* part_sh, red_sh, tail_last */
-    if (vk->mv2_wg > lim->maxComputeWorkGroupInvocations || vk->mv2_wg > lim->maxComputeWorkGroupSize[0] ||
-        smem > lim->maxComputeSharedMemorySize)
-        vk->mv2_wg = 64, vk->mv2_nc = 8, vk->mv2_cols = 2;
+    static const uint32_t ncs[] = {4, 8, 16};
+    const int set = spec_variant(vk, "G3_VULKAN_MV2", ncs, 3, 8, &vk->mv2_wg, &vk->mv2_nc, &vk->mv2_cols);
     const char *sp = getenv("G3_VULKAN_MV2_SPEC");
     vk->mv2_spec = (sp && *sp == '1') || vk->mv2_wg != 64 || vk->mv2_nc != 8 || vk->mv2_cols != 2;
-    if (vk->mv2_spec && (getenv("G3_VULKAN_MV2_WG") || getenv("G3_VULKAN_MV2_NC") || getenv("G3_VULKAN_MV2_COLS")))
+    if (vk->mv2_spec && set)
         fprintf(stderr, "gemma3: vulkan: one-row matvec2 variant: %u threads, %u channels, %u chunk columns\n",
                 vk->mv2_wg, vk->mv2_nc, vk->mv2_cols);
 }
@@ -96,9 +108,10 @@ static void mv2_variant(g3vk *vk) {
  * only; measured on the H200 (session 5, batch-1 decode tok/s, matvec2 -> matvecq for every product): Q4_0 1B 561.9 ->
  * 551.6, 4B 322.5 -> 372.0, 27B 81.5 -> 117.1; Q8_0 1B 545.2 -> 512.1, 4B 318.6 -> 309.2, 27B 83.1 -> 86.4, and with
  * only the down products (k >= 4096) on it 1B 543.8 -> 532.6, 4B 320.5 -> 313.8: Q8_0 weights cost matvec2 little to
- * decode, so the extra quantization dispatch pays off only at 27B. $G3_VULKAN_MVQ=0: off (also, with $G3_VULKAN_MVQ unset, $G3_VULKAN_MV2=0: back to the float
- * kernels); $G3_VULKAN_MVQ=1: every Q8_0/Q4_0 one-row product, even with $G3_VULKAN_MV2=0.
- * $G3_VULKAN_MVQ_WG (32|64|128|256 threads), _NC (2|4|8|16 weight rows per workgroup, GeGLU: half gate, half up), _COLS (1|2|4 chunk columns per iteration): its specialization constants (tuning sweeps; unknown
+ * decode, so the extra quantization dispatch pays off only at 27B. $G3_VULKAN_MVQ=0: off (also, with $G3_VULKAN_MVQ
+ * unset, $G3_VULKAN_MV2=0: back to the float kernels); $G3_VULKAN_MVQ=1: every Q8_0/Q4_0 one-row product, even with
+ * $G3_VULKAN_MV2=0. $G3_VULKAN_MVQ_WG (32|64|128|256 threads), _NC (2|4|8|16 weight rows per workgroup, GeGLU: half
+ * gate, half up), _COLS (1|2|4 chunk columns per iteration): its specialization constants (tuning sweeps; unknown
  * values and variants past the device's limits: the defaults 64 / 4 / 2, the numbers of matvec2's default). */
 static void mvq_setup(g3vk *vk, int idot) {
     const char *e = getenv("G3_VULKAN_MVQ");
@@ -106,16 +119,9 @@ static void mvq_setup(g3vk *vk, int idot) {
     vk->mvq = idot ? want : 0;
     if (e && *e == '1' && !idot)
         fprintf(stderr, "gemma3: vulkan: G3_VULKAN_MVQ=1 but the device has no int8 dot products: matvec2 instead\n");
-    static const uint32_t wgs[] = {32, 64, 128, 256}, ncs[] = {2, 4, 8, 16}, cols[] = {1, 2, 4};
-    vk->mvq_wg = env_choice("G3_VULKAN_MVQ_WG", wgs, 4, 64);
-    vk->mvq_nc = env_choice("G3_VULKAN_MVQ_NC", ncs, 4, 4);
-    vk->mvq_cols = env_choice("G3_VULKAN_MVQ_COLS", cols, 3, 2);
-    const VkPhysicalDeviceLimits *lim = &vk->props.limits;
-    uint64_t smem = 4ull * vk->mvq_wg * (vk->mvq_nc + 1) + 64; /* part_sh, red_sh, tail_last */
-    if (vk->mvq_wg > lim->maxComputeWorkGroupInvocations || vk->mvq_wg > lim->maxComputeWorkGroupSize[0] ||
-        smem > lim->maxComputeSharedMemorySize)
-        vk->mvq_wg = 64, vk->mvq_nc = 4, vk->mvq_cols = 2;
-    if (vk->mvq && (getenv("G3_VULKAN_MVQ_WG") || getenv("G3_VULKAN_MVQ_NC") || getenv("G3_VULKAN_MVQ_COLS")))
+    static const uint32_t ncs[] = {2, 4, 8, 16};
+    const int set = spec_variant(vk, "G3_VULKAN_MVQ", ncs, 4, 4, &vk->mvq_wg, &vk->mvq_nc, &vk->mvq_cols);
+    if (vk->mvq && set)
         fprintf(stderr, "gemma3: vulkan: one-row matvecq variant: %u threads, %u channels, %u chunk columns\n",
                 vk->mvq_wg, vk->mvq_nc, vk->mvq_cols);
 }
