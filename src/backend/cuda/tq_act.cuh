@@ -1,7 +1,8 @@
-/* Quantization of activations for the int8 tensor-core products (tc_q8.cu) by the kernels that produce them (the
- * decode add-norm, GeGLU), so that the product needs no quantization launch of its own: per row and block of 128
- * values d = amax/127, q = rint(x * 127/amax) (k_tq_quant's arithmetic, from the float32 values instead of their bf16
- * copy), q stored [m][K] (for int4 weights each 8 values as x0,x2,x4,x6,x1,x3,x5,x7), (d, d * sum q) [m][K/128].
+/* Quantization of activations for the int8 tensor-core products (tc_q8.cu), by the kernels that produce them (the
+ * decode add-norm, GeGLU: from their float32 values), so that the product needs no quantization launch of its own, or
+ * else by tc_q8.cu's k_tq_quant (from the bf16 copies): per row and block of 128 values d = amax/127,
+ * q = rint(x * 127/amax), q stored [m][K] (for int4 weights each 8 values as x0,x2,x4,x6,x1,x3,x5,x7), (d, d * sum q)
+ * [m][K/128].
  * record (cuda_forward.cu) takes it for the qkv, gate/up and down products on the int8 tensor cores ($G3_CUDA_TQPRE=0:
  * k_tq_quant before each, as before). Measured on the H200 (session 5, 27B, aggregate decode tok/s, argmax on the GPU,
  * off -> on): int4 32 seqs 2880 -> 2944, 64 seqs 3791 -> 3857; int8 32 seqs 2515 -> 2711, 64 seqs 3589 -> 3819. */
