@@ -60,12 +60,24 @@ static void *make_weights(uint32_t type, int n, int k, float **deq) {
 
 static double tol = 2e-5; /* bound on the error relative to sum |x w| (f32 kernels) */
 
-static void check_matmul(uint32_t type, int n, int k, int m, int path, int geglu) {
+/* Activations of check_matmul: X_UNIT uniform in [-1, 1); X_WIDE rows beyond f16's range and below its precision:
+ * by row, all ~1e6, all ~1e-3, or mixed (every 7th value ~1e6, the others ~1e-3), in turn. */
+enum { X_UNIT, X_WIDE };
+static float xval(int mode, int r, int i) {
+    if (mode == X_UNIT) return frand();
+    int big = r % 3 == 0 || (r % 3 == 2 && i % 7 == 0);
+    return frand() * (big ? 1e6f : 1e-3f);
+}
+
+/* Largest error of y = x W^T (GeGLU: gelu(x W^T) * (x W2^T)) by path against float64 dot products of the reference
+ * dequantization, relative to sum |x w| (GeGLU: the bound of the product); INFINITY for NaN. */
+static double matmul_error(uint32_t type, int n, int k, int m, int path, int geglu, int xmode) {
     float *deq, *deq2 = NULL;
     void *w = make_weights(type, n, k, &deq);
     void *w2 = geglu ? make_weights(type, n, k, &deq2) : NULL;
     float *x = malloc(sizeof(float) * (size_t)m * k), *y = malloc(sizeof(float) * (size_t)m * n);
-    for (int i = 0; i < m * k; i++) x[i] = frand();
+    for (int r = 0; r < m; r++)
+        for (int i = 0; i < k; i++) x[(size_t)r * k + i] = xval(xmode, r, i);
     g3_error err = {0};
     if (g3_vulkan_test_matmul(type, w, w2, n, k, x, m, path, y, &err) != G3_OK) fail_msg("%s", err.msg);
     double worst = 0;
@@ -85,16 +97,27 @@ static void check_matmul(uint32_t type, int n, int k, int m, int path, int geglu
             double d = fabs(y[(size_t)r * n + c] - a) / (mag + 1e-6);
             if (d > worst || isnan(d)) worst = isnan(d) ? INFINITY : d;
         }
-    printf("  %-5s n %d k %d m %d %s%s: max error %.2e (relative to sum |x w|)\n", g3_dtype_name((g3_dtype)type), n, k,
-           m, path == 1 ? "matvec" : "matmul", geglu ? " geglu" : "", worst);
-    if (!(worst < tol)) fail_msg("%s: result differs from the reference by %.3g", g3_dtype_name((g3_dtype)type), worst);
+    printf("  %-5s n %d k %d m %d %s%s%s: max error %.2e (relative to sum |x w|)\n", g3_dtype_name((g3_dtype)type), n,
+           k, m, path == 1 ? "matvec" : path == 3 ? "matmul unguarded" : "matmul", geglu ? " geglu" : "",
+           xmode == X_WIDE ? " wide x" : "", worst);
     free(w), free(w2), free(deq), free(deq2), free(x), free(y);
+    return worst;
+}
+
+static void check_matmul_x(uint32_t type, int n, int k, int m, int path, int geglu, int xmode) {
+    double worst = matmul_error(type, n, k, m, path, geglu, xmode);
+    if (!(worst < tol)) fail_msg("%s: result differs from the reference by %.3g", g3_dtype_name((g3_dtype)type), worst);
+}
+
+static void check_matmul(uint32_t type, int n, int k, int m, int path, int geglu) {
+    check_matmul_x(type, n, k, m, path, geglu, X_UNIT);
 }
 
 static void test_matmul_all_types(void **state) {
     (void)state;
     if (!have_device()) skip();
     setenv("G3_VULKAN_MVQ", "0", 1); /* float-activation kernels: the int8 products in test_vulkan_mvq */
+    setenv("G3_VULKAN_COOPMAT", "0", 1); /* the portable matmul (f32): cooperative matrices in test_coopmat */
     static const uint32_t types[] = {G3_DTYPE_F32, G3_DTYPE_F16, G3_DTYPE_BF16, G3_DTYPE_Q8_0,
                                      G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
@@ -110,6 +133,7 @@ static void test_matmul_all_types(void **state) {
         check_matmul(types[t], 45, k, 9, 2, 1);
     }
     unsetenv("G3_VULKAN_MVQ");
+    unsetenv("G3_VULKAN_COOPMAT");
 }
 
 /* $G3_VULKAN_MV2=0: the 1..8-row products on matvec1 (one row) and matvec1n (2..8 rows), the kernels before matvec2. */
@@ -136,6 +160,7 @@ static void test_matmul_without_subgroups(void **state) {
     (void)state;
     if (!have_device()) skip();
     setenv("G3_VULKAN_MVQ", "0", 1); /* float-activation kernels: the int8 products in test_vulkan_mvq */
+    setenv("G3_VULKAN_COOPMAT", "0", 1);
     setenv("G3_VULKAN_NO_SUBGROUPS", "1", 1);
     check_matmul(G3_DTYPE_Q8_0, 37, 160, 3, 1, 0);
     check_matmul(G3_DTYPE_Q4_K, 70, 512, 5, 1, 1);
@@ -143,6 +168,7 @@ static void test_matmul_without_subgroups(void **state) {
     unsetenv("G3_VULKAN_NO_SUBGROUPS");
     check_matmul(G3_DTYPE_Q4_0, 37, 1024, 1, 1, 1);
     unsetenv("G3_VULKAN_MVQ");
+    unsetenv("G3_VULKAN_COOPMAT");
 }
 
 /* $G3_VULKAN_MATVEC1=0: one-row products through matvec.comp (the kernel before matvec1). */
@@ -253,8 +279,11 @@ static void test_one_instance(void **state) {
     assert_int_equal(g3_vulkan_instances_created(), 1);
 }
 
-/* $G3_VULKAN_COOPMAT=1 on a device with VK_NV_cooperative_matrix: the tiled matmul on tensor cores, f16 tiles (each
- * product rounded to 2 x 11 bits: bound 2e-3 of sum |x w|). Skipped where the device lacks the extension. */
+/* The tiled matmul on cooperative matrices (tensor cores; f16 tiles, each product rounded to 2 x 11 bits: bound 2e-3
+ * of sum |x w|) with $G3_VULKAN_COOPMAT=1, where device 0 has them: every weight type, plain and GeGLU, partial tiles
+ * in both directions, odd shapes; rows of activations beyond f16's range (~1e6) and below its precision (~1e-3),
+ * alone and mixed, through the overflow guard (per-row exponents, shaders/cm_scale.comp) -- and the same rows without
+ * it (path 3) must overflow, so that the guard is what passes. Skipped where the device has no cooperative matrices. */
 static void test_coopmat(void **state) {
     (void)state;
     if (!have_device()) skip();
@@ -264,7 +293,7 @@ static void test_coopmat(void **state) {
     if (has < 0) fail_msg("device with cooperative matrices: %s", err.msg);
     if (!has) {
         unsetenv("G3_VULKAN_COOPMAT");
-        printf("  device 0 has no VK_NV_cooperative_matrix (f16 16x16x16, subgroups of 32): skipped\n");
+        printf("  device 0 has no usable cooperative matrices (f16 16x16x16, subgroups of 32): skipped\n");
         skip();
     }
     tol = 2e-3;
@@ -275,9 +304,48 @@ static void test_coopmat(void **state) {
         check_matmul(types[t], 70, k, 70, 2, 0);
         check_matmul(types[t], 45, k, 9, 2, 1);
         check_matmul(types[t], 130, k, 200, 2, 0);
+        check_matmul(types[t], 37, k, 65, 2, 1); /* odd n, one row past a tile */
+    }
+    static const uint32_t q[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q4_0};
+    for (size_t t = 0; t < 2; t++) {
+        check_matmul_x(q[t], 70, 160, 70, 2, 0, X_WIDE);
+        check_matmul_x(q[t], 45, 160, 9, 2, 1, X_WIDE);
+        check_matmul_x(q[t], 130, 1024, 100, 2, 0, X_WIDE);
+        double bad = matmul_error(q[t], 70, 160, 70, 3, 0, X_WIDE);
+        if (bad < 0.1) fail_msg("without the guard, rows of ~1e6 should overflow f16 (error %.3g)", bad);
     }
     tol = 2e-5;
     unsetenv("G3_VULKAN_COOPMAT");
+}
+
+/* The guard's exponents (shaders/cm_scale.comp), on any device: 0 for rows below 2^14 (the unguarded products'
+ * bits), else the smallest e with max |x| * 2^-e < 2^14; the largest |x| anywhere in the row, also in the last of its
+ * values; rows past the step's row count untouched. */
+static void test_cm_scale(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    enum { R = 12, K = 1032 };
+    float *x = malloc(sizeof(float) * R * K);
+    static const float peak[R] = {0.0f, 1.0f, 16383.0f, 16384.0f, 32767.0f, 65504.0f, 1e6f, -3e9f, 1e-3f, 3e38f,
+                                  -16384.5f, 5.0f};
+    for (int r = 0; r < R; r++) {
+        for (int i = 0; i < K; i++) x[(size_t)r * K + i] = r == 0 ? 0.0f : frand() * 0.5f;
+        x[(size_t)r * K + (r * 389) % K] = peak[r];
+        if (r == 1) x[(size_t)r * K + K - 1] = -20000.0f; /* the largest value in the last vec4 */
+    }
+    uint32_t e[R];
+    g3_error err = {0};
+    if (g3_vulkan_test_cm_scale(x, R, K, R - 1, e, &err) != G3_OK) fail_msg("%s", err.msg);
+    for (int r = 0; r < R - 1; r++) {
+        double m = 0;
+        for (int i = 0; i < K; i++) m = fmax(m, fabs((double)x[(size_t)r * K + i]));
+        int want = 0;
+        while (m * ldexp(1.0, -want) >= 16384.0) want++;
+        printf("  row %2d max |x| %.4g: exponent %u (want %d)\n", r, m, e[r], want);
+        assert_int_equal(e[r], (uint32_t)want);
+    }
+    assert_int_equal(e[R - 1], 0xababababu);
+    free(x);
 }
 
 static void test_sincos_large_angles(void **state) {
@@ -313,6 +381,7 @@ int main(void) {
         cmocka_unit_test(test_matvec2),
         cmocka_unit_test(test_matvec2_variants),
         cmocka_unit_test(test_matvec1_kernels),
+        cmocka_unit_test(test_cm_scale),
         cmocka_unit_test(test_coopmat),
         cmocka_unit_test(test_sincos_large_angles),
         cmocka_unit_test(test_one_instance),

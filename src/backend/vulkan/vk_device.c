@@ -240,6 +240,7 @@ void g3vk_deinit(g3vk *vk) {
     if (vk->dev && vk->vkDestroyDevice && vk->vkDeviceWaitIdle && vk->vkDestroyPipeline && vk->vkDestroyPipelineCache &&
         vk->vkDestroyPipelineLayout && vk->vkDestroyFence && vk->vkDestroyCommandPool) {
         vk->vkDeviceWaitIdle(vk->dev);
+        g3vk_buf_free(vk, &vk->cm_exp);
         for (int i = 0; i < G3VK_NPIPES; i++)
             if (vk->pipes[i]) vk->vkDestroyPipeline(vk->dev, vk->pipes[i], NULL);
         if (vk->cache) vk->vkDestroyPipelineCache(vk->dev, vk->cache, NULL);
@@ -275,10 +276,10 @@ static const char *kernel_names[G3VK_K_COUNT] = {
     "matvec",  "matvec_geglu", "matmul",   "matmul_geglu", "embed",  "matvec1", "matvec1_geglu", "matmul_cm",
     "matmul_cm_geglu", "matvec1n", "matvec1n_geglu", "matvec2", "matvec2_geglu", "matvec2n", "matvec2n_geglu",
     "matvecq", "matvecq_geglu", "qk_rope", "attn", "attn_combine", "add_norm", "gather", "geglu",
-    "argmax", "test_sincos", "qk_rope_kv16", "attn_kv16", "q8act"};
+    "argmax", "test_sincos", "qk_rope_kv16", "attn_kv16", "q8act", "cm_scale"};
 
 int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu) {
-    if (rows > 8 && vk->coopmat) return geglu ? G3VK_K_MATMUL_CM_GEGLU : G3VK_K_MATMUL_CM;
+    if (rows > 8 && vk->coopmat && k % 32 == 0) return geglu ? G3VK_K_MATMUL_CM_GEGLU : G3VK_K_MATMUL_CM;
     if (rows > 8) return geglu ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL;
     if (rows == 1 && vk->mvq && k % 32 == 0 &&
         (type == G3_DTYPE_Q4_0 || (type == G3_DTYPE_Q8_0 && vk->mvq == 1)))

@@ -44,7 +44,8 @@ enum { G3VK_K_MATVEC, G3VK_K_MATVEC_GEGLU, G3VK_K_MATMUL, G3VK_K_MATMUL_GEGLU, G
        G3VK_K_MATVEC2, G3VK_K_MATVEC2_GEGLU, G3VK_K_MATVEC2N, G3VK_K_MATVEC2N_GEGLU, G3VK_K_MATVECQ,
        G3VK_K_MATVECQ_GEGLU, G3VK_K_TYPED };
 enum { G3VK_K_QK_ROPE = G3VK_K_TYPED, G3VK_K_ATTN, G3VK_K_ATTN_COMBINE, G3VK_K_ADD_NORM, G3VK_K_GATHER, G3VK_K_GEGLU,
-       G3VK_K_ARGMAX, G3VK_K_TEST_SINCOS, G3VK_K_QK_ROPE_KV16, G3VK_K_ATTN_KV16, G3VK_K_Q8ACT, G3VK_K_COUNT };
+       G3VK_K_ARGMAX, G3VK_K_TEST_SINCOS, G3VK_K_QK_ROPE_KV16, G3VK_K_ATTN_KV16, G3VK_K_Q8ACT, G3VK_K_CM_SCALE,
+       G3VK_K_COUNT };
 #define G3VK_NTYPES 7 /* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K */
 #define G3VK_NPIPES (G3VK_K_TYPED * G3VK_NTYPES + (G3VK_K_COUNT - G3VK_K_TYPED))
 
@@ -93,6 +94,7 @@ typedef struct g3vk {
     uint32_t mvq_wg, mvq_nc, mvq_cols; /* $G3_VULKAN_MVQ_WG / _NC / _COLS: matvecq's threads, channels, chunk columns */
     int fuse;               /* decode Wo/down products end with the post-norm tail ($G3_VULKAN_FUSE=0: add_norm.comp) */
     int coopmat;            /* VK_NV_cooperative_matrix enabled: prefill through matmul_cm.comp ($G3_VULKAN_COOPMAT=1) */
+    g3vk_buf cm_exp;        /* [rows] uint32 exponents of matmul_cm's overflow guard (cm_scale.comp), sized at record */
     VkCommandPool pool;
     VkCommandBuffer once;   /* one-shot work: uploads, block copies */
     VkFence fence;
@@ -191,7 +193,14 @@ typedef struct pc_matmul {
     uint32_t N, K, ldx, ldy, nrows_idx, mode; /* mode: 0 plain, 1 softcap, 2 post-norm tail (matvec kernels) */
     float cap;
     uint64_t h, xo, cnt; /* mode 2 (shaders/tail_norm.glsl): residual, normed output, zeroed counter */
+    uint64_t sc;         /* matmul_cm: [rows] uint32 guard exponents (cm_scale.comp) */
 } pc_matmul;
+
+/* shaders/cm_scale.comp: per row of x [rows][ldx] (K values, K % 4 == 0) the guard exponent e[row] of matmul_cm */
+typedef struct pc_cm_scale {
+    uint64_t x, e, params;
+    uint32_t K, ldx, nrows_idx;
+} pc_cm_scale;
 
 /* shaders/q8act.comp: rows of x [rows][ldx] (k values) into q8act rows at xq; il: Q4_0 nibble order */
 typedef struct pc_q8act {

@@ -30,6 +30,9 @@ typedef struct rec {
     g3vk_prof *prof; /* profiled recording (timestamps around dispatches), else NULL */
     const char *what; /* label of the dispatches that follow, for the profile */
     int unfenced;     /* dispatches recorded since the last barrier */
+    uint64_t sc_x;    /* x of the last cooperative-matrix product, whose guard exponents vk.cm_exp holds ... */
+    uint32_t sc_ld, sc_k;
+    int sc_at;        /* ... valid while r->dispatches still equals this (nothing recorded since that product) */
 } rec;
 
 static void bind(rec *r, int kind, uint32_t type) {
@@ -107,6 +110,24 @@ static void q8act(rec *r, uint32_t type, uint32_t K, uint64_t x, uint32_t ldx, i
     r->what = what;
 }
 
+/* The overflow guard of the cooperative-matrix products: the exponents of x's rows into vk.cm_exp (cm_scale.comp,
+ * one workgroup per row; a barrier before it when earlier dispatches may still read them, one after it), unless
+ * they are there already: the q, k, v or gate, up products of one input, recorded one after the other. */
+static void cm_scale(rec *r, int rows, uint64_t x, uint32_t ldx, uint32_t K, int nrows_idx) {
+    g3_backend *b = r->b;
+    if (r->sc_x == x && r->sc_ld == ldx && r->sc_k == K && r->sc_at == r->dispatches) return;
+    if (r->unfenced) barrier(r);
+    const char *what = r->what;
+    r->what = "cm_scale";
+    bind(r, G3VK_K_CM_SCALE, 0);
+    pc_cm_scale ps = {.x = x, .e = b->vk.cm_exp.addr, .params = b->params.addr, .K = K, .ldx = ldx,
+                      .nrows_idx = (uint32_t)nrows_idx};
+    push_dispatch(r, &ps, sizeof ps, (uint32_t)rows, 1, 1);
+    barrier(r);
+    r->what = what;
+    r->sc_x = x, r->sc_ld = ldx, r->sc_k = K;
+}
+
 /* y[row][ldy] = x W^T (+ GeGLU with W2, or followed by the norm tail tl): matvec for small buckets (for one row of
  * Q8_0/Q4_0 weights where the device has int8 dot products: q8act + matvecq), tiled matmul otherwise. */
 static void matmul_t(rec *r, int rows, const g3vk_weight *w, const g3vk_weight *w2, uint64_t x, uint32_t ldx,
@@ -118,11 +139,13 @@ static void matmul_t(rec *r, int rows, const g3vk_weight *w, const g3vk_weight *
         q8act(r, w->type, (uint32_t)w->k, x, ldx, nrows_idx);
         x = b->a_q8;
     }
+    int cm = kind == G3VK_K_MATMUL_CM || kind == G3VK_K_MATMUL_CM_GEGLU;
+    if (cm) cm_scale(r, rows, x, ldx, (uint32_t)w->k, nrows_idx);
     bind(r, kind, w->type);
     pc_matmul pc = {.w = w->addr, .waux = w->aux, .w2 = w2 ? w2->addr : 0, .w2aux = w2 ? w2->aux : 0, .x = x,
                     .y = y, .params = b->params.addr, .N = (uint32_t)w->n, .K = (uint32_t)w->k, .ldx = ldx,
                     .ldy = ldy, .nrows_idx = (uint32_t)nrows_idx, .mode = softcap ? 1u : 0u,
-                    .cap = b->m->cfg.final_softcap};
+                    .cap = b->m->cfg.final_softcap, .sc = b->vk.cm_exp.addr};
     if (tl) { /* only with tail_fused(): one matvec, ldy = N = H */
         pc.mode = 2, pc.cap = b->m->cfg.rms_eps, pc.w2 = tl->w1, pc.w2aux = tl->w2;
         pc.h = b->a_h, pc.xo = b->a_x, pc.cnt = b->cnt.addr;
@@ -133,6 +156,7 @@ static void matmul_t(rec *r, int rows, const g3vk_weight *w, const g3vk_weight *
         push_dispatch(r, &pc, sizeof pc, gx, cdiv(groups, gx), 1);
     } else {
         push_dispatch(r, &pc, sizeof pc, cdiv((uint64_t)w->n, w2 ? 32 : 64), cdiv((uint64_t)rows, 64), 1);
+        if (cm) r->sc_at = r->dispatches;
     }
 }
 
@@ -301,6 +325,9 @@ g3_status g3vk_record_head(g3_backend *b, VkCommandBuffer cb, int rows, int argm
 
 g3_status g3vk_record_all(g3_backend *b, g3_error *err) {
     g3vk *vk = &b->vk;
+    if (vk->coopmat && !vk->cm_exp.buf) /* guard exponents of the largest product: max_rows body rows, lch head rows */
+        G3_TRY(g3vk_buf_create(vk, 4ull * (uint64_t)(b->cfg.max_rows > b->lch ? b->cfg.max_rows : b->lch),
+                               G3VK_MEM_DEVICE, "cooperative-matrix guard exponents", &vk->cm_exp, err));
     uint32_t n = (uint32_t)b->n_buckets + 6;
     VkCommandBuffer cbs[G3VK_MAX_BUCKETS + 6];
     VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = vk->pool,

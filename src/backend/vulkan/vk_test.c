@@ -9,7 +9,7 @@
 
 typedef struct test_ctx {
     g3vk vk;
-    g3vk_buf bufs[6];
+    g3vk_buf bufs[6]; /* per hook: inputs, outputs, scratch (matmul: x, params, y, q8 row, guard exponents) */
     g3vk_weight w[2];
 } test_ctx;
 
@@ -72,8 +72,9 @@ static g3_status read_back(test_ctx *t, g3vk_buf *b, void *dst, size_t bytes, g3
 
 g3_status g3_vulkan_test_matmul(uint32_t type, const void *w, const void *w2, int n, int k, const float *x, int m,
                                 int path, float *y, g3_error *err) {
-    if (n <= 0 || k <= 0 || m <= 0 || !g3_row_bytes(type, k))
-        return g3_fail(err, G3_ERR_ARG, "test_matmul: bad shape %d x %d for %s", n, k, g3_dtype_name((g3_dtype)type));
+    if (n <= 0 || k <= 0 || m <= 0 || !g3_row_bytes(type, k) || path < 0 || path > 3)
+        return g3_fail(err, G3_ERR_ARG, "test_matmul: bad shape %d x %d for %s (path %d)", n, k,
+                       g3_dtype_name((g3_dtype)type), path);
     int small = path == 1 || (path == 0 && m <= 8);
     if (small && m > 8) return g3_fail(err, G3_ERR_ARG, "test_matmul: matvec takes at most 8 rows");
     test_ctx *t = calloc(1, sizeof *t);
@@ -89,19 +90,26 @@ g3_status g3_vulkan_test_matmul(uint32_t type, const void *w, const void *w2, in
         g3_status rc2 = g3vk_upload_end(&up, rc ? NULL : err);
         if (!rc) rc = rc2;
     }
+    /* the kernel the forward takes for m rows (path 0 / 1: matvec up to 8 rows), for more than 8 (path 2, 3) */
+    int kind = rc ? 0 : g3vk_matmul_kind(&t->vk, small ? m : (m > 8 ? m : 9), type, k, w2 != NULL);
+    int cm = kind == G3VK_K_MATMUL_CM || kind == G3VK_K_MATMUL_CM_GEGLU;
+    if (!rc && path == 3 && !cm)
+        rc = g3_fail(err, G3_ERR_UNSUPPORTED, "test_matmul: no cooperative-matrix product on this device");
     int32_t params[16] = {m};
     if (!rc) rc = put(t, 0, x, sizeof(float) * (size_t)m * (size_t)k, err);
     if (!rc) rc = put(t, 1, params, sizeof params, err);
     if (!rc) rc = g3vk_buf_create(&t->vk, sizeof(float) * (size_t)m * (size_t)n, G3VK_MEM_READBACK, "test output",
                                   &t->bufs[2], err);
+    if (!rc && cm) rc = g3vk_buf_create(&t->vk, 4 * (size_t)m, G3VK_MEM_DEVICE, "test guard exponents", &t->bufs[4], err);
     if (!rc) {
         pc_matmul pc = {.w = t->w[0].addr, .waux = t->w[0].aux, .w2 = w2 ? t->w[1].addr : 0, .w2aux = w2 ? t->w[1].aux : 0,
                         .x = t->bufs[0].addr, .y = t->bufs[2].addr, .params = t->bufs[1].addr, .N = (uint32_t)n,
-                        .K = (uint32_t)k, .ldx = (uint32_t)k, .ldy = (uint32_t)n, .nrows_idx = 0};
-        int kind = small ? g3vk_matmul_kind(&t->vk, m, type, k, w2 != NULL) : (w2 ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL);
+                        .K = (uint32_t)k, .ldx = (uint32_t)k, .ldy = (uint32_t)n, .nrows_idx = 0,
+                        .sc = cm ? t->bufs[4].addr : 0};
         int q8 = g3vk_kind_q8(kind); /* the activation row quantized into bufs[3] first (q8act.comp) */
         pc_q8act pq = {.x = pc.x, .params = pc.params, .K = (uint32_t)k, .ldx = (uint32_t)k, .nrows_idx = 0,
                        .il = type == G3_DTYPE_Q4_0};
+        pc_cm_scale ps = {.x = pc.x, .e = pc.sc, .params = pc.params, .K = (uint32_t)k, .ldx = (uint32_t)k};
         if (q8 && !(rc = g3vk_buf_create(&t->vk, g3vk_q8_row_bytes((uint64_t)k), G3VK_MEM_DEVICE, "test q8 row",
                                          &t->bufs[3], err)))
             pq.xq = pc.x = t->bufs[3].addr;
@@ -115,6 +123,10 @@ g3_status g3_vulkan_test_matmul(uint32_t type, const void *w, const void *w2, in
         if (!rc) rc = g3vk_once_begin(&t->vk, err);
         if (!rc) {
             g3_status r1 = q8 ? record(t, G3VK_K_Q8ACT, 0, &pq, sizeof pq, ((uint32_t)k / 8 + 63) / 64, 1, err) : G3_OK;
+            if (!r1 && cm && path == 3) /* without the overflow guard: every exponent 0 */
+                t->vk.vkCmdFillBuffer(t->vk.once, t->bufs[4].buf, 0, VK_WHOLE_SIZE, 0);
+            else if (!r1 && cm)
+                r1 = record(t, G3VK_K_CM_SCALE, 0, &ps, sizeof ps, (uint32_t)m, 1, err);
             if (!r1) r1 = record(t, kind, type, &pc, sizeof pc, gx, gy, err);
             rc = submit(t, r1, err);
         }
@@ -178,4 +190,33 @@ int g3_vulkan_test_coopmat(g3_error *err) {
     int has = g3vk_init(&vk, 0, err) == G3_OK ? vk.coopmat : -1;
     g3vk_deinit(&vk);
     return has;
+}
+
+g3_status g3_vulkan_test_cm_scale(const float *x, int rows, int k, int nrows, uint32_t *e, g3_error *err) {
+    if (rows <= 0 || k <= 0 || k % 4 || nrows < 0 || nrows > rows)
+        return g3_fail(err, G3_ERR_ARG, "test_cm_scale: bad shape %d x %d (%d rows live; k %% 4 == 0)", rows, k, nrows);
+    test_ctx *t = calloc(1, sizeof *t);
+    if (!t) return g3_fail(err, G3_ERR_NOMEM, "out of memory");
+    g3_status rc = g3vk_init(&t->vk, 0, err);
+    int32_t params[16] = {nrows};
+    size_t bytes = 4 * (size_t)rows;
+    if (!rc) rc = put(t, 0, x, sizeof(float) * (size_t)rows * (size_t)k, err);
+    if (!rc) rc = put(t, 1, params, sizeof params, err);
+    if (!rc) rc = g3vk_buf_create(&t->vk, bytes, G3VK_MEM_READBACK, "test output", &t->bufs[2], err);
+    if (!rc) { /* rows past nrows keep this marker */
+        memset(t->bufs[2].map, 0xab, bytes);
+        if (!t->bufs[2].coherent) {
+            VkMappedMemoryRange mr = {.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE, .memory = t->bufs[2].mem,
+                                      .size = VK_WHOLE_SIZE};
+            rc = g3vk_check(t->vk.vkFlushMappedMemoryRanges(t->vk.dev, 1, &mr), "flush", err);
+        }
+    }
+    if (!rc) {
+        pc_cm_scale ps = {.x = t->bufs[0].addr, .e = t->bufs[2].addr, .params = t->bufs[1].addr, .K = (uint32_t)k,
+                          .ldx = (uint32_t)k, .nrows_idx = 0};
+        rc = run_one(t, G3VK_K_CM_SCALE, 0, &ps, sizeof ps, (uint32_t)rows, 1, err);
+    }
+    if (!rc) rc = read_back(t, &t->bufs[2], e, bytes, err);
+    ctx_free(t);
+    return rc;
 }

@@ -70,9 +70,11 @@ g3_status g3_vulkan_profile_out(g3_backend *b, const g3_batch *batch, int argmax
 
 /* ---- test hooks ------------------------------------------------------------------------------------------ */
 /* y = x W^T for m rows (float32 [m][k]) of weights w (n rows of k values stored as `type`, GGUF block layout),
- * by the kernel the forward uses for m rows (matvec when m <= 8, tiled matmul otherwise, or as forced by
- * path: 0 auto, 1 matvec, 2 matmul). geglu: W2 (same shape and type) is the up projection and y = gelu(x W^T) *
- * (x W2^T). y: [m][n]. */
+ * by the kernel the forward uses for m rows (path 0: matvec when m <= 8, the tiled matmul otherwise), or as forced by
+ * path: 1 matvec, 2 the tiled matmul the forward uses beyond 8 rows (on cooperative matrices where they are enabled,
+ * $G3_VULKAN_COOPMAT), 3 the cooperative-matrix matmul without its overflow guard (every row's exponent 0: f16 tiles
+ * overflow past 65504; G3_ERR_UNSUPPORTED where cooperative matrices are off; for tests that must see it fail).
+ * geglu: W2 (same shape and type) is the up projection and y = gelu(x W^T) * (x W2^T). y: [m][n]. */
 g3_status g3_vulkan_test_matmul(uint32_t type, const void *w, const void *w2, int n, int k, const float *x, int m,
                                 int path, float *y, g3_error *err);
 
@@ -92,6 +94,11 @@ int g3_vulkan_test_mvq(g3_error *err);
  * in Q4_0 order: out gets the q8act row as the shader writes it (q [k] int8, q_lo [k] int8, [k/32] float (d, block
  * sum) pairs; g3vk_q8_row_bytes(k) bytes, at most 2.25 k + 15). */
 g3_status g3_vulkan_test_q8act(const float *x, int k, int il, void *out, g3_error *err);
+
+/* The overflow-guard exponents of the cooperative-matrix products (shaders/cm_scale.comp) for the first nrows of
+ * x [rows][k] (k % 4 == 0): e[r] = max(0, E - 13) with 2^E <= max |x[r][.]| < 2^(E+1), at most 126; rows from nrows
+ * on are left alone (0xabababab). Runs on any device (the shader needs no cooperative matrices). */
+g3_status g3_vulkan_test_cm_scale(const float *x, int rows, int k, int nrows, uint32_t *e, g3_error *err);
 
 /* sin/cos of float32 angles as the rope shader computes them (for precision tests). */
 g3_status g3_vulkan_test_sincos(const float *angle, int n, float *s, float *c, g3_error *err);

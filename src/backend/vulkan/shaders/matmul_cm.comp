@@ -1,10 +1,14 @@
 #version 450
-// Y[m][n] = X[m][k] * W[n][k]^T on tensor cores through GL_NV_cooperative_matrix (VK_NV_cooperative_matrix: NVIDIA
-// drivers), chosen at run time where the device has the extension and $G3_VULKAN_COOPMAT=1: same tiles and grid as
-// matmul.comp (64x64 outputs, K in steps of 32; GEGLU: tile columns alternate gate / up rows of 32 channels), but the
+// Y[m][n] = X[m][k] * W[n][k]^T on tensor cores through GL_NV_cooperative_matrix: same tiles and grid as matmul.comp
+// (64x64 outputs, K in steps of 32, K % 32 == 0; GEGLU: tile columns alternate gate / up rows of 32 channels), but the
 // weight tile is dequantized to f16 and the activation tile rounded to f16 in shared memory, and each of the 4
-// subgroups (32 invocations) multiplies 2x2 fragments of 16x16x16 with f32 accumulation. Inputs beyond the f16 range
-// (65504) overflow. Built only with subgroups; Debian 12's glslc has no GL_KHR_cooperative_matrix (AMD RDNA3).
+// subgroups (32 invocations) multiplies 2x2 fragments of 16x16x16 with f32 accumulation. Built only with subgroups.
+// Overflow guard: row r of X is multiplied by 2^-e[r] (pc.sc, written by cm_scale.comp: e = 0 unless the row's
+// largest |x| reaches 2^14) before its rounding to f16, and its f32 sums by 2^e before the epilogue (softcap,
+// GeGLU); both exact. Weights need no guard: Q8_0 / Q4_0 values d * q have |q| <= 127 and an f16 scale d, so they
+// leave f16 only for d > 515 (no real model's); F16 weights are f16 already; F32 / BF16 / K-quant weights beyond
+// 65504 would overflow (none in Gemma checkpoints).
+// Runs through VK_NV_cooperative_matrix (NVIDIA drivers); Debian 12's glslc has no GL_KHR_cooperative_matrix.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -21,6 +25,8 @@ layout(push_constant) uniform PC {
     uint64_t w, waux, w2, w2aux, x, y, params;
     uint N, K, ldx, ldy, nrows_idx, mode;
     float cap;
+    uint64_t h, xo, cnt; // unused here (matvec tails)
+    uint64_t sc;         // [rows] uint exponents of the overflow guard (cm_scale.comp)
 } pc;
 
 #define MATA fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
@@ -46,6 +52,8 @@ void main() {
     [[unroll]] for (uint i = 0; i < 2; i++)
         [[unroll]] for (uint j = 0; j < 2; j++) acc[i][j] = MATC(0.0);
     uint c = tid >> 1, h = tid & 1u; // loads: tile column / row c, half h (16 values)
+    uint ex = m0 + c < nr ? UBuf(pc.sc).v[m0 + c] : 0u;   // row c's guard exponent
+    float down = uintBitsToFloat((127u - ex) << 23);      // 2^-ex
     for (uint k0 = 0; k0 < pc.K; k0 += TK) {
         float v[16];
 #ifdef GEGLU
@@ -65,7 +73,7 @@ void main() {
         if (m0 + c < nr) {
             F4Buf xp = F4Buf(pc.x + (uint64_t(m0 + c) * pc.ldx + k0 + 16u * h) * 4u);
             [[unroll]] for (uint i = 0; i < 4; i++) {
-                vec4 a = xp.v[i];
+                vec4 a = xp.v[i] * down;
                 uint o = c * SK + 16u * h + 4u * i;
                 Xs[o] = float16_t(a.x), Xs[o + 1u] = float16_t(a.y), Xs[o + 2u] = float16_t(a.z), Xs[o + 3u] = float16_t(a.w);
             }
@@ -88,16 +96,17 @@ void main() {
     barrier();
     uint r = m0 + c; // thread: row c, tile columns 32h .. 32h+31
     if (r < nr) {
+        float up = uintBitsToFloat((127u + ex) << 23); // 2^ex
 #ifdef GEGLU
         [[unroll]] for (uint j = 0; j < 32; j += 2) {
             uint col = 32u * h + j, chn = n0 + (col >> 1);
-            float g = Os[c * TN + col], u = Os[c * TN + col + 1u];
+            float g = Os[c * TN + col] * up, u = Os[c * TN + col + 1u] * up;
             if (chn < pc.N) stf(pc.y, uint64_t(r) * pc.ldy + chn, gelu_tanh(g) * u);
         }
 #else
         [[unroll]] for (uint j = 0; j < 32; j++) {
             uint col = 32u * h + j, chn = n0 + col;
-            float o = Os[c * TN + col];
+            float o = Os[c * TN + col] * up;
             if (chn < pc.N) stf(pc.y, uint64_t(r) * pc.ldy + chn, pc.mode == 1u ? softcap(o, pc.cap) : o);
         }
 #endif
