@@ -3,12 +3,15 @@
 # built here and carried): builds the CUDA/Vulkan test, benchmark and CLI targets in BUILD (default build-gpu),
 # strips them, adds the shared libraries they need that the device may lack, and writes .gpu/bins.tar.xz.
 # On the device:  mkdir -p .gpu/bin && tar xJf .gpu/bins.tar.xz -C .gpu/bin && export LD_LIBRARY_PATH=$PWD/.gpu/bin/lib
+# PACK_VULKAN=0: CUDA only (a build folder configured with -DG3_VULKAN=OFF; no Vulkan tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${1:-build-gpu}"
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DG3_CUDA=ON >/dev/null
+VK=ON; [ "${PACK_VULKAN:-1}" = 0 ] && VK=OFF
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DG3_CUDA=ON -DG3_VULKAN=$VK >/dev/null
 T="gemma3 g3cuda_bench"
-for t in tests/unit/test_cuda_*.c tests/unit/test_vulkan_*.c; do T="$T $(basename "$t" .c)"; done
+for t in tests/unit/test_cuda_*.c; do T="$T $(basename "$t" .c)"; done
+if [ $VK = ON ]; then for t in tests/unit/test_vulkan_*.c; do T="$T $(basename "$t" .c)"; done; fi
 nice cmake --build "$BUILD" -j2 --target $T >/dev/null
 rm -rf .gpu/stage && mkdir -p .gpu/stage/lib
 for t in $T; do strip -o ".gpu/stage/$t" "$BUILD/$t"; done
