@@ -279,23 +279,8 @@ static void test_one_instance(void **state) {
     assert_int_equal(g3_vulkan_instances_created(), 1);
 }
 
-/* The tiled matmul on cooperative matrices (tensor cores; f16 tiles, each product rounded to 2 x 11 bits: bound 2e-3
- * of sum |x w|) with $G3_VULKAN_COOPMAT=1, where device 0 has them: every weight type, plain and GeGLU, partial tiles
- * in both directions, odd shapes; rows of activations beyond f16's range (~1e6) and below its precision (~1e-3),
- * alone and mixed, through the overflow guard (per-row exponents, shaders/cm_scale.comp) -- and the same rows without
- * it (path 3) must overflow, so that the guard is what passes. Skipped where the device has no cooperative matrices. */
-static void test_coopmat(void **state) {
-    (void)state;
-    if (!have_device()) skip();
-    setenv("G3_VULKAN_COOPMAT", "1", 1);
-    g3_error err = {0};
-    int has = g3_vulkan_test_coopmat(&err);
-    if (has < 0) fail_msg("device with cooperative matrices: %s", err.msg);
-    if (!has) {
-        unsetenv("G3_VULKAN_COOPMAT");
-        printf("  device 0 has no usable cooperative matrices (f16 16x16x16, subgroups of 32): skipped\n");
-        skip();
-    }
+/* The checks of test_coopmat on the flavour $G3_VULKAN_COOPMAT picks. */
+static void coopmat_checks(void) {
     tol = 2e-3;
     static const uint32_t types[] = {G3_DTYPE_F32, G3_DTYPE_F16, G3_DTYPE_BF16, G3_DTYPE_Q8_0,
                                      G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K};
@@ -315,7 +300,35 @@ static void test_coopmat(void **state) {
         if (bad < 0.1) fail_msg("without the guard, rows of ~1e6 should overflow f16 (error %.3g)", bad);
     }
     tol = 2e-5;
-    unsetenv("G3_VULKAN_COOPMAT");
+}
+
+/* The tiled matmul on cooperative matrices (tensor cores; f16 tiles, each product rounded to 2 x 11 bits: bound 2e-3
+ * of sum |x w|), for each flavour device 0 can run ($G3_VULKAN_COOPMAT=nv: VK_NV_cooperative_matrix; =khr: the same
+ * kernel rewritten to VK_KHR_cooperative_matrix): every weight type, plain and GeGLU, partial tiles in both
+ * directions, odd shapes; rows of activations beyond f16's range (~1e6) and below its precision (~1e-3), alone and
+ * mixed, through the overflow guard (per-row exponents, shaders/cm_scale.comp) -- and the same rows without it
+ * (path 3) must overflow, so that the guard is what passes. Skipped where the device has no cooperative matrices. */
+static void test_coopmat(void **state) {
+    (void)state;
+    if (!have_device()) skip();
+    static const char *const flavours[2] = {"nv", "khr"};
+    int ran = 0;
+    for (int f = 0; f < 2; f++) {
+        setenv("G3_VULKAN_COOPMAT", flavours[f], 1);
+        g3_error err = {0};
+        int has = g3_vulkan_test_coopmat(&err);
+        if (has < 0) fail_msg("device 0: %s", err.msg);
+        if (has == f + 1) {
+            printf("  %s cooperative matrices:\n", flavours[f]);
+            coopmat_checks();
+            ran++;
+        } else {
+            printf("  device 0 cannot run %s cooperative matrices (f16 16x16x16, subgroups of 32): skipped\n",
+                   flavours[f]);
+        }
+        unsetenv("G3_VULKAN_COOPMAT");
+    }
+    if (!ran) skip();
 }
 
 /* The guard's exponents (shaders/cm_scale.comp), on any device: 0 for rows below 2^14 (the unguarded products'

@@ -20,33 +20,20 @@ g3_status g3vk_check(VkResult r, const char *what, g3_error *err) {
 
 /* ---- the device ---------------------------------------------------------------------------------------------- */
 
-/* VK_NV_cooperative_matrix with f16 x f16 -> f32 16x16x16 subgroup products and shaderFloat16: what matmul_cm.comp
- * needs (with subgroups of 32). */
-static int coopmat_nv_usable(g3vk *vk) {
-    if (!vk->vkEnumerateDeviceExtensionProperties || !vk->vkGetPhysicalDeviceCooperativeMatrixPropertiesNV ||
-        !vk->subgroups || vk->subgroup_size != 32)
-        return 0;
+static int has_ext(const VkExtensionProperties *ep, uint32_t n, const char *name) {
+    for (uint32_t i = 0; i < n; i++)
+        if (!strcmp(ep[i].extensionName, name)) return 1;
+    return 0;
+}
+
+/* A 16x16x16 f16 x f16 -> f32 subgroup product among the device's NV / KHR property lists (same enum values). */
+static int cm_nv_shape(g3vk *vk, VkPhysicalDevice pd) {
     uint32_t n = 0;
-    vk->vkEnumerateDeviceExtensionProperties(vk->pdev, NULL, &n, NULL);
-    VkExtensionProperties *ep = calloc(n ? n : 1, sizeof *ep);
-    int has = 0;
-    if (ep && vk->vkEnumerateDeviceExtensionProperties(vk->pdev, NULL, &n, ep) == VK_SUCCESS)
-        for (uint32_t i = 0; i < n; i++) has |= !strcmp(ep[i].extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
-    free(ep);
-    if (!has) return 0;
-    VkPhysicalDeviceCooperativeMatrixFeaturesNV cf = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
-    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-                                            .pNext = &cf};
-    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
-    vk->vkGetPhysicalDeviceFeatures2(vk->pdev, &f2);
-    if (!cf.cooperativeMatrix || !f12.shaderFloat16) return 0;
-    n = 0;
-    vk->vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(vk->pdev, &n, NULL);
+    vk->vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, NULL);
     VkCooperativeMatrixPropertiesNV *cp = calloc(n ? n : 1, sizeof *cp);
     int ok = 0;
     for (uint32_t i = 0; cp && i < n; i++) cp[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
-    if (cp && vk->vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(vk->pdev, &n, cp) == VK_SUCCESS)
+    if (cp && vk->vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, cp) == VK_SUCCESS)
         for (uint32_t i = 0; i < n; i++)
             ok |= cp[i].MSize == 16 && cp[i].NSize == 16 && cp[i].KSize == 16 &&
                   cp[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV && cp[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
@@ -54,6 +41,86 @@ static int coopmat_nv_usable(g3vk *vk) {
                   cp[i].scope == VK_SCOPE_SUBGROUP_NV;
     free(cp);
     return ok;
+}
+
+static int cm_khr_shape(g3vk *vk, VkPhysicalDevice pd) {
+    uint32_t n = 0;
+    vk->vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR(pd, &n, NULL);
+    VkCooperativeMatrixPropertiesKHR *cp = calloc(n ? n : 1, sizeof *cp);
+    int ok = 0;
+    for (uint32_t i = 0; cp && i < n; i++) cp[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR;
+    if (cp && vk->vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR(pd, &n, cp) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n; i++)
+            ok |= cp[i].MSize == 16 && cp[i].NSize == 16 && cp[i].KSize == 16 &&
+                  cp[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV && cp[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                  cp[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV && cp[i].ResultType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                  cp[i].scope == VK_SCOPE_SUBGROUP_NV;
+    free(cp);
+    return ok;
+}
+
+/* Subgroups of exactly 32 on request (VK_EXT_subgroup_size_control: the instance is Vulkan 1.2, so not the 1.3 core
+ * feature): for wave64-by-default devices (AMD RDNA) whose compute subgroups can be 32. */
+static int sg32_control(g3vk *vk, VkPhysicalDevice pd) {
+    VkPhysicalDeviceSubgroupSizeControlFeaturesEXT sf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &sf};
+    vk->vkGetPhysicalDeviceFeatures2(pd, &f2);
+    VkPhysicalDeviceSubgroupSizeControlPropertiesEXT sp = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sp};
+    vk->vkGetPhysicalDeviceProperties2(pd, &p2);
+    return sf.subgroupSizeControl && sp.minSubgroupSize <= 32 && sp.maxSubgroupSize >= 32 &&
+           (sp.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) && sp.maxComputeWorkgroupSubgroups >= 4;
+}
+
+int g3vk_coopmat_probe(g3vk *vk, VkPhysicalDevice pd, int *sg32) {
+    *sg32 = 0;
+    if (!vk->vkEnumerateDeviceExtensionProperties || !vk->vkGetPhysicalDeviceFeatures2) return 0;
+    VkPhysicalDeviceProperties p;
+    vk->vkGetPhysicalDeviceProperties(pd, &p);
+    if (p.apiVersion < VK_API_VERSION_1_2) return 0;
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
+    vk->vkGetPhysicalDeviceProperties2(pd, &p2);
+    if (!(sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) || !(sg.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT))
+        return 0;
+    uint32_t n = 0;
+    vk->vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL);
+    VkExtensionProperties *ep = calloc(n ? n : 1, sizeof *ep);
+    if (!ep || vk->vkEnumerateDeviceExtensionProperties(pd, NULL, &n, ep) != VK_SUCCESS) n = 0;
+    int nv = has_ext(ep, n, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) && vk->vkGetPhysicalDeviceCooperativeMatrixPropertiesNV;
+    int khr = has_ext(ep, n, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME) && vk->vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR;
+    int ctl = has_ext(ep, n, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+    free(ep);
+    if (!nv && !khr) return 0;
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV fnv = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR fkhr = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    if (nv) fnv.pNext = f12.pNext, f12.pNext = &fnv;
+    if (khr) fkhr.pNext = f12.pNext, f12.pNext = &fkhr;
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+    vk->vkGetPhysicalDeviceFeatures2(pd, &f2);
+    if (!f12.shaderFloat16 || !f12.vulkanMemoryModel) return 0;
+    int got = 0;
+    /* NV: NVIDIA's subgroups are 32 */
+    if (nv && fnv.cooperativeMatrix && sg.subgroupSize == 32 && cm_nv_shape(vk, pd)) got |= G3VK_CM_NV;
+    if (khr && fkhr.cooperativeMatrix && cm_khr_shape(vk, pd)) {
+        if (sg.subgroupSize == 32) got |= G3VK_CM_KHR;
+        else if (ctl && sg32_control(vk, pd)) got |= G3VK_CM_KHR, *sg32 = 1;
+    }
+    return got;
+}
+
+/* KHR by default: the cross-vendor extension (AMD RDNA3, Intel, NVIDIA), NV where only it exists (older NVIDIA
+ * drivers); on a device with both (NVIDIA), the two run the same SPIR-V but for the rewrite, so the choice follows the
+ * standard until a measurement says otherwise ($G3_VULKAN_COOPMAT=nv|khr picks one). */
+int g3vk_coopmat_pick(int usable) {
+    const char *e = getenv("G3_VULKAN_COOPMAT");
+    if (e && !strcmp(e, "0")) return G3VK_CM_NONE;
+    if (e && !strcmp(e, "nv")) return usable & G3VK_CM_NV;
+    if (e && !strcmp(e, "khr")) return usable & G3VK_CM_KHR;
+    return usable & G3VK_CM_KHR ? G3VK_CM_KHR : usable & G3VK_CM_NV;
 }
 
 /* $G3_VULKAN_MV2_WG (32|64|128|256 threads per workgroup), _NC (4|8|16 output channels per workgroup; GeGLU half of
@@ -187,17 +254,35 @@ g3_status g3vk_init(g3vk *vk, int index, g3_error *err) {
     f2.features.shaderInt64 = VK_TRUE;
     VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f2, .queueCreateInfoCount = 1,
                               .pQueueCreateInfos = &qci};
-    /* cooperative matrices for prefill: opt-in ($G3_VULKAN_COOPMAT=1) where the device has them */
-    const char *cm = getenv("G3_VULKAN_COOPMAT");
+    /* cooperative matrices for prefill (matmul_cm): the flavour g3vk_coopmat_pick takes ($G3_VULKAN_COOPMAT) */
+    const char *exts[4];
+    uint32_t n_ext = 0;
+    int sg32 = 0, usable = vk->subgroups ? g3vk_coopmat_probe(vk, vk->pdev, &sg32) : 0;
+    vk->coopmat = g3vk_coopmat_pick(usable);
+    const char *cme = getenv("G3_VULKAN_COOPMAT");
+    if (cme && (!strcmp(cme, "nv") || !strcmp(cme, "khr")) && !vk->coopmat)
+        fprintf(stderr, "gemma3: vulkan: G3_VULKAN_COOPMAT=%s but device %d cannot run it (usable: %s): prefill on "
+                        "the portable matmul\n", cme, index, usable == 3 ? "nv, khr" : usable == 1 ? "nv" : usable ? "khr" : "none");
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, .cooperativeMatrix = VK_TRUE};
-    const char *exts[2];
-    uint32_t n_ext = 0;
-    if (cm && *cm == '1' && coopmat_nv_usable(vk)) {
-        vk->coopmat = 1;
-        f12.shaderFloat16 = VK_TRUE;
-        cmf.pNext = f12.pNext, f12.pNext = &cmf;
-        exts[n_ext++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR cmk = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR, .cooperativeMatrix = VK_TRUE};
+    VkPhysicalDeviceSubgroupSizeControlFeaturesEXT ssc = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT, .subgroupSizeControl = VK_TRUE};
+    if (vk->coopmat) { /* both modules declare the Vulkan memory model (glslc emits it for cooperative matrices) */
+        f12.shaderFloat16 = VK_TRUE, f12.vulkanMemoryModel = VK_TRUE;
+        if (vk->coopmat == G3VK_CM_NV) {
+            cmf.pNext = f12.pNext, f12.pNext = &cmf;
+            exts[n_ext++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+        } else {
+            cmk.pNext = f12.pNext, f12.pNext = &cmk;
+            exts[n_ext++] = VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME;
+            vk->cm_sg32 = sg32;
+            if (sg32) {
+                ssc.pNext = f12.pNext, f12.pNext = &ssc;
+                exts[n_ext++] = VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME;
+            }
+        }
     }
     /* int8 dot products for matvecq.comp (SPV_KHR_integer_dot_product): enabled only when it will run */
     VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR idf = {
@@ -316,6 +401,8 @@ g3_status g3vk_pipeline(g3vk *vk, int kind, uint32_t type, VkPipeline *out, g3_e
         slot = kind * G3VK_NTYPES + ti;
         const char *kn = kernel_names[kind];
         if (spec) kn = kind == G3VK_K_MATVEC2 ? "matvec2s" : "matvec2s_geglu";
+        if (vk->coopmat == G3VK_CM_KHR && (kind == G3VK_K_MATMUL_CM || kind == G3VK_K_MATMUL_CM_GEGLU))
+            kn = kind == G3VK_K_MATMUL_CM ? "matmul_cmk" : "matmul_cmk_geglu"; /* matmul_cm rewritten to KHR */
         snprintf(name, sizeof name, "%s_%s%s", kn, types[ti].suffix, vk->subgroups ? "" : "_nosg");
     } else {
         slot = G3VK_K_TYPED * G3VK_NTYPES + (kind - G3VK_K_TYPED);
@@ -338,9 +425,14 @@ g3_status g3vk_pipeline(g3vk *vk, int kind, uint32_t type, VkPipeline *out, g3_e
     if (g3vk_kind_q8(kind)) spec = 1, sv[0] = vk->mvq_wg, sv[1] = vk->mvq_nc, sv[2] = vk->mvq_cols;
     VkSpecializationMapEntry se[3] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}};
     VkSpecializationInfo si = {.mapEntryCount = 3, .pMapEntries = se, .dataSize = sizeof sv, .pData = sv};
+    /* matmul_cm assumes 4 subgroups of 32: asked for where the device's default differs (g3vk_coopmat_probe) */
+    VkPipelineShaderStageRequiredSubgroupSizeCreateInfoEXT rss = {
+        .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO_EXT, .requiredSubgroupSize = 32};
+    int cm_kind = kind == G3VK_K_MATMUL_CM || kind == G3VK_K_MATMUL_CM_GEGLU;
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                  .pNext = cm_kind && vk->cm_sg32 ? &rss : NULL, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                   .module = mod, .pName = "main", .pSpecializationInfo = spec ? &si : NULL},
         .layout = vk->layout};
     VkResult r = vk->vkCreateComputePipelines(vk->dev, vk->cache, 1, &ci, NULL, &vk->pipes[slot]);

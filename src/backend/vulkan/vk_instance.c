@@ -211,6 +211,8 @@ void g3vk_describe(g3vk *vk, VkPhysicalDevice pd, int index, g3_vulkan_device *d
         d->int8_dot = !!idf.shaderIntegerDotProduct;
         d->int8_dot_fast = d->int8_dot && idp.integerDotProduct4x8BitPackedSignedAccelerated;
     }
+    /* cooperative matrices (optional: prefill through matmul_cm) */
+    d->coopmat = g3vk_coopmat_probe(vk, pd, &d->coopmat_sg32);
     /* requirements */
     char *miss = d->missing;
     size_t cap = sizeof d->missing;
@@ -289,6 +291,12 @@ int g3_vulkan_print_devices(FILE *f) {
                 d[i].driver[0] ? ", driver " : "", d[i].driver,
                 d[i].usable ? (i == 0 ? " [default]" : "") : "");
         if (!d[i].usable) fprintf(f, "    not usable by gemma3: lacks %s\n", d[i].missing);
+        static const char *const cmn[4] = {"none", "NV", "KHR", "NV, KHR"};
+        int pick = g3vk_coopmat_pick(d[i].coopmat);
+        if (d[i].usable)
+            fprintf(f, "    cooperative matrices (f16 16x16x16): %s%s; prefill on %s%s\n", cmn[d[i].coopmat & 3],
+                    d[i].coopmat_sg32 ? " (KHR with subgroups of 32 asked for)" : "",
+                    pick ? cmn[pick] : "the portable matmul", pick ? " cooperative matrices" : "");
     }
     return n;
 }

@@ -16,13 +16,41 @@
 #include "backend/backend.h"
 #include "core/status.h"
 
+/* VK_KHR_cooperative_matrix, which Debian 12's headers (1.3.239) lack: the few declarations used here, from the
+ * Vulkan registry (structure types 1000506000..2; VkComponentTypeKHR and VkScopeKHR share the NV enums' values). */
+#ifndef VK_KHR_cooperative_matrix
+#define VK_KHR_cooperative_matrix 1
+#define VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME "VK_KHR_cooperative_matrix"
+#define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR ((VkStructureType)1000506000)
+#define VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR ((VkStructureType)1000506001)
+#define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_PROPERTIES_KHR ((VkStructureType)1000506002)
+typedef VkComponentTypeNV VkComponentTypeKHR; /* FLOAT16 0, FLOAT32 1, ... */
+typedef VkScopeNV VkScopeKHR;                 /* DEVICE 1, WORKGROUP 2, SUBGROUP 3, QUEUE_FAMILY 5 */
+typedef struct VkCooperativeMatrixPropertiesKHR {
+    VkStructureType sType;
+    void *pNext;
+    uint32_t MSize, NSize, KSize;
+    VkComponentTypeKHR AType, BType, CType, ResultType;
+    VkBool32 saturatingAccumulation;
+    VkScopeKHR scope;
+} VkCooperativeMatrixPropertiesKHR;
+typedef struct VkPhysicalDeviceCooperativeMatrixFeaturesKHR {
+    VkStructureType sType;
+    void *pNext;
+    VkBool32 cooperativeMatrix, cooperativeMatrixRobustBufferAccess;
+} VkPhysicalDeviceCooperativeMatrixFeaturesKHR;
+typedef VkResult(VKAPI_PTR *PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)(VkPhysicalDevice, uint32_t *,
+                                                                                   VkCooperativeMatrixPropertiesKHR *);
+#endif
+
 #define G3VK_GLOBAL_FNS(X) X(vkCreateInstance) X(vkEnumerateInstanceVersion) X(vkEnumerateInstanceLayerProperties)
 
 #define G3VK_INSTANCE_FNS(X)                                                                                           \
     X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties)                               \
     X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceFeatures2) X(vkGetPhysicalDeviceMemoryProperties)          \
     X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr)                              \
-    X(vkEnumerateDeviceExtensionProperties) X(vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)
+    X(vkEnumerateDeviceExtensionProperties) X(vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)                      \
+    X(vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)
 
 #define G3VK_DEVICE_FNS(X)                                                                                             \
     X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkCreateBuffer) X(vkDestroyBuffer) X(vkGetBufferMemoryRequirements)      \
@@ -93,7 +121,8 @@ typedef struct g3vk {
                                2 Q4_0 only (the default where idot, unless $G3_VULKAN_MV2=0) */
     uint32_t mvq_wg, mvq_nc, mvq_cols; /* $G3_VULKAN_MVQ_WG / _NC / _COLS: matvecq's threads, channels, chunk columns */
     int fuse;               /* decode Wo/down products end with the post-norm tail ($G3_VULKAN_FUSE=0: add_norm.comp) */
-    int coopmat;            /* VK_NV_cooperative_matrix enabled: prefill through matmul_cm.comp ($G3_VULKAN_COOPMAT=1) */
+    int coopmat;            /* G3VK_CM_*: prefill through matmul_cm.comp on NV or (rewritten) KHR cooperative matrices */
+    int cm_sg32;            /* the cooperative-matrix pipelines ask for subgroups of 32 (VK_EXT_subgroup_size_control) */
     g3vk_buf cm_exp;        /* [rows] uint32 exponents of matmul_cm's overflow guard (cm_scale.comp), sized at record */
     VkCommandPool pool;
     VkCommandBuffer once;   /* one-shot work: uploads, block copies */
@@ -104,6 +133,9 @@ typedef struct g3vk {
     uint64_t allocated;     /* bytes of device memory allocated so far */
     int index;              /* position in the device list */
 } g3vk;
+
+/* Cooperative-matrix flavours (g3vk.coopmat; bits in g3vk_coopmat_probe's result). */
+enum { G3VK_CM_NONE = 0, G3VK_CM_NV = 1, G3VK_CM_KHR = 2 };
 
 /* A weight matrix on the device: n rows of k values in the repacked layout of its type (dequant.glsl). */
 typedef struct g3vk_weight {
@@ -139,6 +171,12 @@ void g3vk_describe(g3vk *vk, VkPhysicalDevice pd, int index, struct g3_vulkan_de
  * the device, queue, command pool, fence and pipeline layout. */
 g3_status g3vk_init(g3vk *vk, int index, g3_error *err);
 void g3vk_deinit(g3vk *vk);
+/* Which cooperative-matrix flavours device pd can run matmul_cm.comp on (G3VK_CM_NV | G3VK_CM_KHR bits): f16 x f16
+ * -> f32 16x16x16 subgroup products, shaderFloat16, vulkanMemoryModel, subgroup arithmetic and subgroups of 32
+ * (KHR: also through VK_EXT_subgroup_size_control; *sg32 = 1 then). The default pick is g3vk_coopmat_pick's. */
+int g3vk_coopmat_probe(g3vk *vk, VkPhysicalDevice pd, int *sg32);
+/* The flavour $G3_VULKAN_COOPMAT (unset or 1: KHR where usable, else NV; khr; nv; 0: none) picks among `usable`. */
+int g3vk_coopmat_pick(int usable);
 const char *g3vk_type_suffix(uint32_t type); /* "q8_0", ...; NULL for a type without shaders */
 int g3vk_type_index(uint32_t type);         /* 0..G3VK_NTYPES-1, -1 if unsupported */
 /* The pipeline of kernel `kind` (typed kernels: for weight type `type`), created on first use. */

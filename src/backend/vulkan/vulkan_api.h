@@ -32,6 +32,8 @@ typedef struct g3_vulkan_device {
     int int8_dot;             /* VK_KHR_shader_integer_dot_product with shaderIntegerDotProduct: the int8 decode
                                  products (matvecq) can run */
     int int8_dot_fast;        /* the driver reports 4 x 8-bit packed signed dot products as accelerated */
+    int coopmat;              /* cooperative-matrix flavours prefill can run on: 1 NV, 2 KHR, 3 both (0 none) */
+    int coopmat_sg32;         /* the KHR one through subgroups of 32 asked for (VK_EXT_subgroup_size_control) */
     int usable;               /* has everything this backend needs */
     char missing[160];        /* what it lacks when !usable */
 } g3_vulkan_device;
@@ -82,8 +84,8 @@ g3_status g3_vulkan_test_matmul(uint32_t type, const void *w, const void *w2, in
  * shared and kept until exit; see vk_device.c), 0 before the first. */
 int g3_vulkan_instances_created(void);
 
-/* Whether device 0 runs prefill on cooperative matrices (VK_NV_cooperative_matrix, enabled by $G3_VULKAN_COOPMAT=1):
- * 1 yes, 0 no, -1 the device could not be created (err says why). */
+/* Which cooperative matrices device 0 runs prefill on, as $G3_VULKAN_COOPMAT picks now: 1 VK_NV_cooperative_matrix,
+ * 2 VK_KHR_cooperative_matrix, 0 none (the portable matmul), -1 the device could not be created (err says why). */
 int g3_vulkan_test_coopmat(g3_error *err);
 
 /* Whether device 0 runs one-row Q8_0/Q4_0 products on int8 dot products (matvecq; $G3_VULKAN_MVQ): 1 yes, 0 no,

@@ -8,7 +8,10 @@
 // GeGLU); both exact. Weights need no guard: Q8_0 / Q4_0 values d * q have |q| <= 127 and an f16 scale d, so they
 // leave f16 only for d > 515 (no real model's); F16 weights are f16 already; F32 / BF16 / K-quant weights beyond
 // 65504 would overflow (none in Gemma checkpoints).
-// Runs through VK_NV_cooperative_matrix (NVIDIA drivers); Debian 12's glslc has no GL_KHR_cooperative_matrix.
+// Runs through VK_NV_cooperative_matrix (NVIDIA) and, rewritten at build time by tools/spv_coopmat_khr.c into
+// SPV_KHR_cooperative_matrix (matmul_cmk*: Debian 12's glslc cannot compile GL_KHR_cooperative_matrix), through
+// VK_KHR_cooperative_matrix (AMD RDNA3, NVIDIA, ...). Subgroups of 32 (4 per workgroup): the host takes this kernel only
+// where the device's compute subgroups are 32 or can be asked to be (VK_EXT_subgroup_size_control).
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -46,7 +49,7 @@ void main() {
 #else
     uint n0 = gl_WorkGroupID.x * TN;
 #endif
-    uint sg = tid / 32u; // NVIDIA: subgroups of 32
+    uint sg = gl_SubgroupID; // 4 subgroups of 32: each 2x2 fragments of the 64x64 tile
     uint mb = (sg >> 1) * 32u, nb = (sg & 1u) * 32u;
     MATC acc[2][2];
     [[unroll]] for (uint i = 0; i < 2; i++)
