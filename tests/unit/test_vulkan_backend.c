@@ -188,6 +188,9 @@ static void test_ops_copy_block_staging_errors(void **state) {
      * each other: both on float activations; the int8 one-row products (default where the device has int8 dot
      * products) are held to their own bound in test_vulkan_mvq */
     setenv("G3_VULKAN_MVQ", "0", 1);
+    /* and the portable tiled matmul for the 11-row batch: on cooperative matrices the Q8_0 weights' d * q are rounded
+     * to f16 (test_coopmat and test_vulkan_coopmat bound that path) */
+    setenv("G3_VULKAN_COOPMAT", "0", 1);
     const g3_backend_ops *ops = g3_backend_find("vulkan");
     assert_non_null(ops);
     g3_model *m = custom_model(G3_DTYPE_Q8_0, 0, 0);
@@ -289,6 +292,7 @@ static void test_ops_copy_block_staging_errors(void **state) {
     free(pre), free(a), free(c), free(two);
     g3_model_free(m);
     unsetenv("G3_VULKAN_MVQ");
+    unsetenv("G3_VULKAN_COOPMAT");
 }
 
 /* The decode switches: $G3_VULKAN_FUSE=0 (post-norms and the split-attention merge as dispatches of their own) and

@@ -112,9 +112,13 @@ static void unfuse(ctx *c) {
     }
 }
 
-static int setup(ctx *c, int unfused) {
+/* coopmat 0: the portable tiled matmul for prefill (the label lists below are those of the portable path); 1: the
+ * device's default (cooperative matrices where it has them, each product after its overflow-guard pass) */
+static int setup_cm(ctx *c, int unfused, int coopmat) {
     memset(c, 0, sizeof *c);
     if (!have_device()) return 0;
+    if (!coopmat) setenv("G3_VULKAN_COOPMAT", "0", 1);
+    else unsetenv("G3_VULKAN_COOPMAT");
     const char *dir = tu_fixture("t-gqa");
     if (!dir) {
         printf("  fixture t-gqa not found: skipped\n");
@@ -127,8 +131,10 @@ static int setup(ctx *c, int unfused) {
                          .n_blocks_global = SEQS * BPS, .n_blocks_local = SEQS * BPS};
     if (g3_backend_vulkan.create(c->m, &bc, &c->b, &err) != G3_OK) fail_msg("vulkan backend: %s", err.msg);
     for (int i = 0; i < SEQS * BPS; i++) c->bt[i] = i;
+    unsetenv("G3_VULKAN_COOPMAT");
     return 1;
 }
+static int setup(ctx *c, int unfused) { return setup_cm(c, unfused, 0); }
 
 static void teardown(ctx *c) {
     if (c->b) g3_backend_vulkan.destroy(c->b);
@@ -283,6 +289,36 @@ static void test_unfused_products(void **state) {
     teardown(&c);
 }
 
+/* Prefill on cooperative matrices (where device 0 has them): the same logits as forward, and the overflow-guard
+ * pass (cm_scale) before the products, in the profile. */
+static void test_coopmat_prefill(void **state) {
+    (void)state;
+    g3_error err = {0};
+    if (!have_device()) skip();
+    unsetenv("G3_VULKAN_COOPMAT");
+    int has = g3_vulkan_test_coopmat(&err);
+    if (has < 0) fail_msg("device 0: %s", err.msg);
+    if (has == 0) {
+        printf("  no cooperative matrices on device 0: skipped\n");
+        skip();
+    }
+    ctx c;
+    if (!setup_cm(&c, 0, 1)) skip();
+    int32_t tok[12], pos[12], seq[12], last = 11;
+    for (int i = 0; i < 12; i++) tok[i] = (int32_t)((i * 37 + 2) % c.m->cfg.vocab), pos[i] = i, seq[i] = 0;
+    g3_batch pf = batch(&c, 12, tok, pos, seq, &last, 1);
+    size_t V = (size_t)c.m->cfg.vocab;
+    float *a = malloc(sizeof(float) * V), *p = malloc(sizeof(float) * V);
+    char text[4096];
+    if (g3_backend_vulkan.forward(c.b, &pf, a, &err) != G3_OK) fail_msg("forward: %s", err.msg);
+    if (g3_vulkan_profile_out(c.b, &pf, 0, p, text, sizeof text, &err) != G3_OK) fail_msg("profile: %s", err.msg);
+    printf("  prefill 12 rows on cooperative matrices:\n%s", text);
+    assert_non_null(strstr(text, "cm_scale"));
+    assert_true(tu_max_abs_diff(a, p, V) == 0);
+    free(a), free(p);
+    teardown(&c);
+}
+
 /* Bad batches are refused before anything is recorded, as forward refuses them. */
 static void test_bad_batch(void **state) {
     (void)state;
@@ -304,6 +340,7 @@ int main(void) {
         cmocka_unit_test(test_decode_and_prefill),
         cmocka_unit_test(test_fused_tails),
         cmocka_unit_test(test_unfused_products),
+        cmocka_unit_test(test_coopmat_prefill),
         cmocka_unit_test(test_bad_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -364,7 +364,9 @@ static const char *kernel_names[G3VK_K_COUNT] = {
     "argmax", "test_sincos", "qk_rope_kv16", "attn_kv16", "q8act", "cm_scale"};
 
 int g3vk_matmul_kind(const g3vk *vk, int rows, uint32_t type, int k, int geglu) {
-    if (rows > 8 && vk->coopmat && k % 32 == 0) return geglu ? G3VK_K_MATMUL_CM_GEGLU : G3VK_K_MATMUL_CM;
+    /* f32 weights stay on the portable kernel: rounded to f16 they would miss the float parity bounds */
+    if (rows > 8 && vk->coopmat && k % 32 == 0 && type != G3_DTYPE_F32)
+        return geglu ? G3VK_K_MATMUL_CM_GEGLU : G3VK_K_MATMUL_CM;
     if (rows > 8) return geglu ? G3VK_K_MATMUL_GEGLU : G3VK_K_MATMUL;
     if (rows == 1 && vk->mvq && k % 32 == 0 &&
         (type == G3_DTYPE_Q4_0 || (type == G3_DTYPE_Q8_0 && vk->mvq == 1)))

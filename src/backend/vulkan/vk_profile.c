@@ -147,8 +147,9 @@ g3_status g3_vulkan_profile_out(g3_backend *b, const g3_batch *bt, int argmax, v
                        (double)vk->props.limits.timestampPeriod);
     int bi;
     G3_TRY(g3vk_step_params(b, bt, &bi, err));
-    /* queries: the body's start + 2 per dispatch, then up to three heads of at most 3 dispatches */
-    g3vk_prof p = {.cap = 1 + 2 * (uint32_t)b->body_dispatches[bi] + 3 * 7};
+    /* queries: the body's start + 2 per dispatch, then up to three heads of at most 4 dispatches (gather, the
+     * overflow-guard pass of a cooperative-matrix head, logits, argmax) */
+    g3vk_prof p = {.cap = 1 + 2 * (uint32_t)b->body_dispatches[bi] + 3 * 9};
     segment seg[4] = {{0}};
     VkCommandBuffer cbs[4] = {0};
     uint64_t *ts = NULL;

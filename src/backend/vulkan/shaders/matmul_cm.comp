@@ -1,8 +1,12 @@
 #version 450
 // Y[m][n] = X[m][k] * W[n][k]^T on tensor cores through GL_NV_cooperative_matrix: same tiles and grid as matmul.comp
 // (64x64 outputs, K in steps of 32, K % 32 == 0; GEGLU: tile columns alternate gate / up rows of 32 channels), but the
-// weight tile is dequantized to f16 and the activation tile rounded to f16 in shared memory, and each of the 4
-// subgroups (32 invocations) multiplies 2x2 fragments of 16x16x16 with f32 accumulation. Built only with subgroups.
+// weight tile is dequantized to f16 and the activation tile split into two f16 halves in shared memory, hi = f16(x)
+// and lo = f16(x - hi) (22 bits of x: within float32 rounding of the portable kernel, where one f16 tile would round
+// each activation to 11 bits and miss the float parity bounds), and each of the 4 subgroups (32 invocations)
+// multiplies 2x2 fragments of 16x16x16 twice (hi, lo) with f32 accumulation. Built only with subgroups. Weights:
+// f16 and bf16 are exact in f16 (bf16 below 2^-14 loses bits as an f16 subnormal); GGUF blocks' d * q are rounded to
+// 11 bits (2^-12 relative, far below their quantization error); f32 weights stay on the portable kernel.
 // Overflow guard: row r of X is multiplied by 2^-e[r] (pc.sc, written by cm_scale.comp: e = 0 unless the row's
 // largest |x| reaches 2^14) before its rounding to f16, and its f32 sums by 2^e before the epilogue (softcap,
 // GeGLU); both exact. Weights need no guard: Q8_0 / Q4_0 values d * q have |q| <= 127 and an f16 scale d, so they
@@ -35,7 +39,8 @@ layout(push_constant) uniform PC {
 #define MATA fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define MATC fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
-shared float16_t Xs[TM * SK]; // [row][k]
+shared float16_t Xs[TM * SK]; // [row][k]: hi halves
+shared float16_t Xl[TM * SK]; // [row][k]: lo halves
 shared float16_t Ws[TN * SK]; // [tile column][k]
 shared float Os[TM * TN];     // [row][tile column]
 
@@ -77,19 +82,26 @@ void main() {
             F4Buf xp = F4Buf(pc.x + (uint64_t(m0 + c) * pc.ldx + k0 + 16u * h) * 4u);
             [[unroll]] for (uint i = 0; i < 4; i++) {
                 vec4 a = xp.v[i] * down;
+                f16vec4 hi = f16vec4(a);
+                f16vec4 lo = f16vec4(a - vec4(hi));
                 uint o = c * SK + 16u * h + 4u * i;
-                Xs[o] = float16_t(a.x), Xs[o + 1u] = float16_t(a.y), Xs[o + 2u] = float16_t(a.z), Xs[o + 3u] = float16_t(a.w);
+                Xs[o] = hi.x, Xs[o + 1u] = hi.y, Xs[o + 2u] = hi.z, Xs[o + 3u] = hi.w;
+                Xl[o] = lo.x, Xl[o + 1u] = lo.y, Xl[o + 2u] = lo.z, Xl[o + 3u] = lo.w;
             }
         } else {
-            [[unroll]] for (uint i = 0; i < 16; i++) Xs[c * SK + 16u * h + i] = float16_t(0.0);
+            [[unroll]] for (uint i = 0; i < 16; i++) Xs[c * SK + 16u * h + i] = Xl[c * SK + 16u * h + i] = float16_t(0.0);
         }
         barrier();
         [[unroll]] for (uint kk = 0; kk < TK; kk += 16u) {
-            MATA a[2], b[2];
+            MATA a[2], al[2], b[2];
             [[unroll]] for (uint i = 0; i < 2; i++) coopMatLoadNV(a[i], Xs, (mb + 16u * i) * SK + kk, SK, false);
+            [[unroll]] for (uint i = 0; i < 2; i++) coopMatLoadNV(al[i], Xl, (mb + 16u * i) * SK + kk, SK, false);
             [[unroll]] for (uint j = 0; j < 2; j++) coopMatLoadNV(b[j], Ws, (nb + 16u * j) * SK + kk, SK, true);
             [[unroll]] for (uint i = 0; i < 2; i++)
-                [[unroll]] for (uint j = 0; j < 2; j++) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
+                [[unroll]] for (uint j = 0; j < 2; j++) {
+                    acc[i][j] = coopMatMulAddNV(al[i], b[j], acc[i][j]);
+                    acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
+                }
         }
         barrier();
     }
