@@ -1,9 +1,11 @@
-/* Prefill on cooperative matrices through the whole model (tiny-gqa fixture), for each flavour device 0 can run
- * ($G3_VULKAN_COOPMAT=nv, =khr): every prompt position's logits from one 512-row prefill chunk (the tiled products on
- * tensor cores) against the same prefill on the portable matmul ($G3_VULKAN_COOPMAT=0) -- within 3e-3 *
- * max(1, max|portable|) per row, the f16-KV bound of test_vulkan_model (f16 tiles round activations and weights to
- * 11 bits, as the f16 cache rounds K and V), the same top-1 token at every position -- and against the Hugging Face
- * references within 3e-3 (prefill chunks of 512 and 7; decode steps). Skipped with a message where the device has no
+/* Prefill on cooperative matrices through the whole model, for each flavour device 0 can run ($G3_VULKAN_COOPMAT=nv,
+ * =khr): the tiny-gqa fixture's Q8_0 GGUF (cooperative matrices serve GGUF block weights only), every prompt
+ * position's logits from one 512-row prefill chunk (the tiled products on tensor cores) against the same prefill on
+ * the portable matmul ($G3_VULKAN_COOPMAT=0): within 1e-2 * max(1, max|portable|) per row (f16 tiles round the
+ * activations and the d * q weights to 11 bits; H200: 3.4e-3, a broken product is off by ~1; the Q8_0 model itself is
+ * KL 0.007 nats from the float references) and the same top-1 token at >= 97% of the positions (near ties may flip:
+ * 182 of 183 on the H200). The Q8_0 model's KL against the references with
+ * cooperative matrices on (the default) is test_vulkan_model's. Skipped with a message where the device has no
  * cooperative matrices (lavapipe). */
 #ifdef G3_HAVE_VULKAN
 #include <math.h>
@@ -67,7 +69,7 @@ static void test_prefill_coopmat_vs_portable(void **state) {
         skip();
     }
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s", dir0);
+    snprintf(dir, sizeof dir, "%s/model-q8_0.gguf", dir0);
     static const char *const flavours[2] = {"nv", "khr"};
     int runnable[2], any = 0;
     for (int f = 0; f < 2; f++) {
@@ -85,7 +87,7 @@ static void test_prefill_coopmat_vs_portable(void **state) {
         skip();
     }
     tu_reference r;
-    assert_true(tu_ref_load(dir, &r));
+    assert_true(tu_ref_load(dir0, &r));
     g3_model *m = NULL;
     g3_error err = {0};
     if (g3_model_load(dir, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", dir, err.msg);
@@ -105,20 +107,10 @@ static void test_prefill_coopmat_vs_portable(void **state) {
         }
         printf("  %s: %zu positions, max relative logit difference to the portable matmul %.3g, top-1 equal at %d\n",
                flavours[f], rows, worst, same);
-        if (!(worst < 3e-3)) fail_msg("%s: logits differ from the portable prefill by %.3g", flavours[f], worst);
-        assert_int_equal(same, (int)rows);
+        if (!(worst < 1e-2)) fail_msg("%s: logits differ from the portable prefill by %.3g", flavours[f], worst);
+        assert_true(worst > 0); /* the two runs took different paths */
+        assert_true(same * 100 >= (int)rows * 97);
         free(cm);
-        /* the references, prefill chunks of 512 and 7 and the decode steps, on this flavour */
-        setenv("G3_VULKAN_COOPMAT", flavours[f], 1);
-        for (int chunk = 512; chunk >= 7; chunk = chunk == 512 ? 7 : 0) {
-            g3_engine *e = make_engine(m, chunk);
-            char what[64];
-            snprintf(what, sizeof what, "tiny-gqa, %s, chunk %d", flavours[f], chunk);
-            double d = tu_ref_logit_error(e, &r, 1, 3e-3, what);
-            printf("  %s: max relative logit error against the references %.3g\n", what, d);
-            g3_engine_free(e);
-        }
-        unsetenv("G3_VULKAN_COOPMAT");
     }
     free(base);
     g3_model_free(m);

@@ -281,22 +281,25 @@ static void test_one_instance(void **state) {
 
 /* The checks of test_coopmat on the flavour $G3_VULKAN_COOPMAT picks. */
 static void coopmat_checks(void) {
-    static const uint32_t types[] = {G3_DTYPE_F32, G3_DTYPE_F16, G3_DTYPE_BF16, G3_DTYPE_Q8_0,
-                                     G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K};
+    tol = 2e-3; /* H200: 1.2e-4 plain, 8.9e-4 GeGLU (the gate's error grows through gelu and the product) */
+    static const uint32_t types[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         int k = types[t] == G3_DTYPE_Q4_K || types[t] == G3_DTYPE_Q6_K ? 512 : 160;
-        /* f16 / bf16 weights are exact in f16 and the activations' hi + lo halves carry 22 bits: float32 rounding
-         * only (one f16 half alone would be ~2.4e-4 off); GGUF blocks' d * q rounded to 11 bits: 2^-12 (f32 weights
-         * take the portable kernel) */
-        int exact = types[t] == G3_DTYPE_F32 || types[t] == G3_DTYPE_F16 || types[t] == G3_DTYPE_BF16;
-        tol = exact ? 5e-5 : 5e-4;
         check_matmul(types[t], 70, k, 70, 2, 0);
         check_matmul(types[t], 45, k, 9, 2, 1);
         check_matmul(types[t], 130, k, 200, 2, 0);
         check_matmul(types[t], 37, k, 65, 2, 1); /* odd n, one row past a tile */
     }
+    /* float weights keep the portable kernel: asking for the cooperative-matrix product (path 3) is refused */
+    static const uint32_t f[] = {G3_DTYPE_F32, G3_DTYPE_F16, G3_DTYPE_BF16};
+    for (size_t t = 0; t < 3; t++) {
+        float *deq, *x = calloc((size_t)70 * 160, sizeof(float)), *y = malloc(sizeof(float) * 70 * 70);
+        void *w = make_weights(f[t], 70, 160, &deq);
+        g3_error err = {0};
+        assert_int_equal(g3_vulkan_test_matmul(f[t], w, NULL, 70, 160, x, 70, 3, y, &err), G3_ERR_UNSUPPORTED);
+        free(w), free(deq), free(x), free(y);
+    }
     static const uint32_t q[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q4_0};
-    tol = 5e-4;
     for (size_t t = 0; t < 2; t++) {
         check_matmul_x(q[t], 70, 160, 70, 2, 0, X_WIDE);
         check_matmul_x(q[t], 45, 160, 9, 2, 1, X_WIDE);
@@ -307,8 +310,8 @@ static void coopmat_checks(void) {
     tol = 2e-5;
 }
 
-/* The tiled matmul on cooperative matrices (tensor cores; f16 weight tiles, activations as two f16 halves: bound 5e-5
- * of sum |x w| for f16/bf16 weights, 5e-4 for GGUF blocks, whose d * q round to 11 bits), for each flavour device 0 can run ($G3_VULKAN_COOPMAT=nv: VK_NV_cooperative_matrix; =khr: the same
+/* The tiled matmul on cooperative matrices (tensor cores; f16 tiles: bound 2e-3 of sum |x w|, measured 1.2e-4 plain and
+ * 8.9e-4 with GeGLU on the H200), taken for GGUF block weights only (float weights are refused), for each flavour device 0 can run ($G3_VULKAN_COOPMAT=nv: VK_NV_cooperative_matrix; =khr: the same
  * kernel rewritten to VK_KHR_cooperative_matrix): every weight type, plain and GeGLU, partial tiles in both
  * directions, odd shapes; rows of activations beyond f16's range (~1e6) and below its precision (~1e-3), alone and
  * mixed, through the overflow guard (per-row exponents, shaders/cm_scale.comp) -- and the same rows without it
@@ -336,9 +339,9 @@ static void test_coopmat(void **state) {
     if (!ran) skip();
 }
 
-/* The guard's exponents (shaders/cm_scale.comp), on any device: 0 for rows below 2^14 (the unguarded products'
- * bits), else the smallest e with max |x| * 2^-e < 2^14; the largest |x| anywhere in the row, also in the last of its
- * values; rows past the step's row count untouched. */
+/* The row-scale exponents (shaders/cm_scale.comp), on any device: E - 13 for a row whose largest |x| is in
+ * [2^E, 2^(E+1)) (so the scaled maximum lands in [2^13, 2^14)), -126 for a zero row, clamped to [-126, 126]; rows past
+ * the live count are left as they were. */
 static void test_cm_scale(void **state) {
     (void)state;
     if (!have_device()) skip();
@@ -357,10 +360,16 @@ static void test_cm_scale(void **state) {
     for (int r = 0; r < R - 1; r++) {
         double m = 0;
         for (int i = 0; i < K; i++) m = fmax(m, fabs((double)x[(size_t)r * K + i]));
-        int want = 0;
-        while (m * ldexp(1.0, -want) >= 16384.0) want++;
-        printf("  row %2d max |x| %.4g: exponent %u (want %d)\n", r, m, e[r], want);
-        assert_int_equal(e[r], (uint32_t)want);
+        int E = 0;
+        frexp(m, &E); /* m = f 2^E, f in [0.5, 1): 2^(E-1) <= m < 2^E */
+        int want = m == 0 ? -126 : E - 1 - 13;
+        want = want < -126 ? -126 : want > 126 ? 126 : want;
+        printf("  row %2d max |x| %.4g: exponent %d (want %d)\n", r, m, (int32_t)e[r], want);
+        assert_int_equal((int32_t)e[r], want);
+        if (m > 0 && m < 1e30) { /* the scaled maximum lands in [2^13, 2^14) */
+            double s = m * ldexp(1.0, -want);
+            assert_true(s >= 8192.0 && s < 16384.0);
+        }
     }
     assert_int_equal(e[R - 1], 0xababababu);
     free(x);

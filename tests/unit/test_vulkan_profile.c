@@ -114,12 +114,12 @@ static void unfuse(ctx *c) {
 
 /* coopmat 0: the portable tiled matmul for prefill (the label lists below are those of the portable path); 1: the
  * device's default (cooperative matrices where it has them, each product after its overflow-guard pass) */
-static int setup_cm(ctx *c, int unfused, int coopmat) {
+static int setup_cm(ctx *c, int unfused, int coopmat, const char *path) {
     memset(c, 0, sizeof *c);
     if (!have_device()) return 0;
     if (!coopmat) setenv("G3_VULKAN_COOPMAT", "0", 1);
     else unsetenv("G3_VULKAN_COOPMAT");
-    const char *dir = tu_fixture("t-gqa");
+    const char *dir = path ? path : tu_fixture("t-gqa");
     if (!dir) {
         printf("  fixture t-gqa not found: skipped\n");
         return 0;
@@ -134,7 +134,7 @@ static int setup_cm(ctx *c, int unfused, int coopmat) {
     unsetenv("G3_VULKAN_COOPMAT");
     return 1;
 }
-static int setup(ctx *c, int unfused) { return setup_cm(c, unfused, 0); }
+static int setup(ctx *c, int unfused) { return setup_cm(c, unfused, 0, NULL); }
 
 static void teardown(ctx *c) {
     if (c->b) g3_backend_vulkan.destroy(c->b);
@@ -289,8 +289,8 @@ static void test_unfused_products(void **state) {
     teardown(&c);
 }
 
-/* Prefill on cooperative matrices (where device 0 has them): the same logits as forward, and the overflow-guard
- * pass (cm_scale) before the products, in the profile. */
+/* Prefill on cooperative matrices (where device 0 has them; they serve GGUF block weights: the tiny-gqa fixture's
+ * Q8_0 file): the same logits as forward, and the row-scale pass (cm_scale) before the products, in the profile. */
 static void test_coopmat_prefill(void **state) {
     (void)state;
     g3_error err = {0};
@@ -302,8 +302,15 @@ static void test_coopmat_prefill(void **state) {
         printf("  no cooperative matrices on device 0: skipped\n");
         skip();
     }
+    const char *fx = tu_fixture("tiny-gqa");
+    if (!fx) {
+        printf("  fixture tiny-gqa not found: skipped\n");
+        skip();
+    }
+    char path[1024];
+    snprintf(path, sizeof path, "%s/model-q8_0.gguf", fx);
     ctx c;
-    if (!setup_cm(&c, 0, 1)) skip();
+    if (!setup_cm(&c, 0, 1, path)) skip();
     int32_t tok[12], pos[12], seq[12], last = 11;
     for (int i = 0; i < 12; i++) tok[i] = (int32_t)((i * 37 + 2) % c.m->cfg.vocab), pos[i] = i, seq[i] = 0;
     g3_batch pf = batch(&c, 12, tok, pos, seq, &last, 1);

@@ -1,15 +1,16 @@
 #version 450
 // Y[m][n] = X[m][k] * W[n][k]^T on tensor cores through GL_NV_cooperative_matrix: same tiles and grid as matmul.comp
 // (64x64 outputs, K in steps of 32, K % 32 == 0; GEGLU: tile columns alternate gate / up rows of 32 channels), but the
-// weight tile is dequantized to f16 and the activation tile split into two f16 halves in shared memory, hi = f16(x)
-// and lo = f16(x - hi) (22 bits of x: within float32 rounding of the portable kernel, where one f16 tile would round
-// each activation to 11 bits and miss the float parity bounds), and each of the 4 subgroups (32 invocations)
-// multiplies 2x2 fragments of 16x16x16 twice (hi, lo) with f32 accumulation. Built only with subgroups. Weights:
-// f16 and bf16 are exact in f16 (bf16 below 2^-14 loses bits as an f16 subnormal); GGUF blocks' d * q are rounded to
-// 11 bits (2^-12 relative, far below their quantization error); f32 weights stay on the portable kernel.
-// Overflow guard: row r of X is multiplied by 2^-e[r] (pc.sc, written by cm_scale.comp: e = 0 unless the row's
-// largest |x| reaches 2^14) before its rounding to f16, and its f32 sums by 2^e before the epilogue (softcap,
-// GeGLU); both exact. Weights need no guard: Q8_0 / Q4_0 values d * q have |q| <= 127 and an f16 scale d, so they
+// weight tile is dequantized to f16 and the activation tile rounded to f16 in shared memory, and each of the 4
+// subgroups (32 invocations) multiplies 2x2 fragments of 16x16x16 with f32 accumulation. Built only with subgroups.
+// Taken for GGUF block weights only (Q8_0, Q4_0, Q4_K, Q6_K: their d * q rounded to 11 bits, 2^-12 relative, far
+// below their quantization error): measured on the H200, these products come out ~8e-5 of sum |x w| from the float64
+// reference even with f16 weights and the activations split into two f16 halves (the tensor-core sums are not
+// float32-exact), which puts float checkpoints' logits ~2e-3 from the references, past the float parity bound of 1e-3:
+// f32 / f16 / bf16 weights stay on the portable kernel.
+// Row scaling: row r of X is multiplied by 2^-e[r] (pc.sc, written by cm_scale.comp: the row's largest |x| lands in
+// [2^13, 2^14), which guards against f16 overflow and keeps small rows out of f16's subnormals) before its rounding
+// to f16, and its f32 sums by 2^e before the epilogue (softcap, GeGLU); both exact. Weights need no guard: Q8_0 / Q4_0 values d * q have |q| <= 127 and an f16 scale d, so they
 // leave f16 only for d > 515 (no real model's); F16 weights are f16 already; F32 / BF16 / K-quant weights beyond
 // 65504 would overflow (none in Gemma checkpoints).
 // Runs through VK_NV_cooperative_matrix (NVIDIA) and, rewritten at build time by tools/spv_coopmat_khr.c into
@@ -39,8 +40,7 @@ layout(push_constant) uniform PC {
 #define MATA fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define MATC fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
-shared float16_t Xs[TM * SK]; // [row][k]: hi halves
-shared float16_t Xl[TM * SK]; // [row][k]: lo halves
+shared float16_t Xs[TM * SK]; // [row][k]
 shared float16_t Ws[TN * SK]; // [tile column][k]
 shared float Os[TM * TN];     // [row][tile column]
 
@@ -60,8 +60,8 @@ void main() {
     [[unroll]] for (uint i = 0; i < 2; i++)
         [[unroll]] for (uint j = 0; j < 2; j++) acc[i][j] = MATC(0.0);
     uint c = tid >> 1, h = tid & 1u; // loads: tile column / row c, half h (16 values)
-    uint ex = m0 + c < nr ? UBuf(pc.sc).v[m0 + c] : 0u;   // row c's guard exponent
-    float down = uintBitsToFloat((127u - ex) << 23);      // 2^-ex
+    int ex = m0 + c < nr ? int(UBuf(pc.sc).v[m0 + c]) : 0; // row c's scale exponent, in [-126, 126]
+    float down = uintBitsToFloat(uint(127 - ex) << 23);       // 2^-ex
     for (uint k0 = 0; k0 < pc.K; k0 += TK) {
         float v[16];
 #ifdef GEGLU
@@ -81,27 +81,20 @@ void main() {
         if (m0 + c < nr) {
             F4Buf xp = F4Buf(pc.x + (uint64_t(m0 + c) * pc.ldx + k0 + 16u * h) * 4u);
             [[unroll]] for (uint i = 0; i < 4; i++) {
-                vec4 a = xp.v[i] * down;
-                f16vec4 hi = f16vec4(a);
-                f16vec4 lo = f16vec4(a - vec4(hi));
+                f16vec4 a = f16vec4(xp.v[i] * down);
                 uint o = c * SK + 16u * h + 4u * i;
-                Xs[o] = hi.x, Xs[o + 1u] = hi.y, Xs[o + 2u] = hi.z, Xs[o + 3u] = hi.w;
-                Xl[o] = lo.x, Xl[o + 1u] = lo.y, Xl[o + 2u] = lo.z, Xl[o + 3u] = lo.w;
+                Xs[o] = a.x, Xs[o + 1u] = a.y, Xs[o + 2u] = a.z, Xs[o + 3u] = a.w;
             }
         } else {
-            [[unroll]] for (uint i = 0; i < 16; i++) Xs[c * SK + 16u * h + i] = Xl[c * SK + 16u * h + i] = float16_t(0.0);
+            [[unroll]] for (uint i = 0; i < 16; i++) Xs[c * SK + 16u * h + i] = float16_t(0.0);
         }
         barrier();
         [[unroll]] for (uint kk = 0; kk < TK; kk += 16u) {
-            MATA a[2], al[2], b[2];
+            MATA a[2], b[2];
             [[unroll]] for (uint i = 0; i < 2; i++) coopMatLoadNV(a[i], Xs, (mb + 16u * i) * SK + kk, SK, false);
-            [[unroll]] for (uint i = 0; i < 2; i++) coopMatLoadNV(al[i], Xl, (mb + 16u * i) * SK + kk, SK, false);
             [[unroll]] for (uint j = 0; j < 2; j++) coopMatLoadNV(b[j], Ws, (nb + 16u * j) * SK + kk, SK, true);
             [[unroll]] for (uint i = 0; i < 2; i++)
-                [[unroll]] for (uint j = 0; j < 2; j++) {
-                    acc[i][j] = coopMatMulAddNV(al[i], b[j], acc[i][j]);
-                    acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
-                }
+                [[unroll]] for (uint j = 0; j < 2; j++) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
         }
         barrier();
     }
@@ -111,7 +104,7 @@ void main() {
     barrier();
     uint r = m0 + c; // thread: row c, tile columns 32h .. 32h+31
     if (r < nr) {
-        float up = uintBitsToFloat((127u + ex) << 23); // 2^ex
+        float up = uintBitsToFloat(uint(127 + ex) << 23); // 2^ex
 #ifdef GEGLU
         [[unroll]] for (uint j = 0; j < 32; j += 2) {
             uint col = 32u * h + j, chn = n0 + (col >> 1);
