@@ -1,5 +1,6 @@
-/* Small device helpers shared by several kernel files (gemv.cu, qgemv.cu, kernels.cu, tc_gemv.cu, tc_stage.cu,
- * tc_q8.cu): the tanh-approximated GELU of GeGLU, the streaming 16-byte weight load and the 16-byte cp.async copy.
+/* Small device helpers shared by several kernel files (gemv.cu, qgemv.cu, qgemv_p.cu, kernels.cu, tc_gemv.cu,
+ * tc_stage.cu, tc_q8.cu): the tanh-approximated GELU of GeGLU, the output stage of the persistent GEMV kernels, the
+ * streaming 16-byte weight load and the 16-byte cp.async copy.
  * Internal to src/backend/cuda. */
 #ifndef G3_CUDA_DEVICE_UTIL_CUH
 #define G3_CUDA_DEVICE_UTIL_CUH
@@ -10,6 +11,44 @@
 /* gelu(x), tanh approximation (GeGLU's gate) */
 static __device__ __forceinline__ float gelu_tanh(float x) {
     return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+/* A persistent GEMV warp's finished row group n0 .. n0+R-1 (rows < n exist): acc[r][i] summed over the warp, times
+ * sc[r], and acc zeroed; lane i < min(M, m) writes activation row i's outputs: added atomically (sk: the warp had
+ * part of the rows' K, y holds zeros on entry), stored, or (geglu) pairs of gate row r and up row r + 1 as
+ * y[i][(n0 + r) / 2] = gelu(gate) * up. */
+template <int R, int M>
+static __device__ __forceinline__ void g3c_rowgroup_out(float (&acc)[R][M], const float (&sc)[R], int lane, int m,
+                                                        int n0, int n, int sk, int geglu, float *y, int ldy) {
+    float v[R][M];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int i = 0; i < M; i++) {
+            float t = acc[r][i];
+#pragma unroll
+            for (int o = 16; o; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+            v[r][i] = t * sc[r], acc[r][i] = 0.f;
+        }
+    if (lane < M && lane < m) {
+#pragma unroll
+        for (int i = 0; i < M; i++) {
+            if (i != lane) continue;
+            if (sk) {
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (n0 + r < n) atomicAdd(y + (size_t)i * ldy + n0 + r, v[r][i]);
+            } else if (!geglu) {
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (n0 + r < n) y[(size_t)i * ldy + n0 + r] = v[r][i];
+            } else {
+#pragma unroll
+                for (int r = 0; r < R; r += 2)
+                    if (n0 + r + 1 < n) y[(size_t)i * ldy + (n0 + r) / 2] = gelu_tanh(v[r][i]) * v[r + 1][i];
+            }
+        }
+    }
 }
 
 /* streamed weights: no L1 allocation (activations and scales keep L1), 256-byte L2 prefetch */

@@ -302,36 +302,10 @@ __global__ void __launch_bounds__(GP_T, 1) k_gemv_p(g3_dmat w, const float *__re
             }
         }
         if (s + 1 == spr || (sk && left == 1)) { /* row group (or the range) done: warp sums, outputs */
-            const int n0 = rg * R;
-            float v[R][M];
+            float one[R];
 #pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-                for (int i = 0; i < M; i++) {
-                    float t = acc[r][i];
-#pragma unroll
-                    for (int o = 16; o; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-                    v[r][i] = t, acc[r][i] = 0.f;
-                }
-            if (lane < M && lane < m) {
-#pragma unroll
-                for (int i = 0; i < M; i++) {
-                    if (i != lane) continue;
-                    if (sk) {
-#pragma unroll
-                        for (int r = 0; r < R; r++)
-                            if (n0 + r < w.n) atomicAdd(y + (size_t)i * ldy + n0 + r, v[r][i]);
-                    } else if (!geglu) {
-#pragma unroll
-                        for (int r = 0; r < R; r++)
-                            if (n0 + r < w.n) y[(size_t)i * ldy + n0 + r] = v[r][i];
-                    } else {
-#pragma unroll
-                        for (int r = 0; r < R; r += 2)
-                            if (n0 + r + 1 < w.n) y[(size_t)i * ldy + (n0 + r) / 2] = gelu_tanh(v[r][i]) * v[r + 1][i];
-                    }
-                }
-            }
+            for (int r = 0; r < R; r++) one[r] = 1.f;
+            g3c_rowgroup_out<R, M>(acc, one, lane, m, rg * R, w.n, sk, geglu, y, ldy);
         }
         rg = rn, s = sn, left--;
 #pragma unroll

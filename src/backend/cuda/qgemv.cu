@@ -115,42 +115,7 @@ __global__ void __launch_bounds__(128, QGEMV_MINB(QT, M)) k_qgemv(g3_dmat w, con
         for (int u = 0; u < U; u++) {
             const int cc = c + u * step;
             if (cc >= nch) break;
-            if constexpr (QT == G3Q_INT4) {
-                uint32_t lo[R][4], hi[R][4];
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const uint32_t wd[4] = {wa[u][r].x, wa[u][r].y, wa[u][r].z, wa[u][r].w};
-#pragma unroll
-                    for (int j = 0; j < 4; j++) lo[r][j] = wd[j] & 0x0F0F0F0Fu, hi[r][j] = (wd[j] >> 4) & 0x0F0F0F0Fu;
-                }
-#pragma unroll
-                for (int i = 0; i < M; i++) {
-                    const uint4 x0 = __ldg((const uint4 *)xr[i] + cc), x1 = __ldg((const uint4 *)(xr[i] + K / 2) + cc);
-                    uint4 l0 = zero4, l1 = zero4;
-                    if constexpr (HL) l0 = __ldg((const uint4 *)lr[i] + cc), l1 = __ldg((const uint4 *)(lr[i] + K / 2) + cc);
-                    const float2 dd = __ldg(dr[i] + cc);
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        float f = (float)dot8(lo[r], hi[r], x0, x1);
-                        if constexpr (HL) f = fmaf((float)dot8(lo[r], hi[r], l0, l1), 1.f / 254.f, f);
-                        acc[r][i] = fmaf(sa[u][r] * dd.x, f, fmaf(za[u][r], dd.y, acc[r][i]));
-                    }
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < M; i++) {
-                    const uint4 xv = __ldg((const uint4 *)xr[i] + cc);
-                    uint4 lv = zero4;
-                    if constexpr (HL) lv = __ldg((const uint4 *)lr[i] + cc);
-                    const float d = __ldg(&dr[i][cc >> 1].x);
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        float f = (float)dot4(wa[u][r], xv);
-                        if constexpr (HL) f = fmaf((float)dot4(wa[u][r], lv), 1.f / 254.f, f);
-                        acc[r][i] = fmaf(PC ? d : sa[u][r] * d, f, acc[r][i]);
-                    }
-                }
-            }
+            q_chunk<QT, R, M, PC, HL, false>(wa[u], sa[u], za[u], cc, K, xr, lr, dr, acc);
         }
 #pragma unroll
         for (int u = 0; u < U; u++)

@@ -90,6 +90,59 @@ static __device__ __forceinline__ int dot8(const uint32_t (&lo)[4], const uint32
     return __dp4a((int)hi[3], (int)x1.w, s);
 }
 
+/* One load of an activation operand: from shared memory (SH: the persistent kernel's quantized copy) or from global
+ * memory through the read-only path. */
+template <bool SH, typename T> static __device__ __forceinline__ T q_ld(const T *p) {
+    if constexpr (SH) return *p;
+    else return __ldg(p);
+}
+
+/* The dp4a work of 16-byte weight chunk cc of R rows (wv; scales s, int4 offsets z; PC: per-channel scales applied
+ * after the sums) against M activation rows: row i's quantized values xq[i], residual plane xl[i] (HL) and per-32
+ * (d, d * sum q) pairs xd[i], in k_q8's layout. acc[r][i] += the chunk's share of row r . activation row i. */
+template <int QT, int R, int M, bool PC, bool HL, bool SH>
+static __device__ __forceinline__ void q_chunk(const uint4 (&wv)[R], const float (&s)[R], const float (&z)[R], int cc,
+                                               int K, const int8_t *const (&xq)[M], const int8_t *const (&xl)[M],
+                                               const float2 *const (&xd)[M], float (&acc)[R][M]) {
+    const uint4 zero4 = make_uint4(0, 0, 0, 0);
+    if constexpr (QT == G3Q_INT4) {
+        uint32_t lo[R][4], hi[R][4];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const uint32_t wd[4] = {wv[r].x, wv[r].y, wv[r].z, wv[r].w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) lo[r][j] = wd[j] & 0x0F0F0F0Fu, hi[r][j] = (wd[j] >> 4) & 0x0F0F0F0Fu;
+        }
+#pragma unroll
+        for (int i = 0; i < M; i++) {
+            const uint4 x0 = q_ld<SH>((const uint4 *)xq[i] + cc), x1 = q_ld<SH>((const uint4 *)(xq[i] + K / 2) + cc);
+            uint4 l0 = zero4, l1 = zero4;
+            if constexpr (HL) l0 = q_ld<SH>((const uint4 *)xl[i] + cc), l1 = q_ld<SH>((const uint4 *)(xl[i] + K / 2) + cc);
+            const float2 dd = q_ld<SH>(xd[i] + cc);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float f = (float)dot8(lo[r], hi[r], x0, x1);
+                if constexpr (HL) f = fmaf((float)dot8(lo[r], hi[r], l0, l1), 1.f / 254.f, f);
+                acc[r][i] = fmaf(s[r] * dd.x, f, fmaf(z[r], dd.y, acc[r][i]));
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < M; i++) {
+            const uint4 xv = q_ld<SH>((const uint4 *)xq[i] + cc);
+            uint4 lv = zero4;
+            if constexpr (HL) lv = q_ld<SH>((const uint4 *)xl[i] + cc);
+            const float d = q_ld<SH>(&xd[i][cc >> 1].x);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float f = (float)dot4(wv[r], xv);
+                if constexpr (HL) f = fmaf((float)dot4(wv[r], lv), 1.f / 254.f, f);
+                acc[r][i] = fmaf(PC ? d : s[r] * d, f, acc[r][i]);
+            }
+        }
+    }
+}
+
 static inline int log2_exact(int v) { /* -1 unless v is a power of two */
     if (v < 1 || (v & (v - 1))) return -1;
     int s = 0;

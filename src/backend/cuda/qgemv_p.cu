@@ -219,6 +219,10 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
         }
     }
     __syncthreads();
+    const int8_t *xq[M], *xl[M]; /* the activation rows in shared memory */
+    const float2 *xd[M];
+#pragma unroll
+    for (int i = 0; i < M; i++) xq[i] = sq + (size_t)i * K, xl[i] = sl + (size_t)i * K, xd[i] = sd + (size_t)i * (K / 32);
     float acc[R][M];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -233,78 +237,13 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
         for (int u = 0; u < U; u++) {
             const int cc = s * 32 * U + 32 * u + lane;
             if (cc >= nch) break;
-            if constexpr (QT == G3Q_INT4) {
-                uint32_t lo[R][4], hi[R][4];
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const uint32_t wd[4] = {wa[u][r].x, wa[u][r].y, wa[u][r].z, wa[u][r].w};
-#pragma unroll
-                    for (int j = 0; j < 4; j++) lo[r][j] = wd[j] & 0x0F0F0F0Fu, hi[r][j] = (wd[j] >> 4) & 0x0F0F0F0Fu;
-                }
-#pragma unroll
-                for (int i = 0; i < M; i++) {
-                    const uint4 x0 = ((const uint4 *)(sq + (size_t)i * K))[cc];
-                    const uint4 x1 = ((const uint4 *)(sq + (size_t)i * K + K / 2))[cc];
-                    uint4 l0 = zero4, l1 = zero4;
-                    if constexpr (HL) {
-                        l0 = ((const uint4 *)(sl + (size_t)i * K))[cc];
-                        l1 = ((const uint4 *)(sl + (size_t)i * K + K / 2))[cc];
-                    }
-                    const float2 dd = sd[(size_t)i * (K / 32) + cc];
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        float f = (float)dot8(lo[r], hi[r], x0, x1);
-                        if constexpr (HL) f = fmaf((float)dot8(lo[r], hi[r], l0, l1), 1.f / 254.f, f);
-                        acc[r][i] = fmaf(sa[u][r] * dd.x, f, fmaf(za[u][r], dd.y, acc[r][i]));
-                    }
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < M; i++) {
-                    const uint4 xv = ((const uint4 *)(sq + (size_t)i * K))[cc];
-                    uint4 lv = zero4;
-                    if constexpr (HL) lv = ((const uint4 *)(sl + (size_t)i * K))[cc];
-                    const float d = sd[(size_t)i * (K / 32) + (cc >> 1)].x;
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        float f = (float)dot4(wa[u][r], xv);
-                        if constexpr (HL) f = fmaf((float)dot4(wa[u][r], lv), 1.f / 254.f, f);
-                        acc[r][i] = fmaf(PC ? d : sa[u][r] * d, f, acc[r][i]);
-                    }
-                }
-            }
+            q_chunk<QT, R, M, PC, HL, true>(wa[u], sa[u], za[u], cc, K, xq, xl, xd, acc);
         }
         if (s + 1 == spr || (sk && left == 1)) { /* row group (or the range) done: warp sums, outputs */
-            const int n0 = rg * R;
-            float v[R][M];
+            float sc[R]; /* per-channel int8: the channel scales, applied once to the sums */
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                const float sc = PC ? __ldg(w.s + min(n0 + r, w.n - 1)) : 1.f;
-#pragma unroll
-                for (int i = 0; i < M; i++) {
-                    float t = acc[r][i];
-#pragma unroll
-                    for (int o = 16; o; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-                    v[r][i] = t * sc, acc[r][i] = 0.f;
-                }
-            }
-            if (lane < M && lane < m) {
-#pragma unroll
-                for (int i = 0; i < M; i++) {
-                    if (i != lane) continue;
-                    if (sk) {
-#pragma unroll
-                        for (int r = 0; r < R; r++)
-                            if (n0 + r < w.n) atomicAdd(y + (size_t)i * ldy + n0 + r, v[r][i]);
-                    } else if (!geglu) {
-#pragma unroll
-                        for (int r = 0; r < R; r++)
-                            if (n0 + r < w.n) y[(size_t)i * ldy + n0 + r] = v[r][i];
-                    } else if (n0 + 1 < w.n) {
-                        y[(size_t)i * ldy + n0 / 2] = gelu_tanh(v[0][i]) * v[1][i];
-                    }
-                }
-            }
+            for (int r = 0; r < R; r++) sc[r] = PC ? __ldg(w.s + min(rg * R + r, w.n - 1)) : 1.f;
+            g3c_rowgroup_out<R, M>(acc, sc, lane, m, rg * R, w.n, sk, geglu, y, ldy);
         }
         rg = rn, s = sn, left--;
 #pragma unroll
