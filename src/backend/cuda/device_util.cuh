@@ -1,6 +1,6 @@
 /* Small device helpers shared by several kernel files (gemv.cu, qgemv.cu, qgemv_p.cu, kernels.cu, tc_gemv.cu,
- * tc_stage.cu, tc_q8.cu): the tanh-approximated GELU of GeGLU, the output stage of the persistent GEMV kernels, the
- * streaming 16-byte weight load and the 16-byte cp.async copy.
+ * tc_stage.cu, tc_q8.cu): the tanh-approximated GELU of GeGLU, the streaming 16-byte weight load, the 16-byte
+ * cp.async copy, and the step schedule and output stage of the persistent GEMV kernels.
  * Internal to src/backend/cuda. */
 #ifndef G3_CUDA_DEVICE_UTIL_CUH
 #define G3_CUDA_DEVICE_UTIL_CUH
@@ -11,6 +11,18 @@
 /* gelu(x), tanh approximation (GeGLU's gate) */
 static __device__ __forceinline__ float gelu_tanh(float x) {
     return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+/* A persistent GEMV warp's first step: warp gw of tw, over nrg row groups of spr steps each. sk (no GeGLU): an equal
+ * contiguous range of the nrg * spr steps (left: its length), partial row groups added to y atomically (y holds zeros
+ * on entry); else row groups gw + tw * j, whole, outputs stored (left unbounded). */
+static __device__ __forceinline__ void g3c_warp_steps(int gw, int tw, int nrg, int spr, int sk, int &rg, int &s,
+                                                      int &left) {
+    rg = gw, s = 0, left = 0x7fffffff;
+    if (sk) {
+        const long long T = (long long)nrg * spr, t0 = T * gw / tw, t1 = T * (gw + 1) / tw;
+        rg = (int)(t0 / spr), s = (int)(t0 % spr), left = (int)(t1 - t0);
+    }
 }
 
 /* A persistent GEMV warp's finished row group n0 .. n0+R-1 (rows < n exist): acc[r][i] summed over the warp, times

@@ -183,14 +183,8 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
             }
         }
     };
-    /* the warp's steps: sk (no GeGLU): an equal contiguous range of the nrg * spr steps, partial row groups added to
-     * y atomically (y holds zeros on entry); else row groups g = warp id + tw * j, whole, outputs stored */
-    const int gw = blockIdx.x * NW + warp;
-    int rg = gw, s = 0, left = 0x7fffffff;
-    if (sk) {
-        const long long T = (long long)nrg * spr, t0 = T * gw / tw, t1 = T * (gw + 1) / tw;
-        rg = (int)(t0 / spr), s = (int)(t0 % spr), left = (int)(t1 - t0);
-    }
+    int rg, s, left; /* the warp's steps (g3c_warp_steps) */
+    g3c_warp_steps(blockIdx.x * NW + warp, tw, nrg, spr, sk, rg, s, left);
     auto more = [&](int g, int l) { return sk ? l > 0 : g < nrg; };
     uint4 wa[U][R];
     float sa[U][R], za[U][R];
