@@ -155,6 +155,7 @@ static void test_matmul_staged(void **state) {
      * tc_q8.cu quantizes the activations to int8 per block of 128 (|xq - x| <= amax/254, ~0.4% of a uniform block's
      * values, ~2e-3 relative to max|y| with random signs; 5e-3 seen), so the same 1e-2 bound holds. */
     static const char *modes[] = {NULL, "1", "2", "0", "3"};
+    setenv("G3_CUDA_WG", "0", 1); /* per-channel int8 on mma.sync here (the wgmma kernel: test_matmul_wgmma) */
     for (int pass = 0; pass < 5; pass++) {
         if (modes[pass]) setenv("G3_CUDA_TCM", modes[pass], 1);
         printf("  G3_CUDA_TCM=%s\n", modes[pass] ? modes[pass] : "(default)");
@@ -199,7 +200,89 @@ static void test_matmul_staged(void **state) {
     run_mm("int4", 96, 384, 48, 1, 0, 7.0e-3, 1e-2);
     unsetenv("G3_CUDA_TQOCC");
     unsetenv("G3_CUDA_TCM");
+    unsetenv("G3_CUDA_WG");
 }
+/* ---- per-channel int8 on Hopper's warpgroup MMA (tc_wg.cu) ------------------------------------------------------- */
+/* One int8 product of m rows checked against the kernel's own arithmetic: activations quantized per row and block of
+ * 128 (d = amax/127, q = rint(x * 127/amax), in float as tq_act.cuh does), y = sum over blocks of d * (q . w). The
+ * activations are small integers times a power of two that differs per (row, block) (exact in bf16, the copy the
+ * product quantizes; amax spread over 2^-6 .. 2^6), so a block's d taken from the wrong stage or token moves y by
+ * far more than the 1e-4 of max|y| allowed, which float rounding of the sums stays well inside. Also checked: the
+ * path, and against W . x (the quantization's own error: 1e-2, as for every 9..64-row quantized path). */
+static void run_wg(int n, int k, int m, int want_path) {
+    float *w = malloc(sizeof(float) * (size_t)n * k), *x = malloc(sizeof(float) * (size_t)m * k);
+    float *y = malloc(sizeof(float) * (size_t)m * n), *wd = malloc(sizeof(float) * (size_t)n * k);
+    double *xe = malloc(sizeof(double) * (size_t)m * k);
+    for (size_t i = 0; i < (size_t)n * k; i++) w[i] = frand() * 0.1f;
+    for (int i = 0; i < m; i++)
+        for (int b = 0; b < k / 128; b++) {
+            const float sc = ldexpf(1.f, (i * 7 + b * 3) % 13 - 6);
+            float amax = 0.f;
+            for (int t = 0; t < 128; t++) {
+                float v = (float)(int)(frand() * 100.f) * sc;
+                if ((i + b) % 5 == 0 && t == 17) v = 0.f;
+                x[(size_t)i * k + 128 * b + t] = v, amax = fmaxf(amax, fabsf(v));
+            }
+            const float inv = amax > 0.f ? 127.f / amax : 0.f, d = amax * (1.f / 127.f);
+            for (int t = 0; t < 128; t++) {
+                volatile float p = x[(size_t)i * k + 128 * b + t] * inv;
+                xe[(size_t)i * k + 128 * b + t] = (double)d * rintf(p);
+            }
+        }
+    for (size_t i = 0; i < (size_t)m * n; i++) y[i] = NAN;
+    g3_error err = {0};
+    if (g3_cuda_test_matmul(G3_DTYPE_F32, w, n, k, "int8", 1, 0, x, m, y, wd, &err) != G3_OK)
+        fail_msg("int8: %s", err.msg);
+    double mx = 1e-30, de = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double r = 0;
+            for (int t = 0; t < k; t++) r += xe[(size_t)i * k + t] * wd[(size_t)j * k + t];
+            double e = fabs(r - y[(size_t)i * n + j]);
+            if (isnan(e)) e = INFINITY;
+            mx = fmax(mx, fabs(r)), de = fmax(de, e);
+        }
+    const double dq = check_mm(wd, n, k, x, m, y, 0);
+    const int path = g3_cuda_test_mm_path(G3_DTYPE_F32, n, k, "int8", 1, m);
+    printf("  int8 n=%-4d k=%-5d m=%-3d path %d (%s): vs emulation %.2e, vs W.x %.2e\n", n, k, m, path,
+           getenv("G3_CUDA_WG") ? getenv("G3_CUDA_WG") : "wg", de / mx, dq);
+    assert_int_equal(path, want_path);
+    if (!(de / mx <= 1e-4)) fail_msg("int8 n=%d k=%d m=%d: %g of max|y| from the emulated product", n, k, m, de / mx);
+    if (!(dq <= 1e-2)) fail_msg("int8 n=%d k=%d m=%d: product error %g", n, k, m, dq);
+    free(w), free(x), free(y), free(wd), free(xe);
+}
+
+/* 9..64 rows: 64-token tiles; 65..128: 128-token tiles; 129..256: two launches (g3c_mm). n = 37: odd (scalar
+ * atomics), one partial channel tile; 264: three tiles, the last partial; k = 128: one stage per tile (a block per
+ * tile); 21504: a down projection's row, split across blocks (stream-K). $G3_CUDA_WG=0: mma.sync at 9..64 rows,
+ * cuBLAS beyond (the emulation bound does not apply there: bf16 weights and activations). */
+static void test_matmul_wgmma(void **state) {
+    (void)state;
+    need_gpu();
+    setenv("G3_CUDA_WGMIN", "9", 1); /* from 9 rows (default 33: mma.sync is faster below) */
+    const int ms[] = {9, 16, 33, 64, 65, 100, 128, 129, 256};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        run_wg(264, 5376, ms[i], 1);
+        run_wg(37, 21504, ms[i], 1);
+        run_wg(45, 128, ms[i], 1);
+    }
+    run_mm("int8", 160, 256, 100, 1, 1, 5.0e-4, 2e-2); /* GeGLU after the product */
+    setenv("G3_CUDA_WGST", "4", 1); /* four stages, two blocks per SM */
+    run_wg(264, 5376, 40, 1);
+    run_wg(37, 21504, 100, 1);
+    unsetenv("G3_CUDA_WGST");
+    setenv("G3_CUDA_WGPF", "0", 1); /* without the L2 prefetch hint */
+    run_wg(264, 5376, 64, 1);
+    run_wg(37, 21504, 128, 1);
+    unsetenv("G3_CUDA_WGPF");
+    unsetenv("G3_CUDA_WGMIN");
+    setenv("G3_CUDA_WG", "0", 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 5376, "int8", 1, 100), 2);
+    run_mm("int8", 264, 5376, 33, 1, 0, 5.0e-4, 1e-2);
+    run_mm("int8", 264, 5376, 100, 1, 0, 5.0e-4, 1e-2);
+    unsetenv("G3_CUDA_WG");
+}
+
 /* ---- decode products with q8 activations and dp4a (qgemv.cu) ----------------------------------------------------- */
 /* The activation quantization of qgemv.cu, reproduced: per block of 32 values d = amax/127, q = rint(x * 127/amax),
  * with the residual plane (lo) q_lo = rint((x*127/amax - q) * 254); xh = d * (q + q_lo/254). The products are
@@ -423,6 +506,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_long_rows),
         cmocka_unit_test(test_gguf_types),
         cmocka_unit_test(test_matmul_staged),
+        cmocka_unit_test(test_matmul_wgmma),
         cmocka_unit_test(test_qgemv),
         cmocka_unit_test(test_qgemv_pn),
         cmocka_unit_test(test_gemv_pipelined),

@@ -149,20 +149,25 @@ static void check_kl(const char *path, const tu_reference *r, const char *what, 
 }
 
 /* Resident `quant` weights through every product path: prefill in 512-row chunks (cuBLAS), 16-row steps (the 9..64-row
- * tensor-core kernels) and single rows (the decode kernels); int8 also with $G3_CUDA_TCM=1 (the staged bf16 kernel that the int8 tensor cores replaced as default) and
- * both occupancies of the int8-core kernel. */
+ * tensor-core kernels) and single rows (the decode kernels); int8 also with $G3_CUDA_TCM=1 (the staged bf16 kernel
+ * that the int8 tensor cores replaced as default), both occupancies of the mma.sync int8-core kernel (16 rows) and
+ * 48-row steps (the wgmma kernel, tc_wg.cu, from 33 rows). */
+/* q_kl, q_top1: the bounds of the int8 tensor-core steps (9..64 rows, per-channel int8 and int4), whose activations
+ * are quantized to int8 per block of 128 on top of the weights' own error. */
 static void check_kl_paths(const char *dir, const tu_reference *r, const char *quant, const char *what, double max_kl,
-                           double min_top1) {
-    static const int chunks[] = {512, 1, 16};
+                           double min_top1, double q_kl, double q_top1) {
+    static const int chunks[] = {512, 1};
     setenv("G3_CUDA_QUANT", quant, 1);
-    for (int i = 0; i < 3; i++) check_kl(dir, r, what, chunks[i], max_kl, min_top1);
+    for (int i = 0; i < 2; i++) check_kl(dir, r, what, chunks[i], max_kl, min_top1);
+    check_kl(dir, r, what, 16, q_kl, q_top1);
     if (!strcmp(quant, "int8")) {
-        setenv("G3_CUDA_TCM", "1", 1);
+        setenv("G3_CUDA_TCM", "1", 1); /* the staged kernel: bf16 activations */
         check_kl(dir, r, "int8 per channel, TCM=1", 16, max_kl, min_top1);
         unsetenv("G3_CUDA_TCM");
         setenv("G3_CUDA_TQOCC", "1", 1);
-        check_kl(dir, r, "int8 per channel, TQOCC=1", 16, max_kl, min_top1);
+        check_kl(dir, r, "int8 per channel, TQOCC=1", 16, q_kl, q_top1);
         unsetenv("G3_CUDA_TQOCC");
+        check_kl(dir, r, "int8 per channel, 48-row steps (wgmma)", 48, q_kl, q_top1);
     }
     unsetenv("G3_CUDA_QUANT");
 }
@@ -202,14 +207,17 @@ static void test_small_a(void **state) {
            pw <= 1e-3 ? "within" : "exceeded");
     assert_true(pw < 0.05); /* garbage guard */
     unsetenv("G3_CUDA_GEMM");
-    check_kl_paths(dir, &r, "int8", "int8 per channel", 0.03, 0.9); /* measured 0.017 / 95% (H200) */
+    /* measured on the H200 (session 7, the first run of this test with small-a carried): 0.018 / 91% in one chunk
+     * (cuBLAS, bf16 hi + lo activations), 0.017 / 95% one row at a time, 0.028 / 86% in 16-row steps (int8
+     * activations per block of 128 on the int8 tensor cores: their rounding costs ~0.01 nats here) */
+    check_kl_paths(dir, &r, "int8", "int8 per channel", 0.03, 0.9, 0.04, 0.84);
     setenv("G3_CUDA_QUANT", "fp8", 1);
     check_kl(dir, &r, "fp8 e4m3 per channel", 512, 0.3, 0.65); /* measured 0.207 / 70% */
     check_kl(dir, &r, "fp8 e4m3 per channel", 1, 0.3, 0.65);
     unsetenv("G3_CUDA_QUANT");
     /* measured 2.44 nats / 19% on this random-weight model (round-to-nearest, affine groups of 128, the tied
      * head included): a guard against breakage (garbage logits give ~ln(V) = 6.9), not a quality claim */
-    check_kl_paths(dir, &r, "int4", "int4 group 128", 4.0, 0.1);
+    check_kl_paths(dir, &r, "int4", "int4 group 128", 4.0, 0.1, 4.0, 0.1);
     tu_ref_free(&r);
 }
 /* The project's own test models (tests/data, always present) and the shipped demo model: bf16 parity, and int8
@@ -233,9 +241,9 @@ static void test_own_models(void **state) {
         check_exact(dir, &r, 1e-3);
         unsetenv("G3_CUDA_NOZERO");
         if (r.n_prompts > 3 && r.p[3].all) { /* the demo model's reference keeps last-position logits only */
-            check_kl_paths(dir, &r, "int8", "int8 per channel", 0.03, 0.9);
+            check_kl_paths(dir, &r, "int8", "int8 per channel", 0.03, 0.9, 0.03, 0.9);
             /* a guard (garbage gives ~ln(512) = 6.2 nats), as for small-a */
-            check_kl_paths(dir, &r, "int4", "int4 group 128", 4.0, 0.1);
+            check_kl_paths(dir, &r, "int4", "int4 group 128", 4.0, 0.1, 4.0, 0.1);
         }
         tu_ref_free(&r);
     }

@@ -260,6 +260,9 @@ static g3_status run_step(g3_backend *b, const g3_batch *bt, g3_error *err) {
     b->fa_step = g3c_fa_wanted(bt->seq, M, b->c.n_heads, b->c.n_kv_heads, b->c.head_dim, b->n_sm);
     if (b->fa_step) bk = -1;
     if (bk >= 0 && ((1 << bk) > R || b->graph_failed[bk])) bk = -1;
+    /* the forward of distinct rows may differ (int8 activations beyond 64 rows: g3c_mm_ctx.qact): such a graph
+     * serves only steps of the same kind, others run eagerly */
+    if (bk >= 0 && b->graph[bk] && b->graph_distinct[bk] != b->distinct) bk = -1;
     int mrun = bk >= 0 ? 1 << bk : M;
     for (int r = M; r < mrun; r++) h[r] = 0, h[R + r] = 0, h[2 * R + r] = -1, h[3 * R + r] = r;
     G3C_CK(cudaMemcpyAsync(b->d_par, h, (off_bt(b) + (size_t)n_u * 2 * W) * 4, cudaMemcpyHostToDevice, b->st),
@@ -270,6 +273,7 @@ static g3_status run_step(g3_backend *b, const g3_batch *bt, g3_error *err) {
         cudaError_t e2 = e == cudaSuccess ? g3cb_record(b, mrun, mrun) : e;
         if (e == cudaSuccess) e = cudaStreamEndCapture(b->st, &g);
         if (e == cudaSuccess && e2 == cudaSuccess) e = cudaGraphInstantiate(&b->graph[bk], g, 0);
+        b->graph_distinct[bk] = b->distinct;
         size_t nn = 0;
         if (e == cudaSuccess && e2 == cudaSuccess && cudaGraphGetNodes(g, NULL, &nn) == cudaSuccess)
             b->graph_nodes[bk] = (int)nn;

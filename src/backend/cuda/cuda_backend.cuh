@@ -52,6 +52,7 @@ struct g3_backend {
     cudaGraphExec_t graph[NBUCKET];
     int graph_failed[NBUCKET];
     int graph_nodes[NBUCKET];
+    int graph_distinct[NBUCKET];                /* b->distinct when the bucket's graph was captured (record differs) */
     uint64_t resident;
     cudaEvent_t *prof_ev;                       /* g3_cuda_profile: an event after each launch group */
     const char **prof_lbl;

@@ -204,6 +204,18 @@ int g3c_tcm_supported(const g3_dmat *w, int m);
  * whether the forward's product of m rows on w runs there (path TC, 9..64 rows, $G3_CUDA_TQPRE != 0), g3c_tq_int4
  * which value order its activations need; g3c_tq_mm_pre = g3c_tq_mm on activations already quantized: xq [m][k],
  * xd [m][k/128]. */
+/* tc_wg.cu: per-channel int8 products of 1..128 rows on Hopper's warpgroup MMA (activations quantized as for
+ * g3c_tq_mm_pre); g3c_tq_mm and g3c_tq_mm_pre take it from 9 rows on, g3c_mm for 65..256 rows in launches of 128.
+ * g3c_wg_supported is 0 with $G3_CUDA_WG=0. */
+int g3c_wg_supported(const g3_dmat *w, int m);
+int g3c_wg_min_rows(void);
+cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
+                      cudaStream_t st);
+cudaError_t g3c_wg_init(void);
+/* g3c_tq_mm on bf16 activations (tc_q8.cu): quantizes them (k_tq_quant) into q8 (or a scratch of its own), then the
+ * product; up to 64 rows, 128 where g3c_wg_supported */
+cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,
+                      cudaStream_t st);
 int g3c_tq_taken(const g3_dmat *w, int m);
 int g3c_tq_int4(const g3_dmat *w);
 size_t g3c_tq_q8_bytes(int m, int k);
@@ -224,6 +236,8 @@ struct g3c_mm_ctx {
     int tile_cnt_n;
     void *q8;                /* q8 activations of the dp4a path (qgemv.cu), q8_bytes; NULL: allocated per call */
     size_t q8_bytes;
+    int qact;                /* 1: int8-quantized activations beyond 64 rows too (per-channel int8 on wgmma, tc_wg.cu;
+                              * decode batches of distinct sequences); 0: cuBLAS there (prefill keeps its exact path) */
 };
 enum { G3C_PATH_GEMV = 0, G3C_PATH_TC = 1, G3C_PATH_CUBLAS = 2, G3C_PATH_QGEMV = 3 };
 /* Path g3c_mm takes for m rows of w: the dp4a path for int8/int4 up to $G3_CUDA_QGEMV rows (default 8, 0 = off),

@@ -36,7 +36,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
     g3c_rows rows = {P, P + b->R, P + 2 * b->R, P + off_bt(b), b->bc.max_blocks_per_seq};
     const int32_t *out_rows = P + 3 * b->R;
     const int split = b->split;
-    g3c_mm_ctx mc = {b->cub, b->st, b->wscratch, split, b->n_sm, b->tcnt, b->tcnt_n, b->q8, b->q8_bytes};
+    g3c_mm_ctx mc = {b->cub, b->st, b->wscratch, split, b->n_sm, b->tcnt, b->tcnt_n, b->q8, b->q8_bytes, b->distinct};
     int ny, fused;
     /* prefill with every product on cuBLAS (beta = 0 overwrites y): the row kernels leave y as it is and skip the
      * float32 copies only GEMV paths read; y is cleared once after the last layer (opt-in: $G3_CUDA_NOZERO=1) */

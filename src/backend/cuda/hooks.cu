@@ -117,6 +117,7 @@ extern "C" int g3_cuda_test_mm_path(uint32_t src_type, int n, int k, const char 
     if (want < 0 || qt < 0) return -1;
     d.qt = qt, d.n = n, d.k = k, d.g = g;
     g3c_mm_ctx mc = {NULL, 0, (__nv_bfloat16 *)&d /* any non-NULL scratch */, gemm != 2, 132, NULL, 0};
+    mc.qact = 1; /* as for decode batches (the engine's prefill chunks keep cuBLAS beyond 64 rows) */
     return g3c_mm_path(&mc, &d, m);
 }
 
@@ -153,6 +154,7 @@ extern "C" g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n
     cublasSetStream(h, st);
     {
         g3c_mm_ctx mc = {h, st, scr, gemm != 2, n_sm, cnt, n / 16 + 1};
+        mc.qact = 1;
         int outw = geglu ? n / 2 : n;
         CKE(g3c_to_bf16(dx, m, k, dxh, mc.split, st), "to_bf16");
         CKE(g3c_mm(&mc, &d, dx, dxh, m, dy, &ny, da, dah, geglu, &fused), "matmul");

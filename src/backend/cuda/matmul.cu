@@ -38,6 +38,7 @@ int g3c_mm_path(const g3c_mm_ctx *c, const g3_dmat *w, int m) {
     }
     if (m <= 8) return (quant || tc == 2) && g3c_tc_supported(w, m, c->split) ? G3C_PATH_TC : G3C_PATH_GEMV;
     if (quant && (m <= 64 || !c->wscratch) && g3c_tc_supported(w, 64, 0)) return G3C_PATH_TC;
+    if (quant && m <= 256 && c->qact && g3c_wg_supported(w, 128)) return G3C_PATH_TC; /* tc_wg.cu */
     if (quant && !c->wscratch) return G3C_PATH_GEMV;
     return G3C_PATH_CUBLAS;
 }
@@ -69,6 +70,15 @@ cudaError_t g3c_mm(const g3c_mm_ctx *c, const g3_dmat *w, const float *x, const 
             const int fuse = fe && !strcmp(fe, "1") && geglu && a && ah && c->tile_cnt && g3c_tc_tiles(w, m, sp) <= c->tile_cnt_n;
             *fused = fuse ? 2 : 0;
             return g3c_tc_mm(w, xh, m, sp, y, fuse ? &gg : NULL, c->n_sm, c->st);
+        }
+        if (c->qact && g3c_wg_supported(w, 128)) { /* launches of <= 128 rows, equal (>= 33); hi rows of xh */
+            const int nl = (m + 127) / 128, per = (m + nl - 1) / nl;
+            for (int i0 = 0; i0 < m; i0 += per) {
+                int mm = m - i0 < per ? m - i0 : per;
+                cudaError_t e = g3c_tq_mm(w, xh + (size_t)i0 * w->k, mm, y + (size_t)i0 * w->n, c->n_sm, NULL, 0, c->st);
+                if (e != cudaSuccess) return e;
+            }
+            return cudaSuccess;
         }
         for (int i0 = 0; i0 < m; i0 += 64) { /* plain: hi rows [0, m) of xh */
             int mm = m - i0 < 64 ? m - i0 : 64;

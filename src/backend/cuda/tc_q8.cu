@@ -406,7 +406,7 @@ cudaError_t g3c_tq_init(void) {
             cudaError_t e = tq_setup(&tq_table[v / 2][v % 2][c]);
             if (e != cudaSuccess) return e;
         }
-    return cudaSuccess;
+    return g3c_wg_init();
 }
 
 size_t g3c_tq_q8_bytes(int m, int k) { return (size_t)m * k + (size_t)m * (k / 128) * sizeof(float2); }
@@ -433,8 +433,12 @@ static cudaError_t tq_run(const tq_inst *ti, const g3_dmat *w, const int8_t *xq,
                       L);
 }
 
+/* int8 per channel from 9 rows on: the wgmma kernel (tc_wg.cu) unless $G3_CUDA_WG=0 */
+static int tq_wg(const g3_dmat *w, int m) { return m >= g3c_wg_min_rows() && g3c_wg_supported(w, m); }
+
 cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                           cudaStream_t st) {
+    if (tq_wg(w, m)) return g3c_wg_mm(w, xq, xd, m, y, n_sm, st);
     if (!g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     tq_build();
     tq_inst *ti = tq_pick(w, m);
@@ -444,10 +448,11 @@ cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, 
 
 cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,
                       cudaStream_t st) {
-    if (!g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
+    const int wg = tq_wg(w, m); /* up to 128 rows there */
+    if (!wg && !g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     tq_build();
-    tq_inst *ti = tq_pick(w, m);
-    cudaError_t e = tq_setup(ti); /* no-op after g3c_tq_init */
+    tq_inst *ti = wg ? NULL : tq_pick(w, m);
+    cudaError_t e = wg ? cudaSuccess : tq_setup(ti); /* no-op after g3c_tq_init */
     if (e != cudaSuccess) return e;
     const size_t need = g3c_tq_q8_bytes(m, w->k);
     void *tmp = NULL;
@@ -483,7 +488,7 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
     const long long th = (long long)m * (w->k / 4);
     e = g3c_launch(k_tq_quant, dim3((unsigned)((th + 255) / 256)), dim3(256), 0, st, xh, m, w->k, xq, xd,
                    (int)(w->qt == G3Q_INT4));
-    if (e == cudaSuccess) e = tq_run(ti, w, xq, xd, m, y, n_sm, st);
+    if (e == cudaSuccess) e = wg ? g3c_wg_mm(w, xq, xd, m, y, n_sm, st) : tq_run(ti, w, xq, xd, m, y, n_sm, st);
     if (tmp) {
         cudaError_t e2 = cudaFreeAsync(tmp, st);
         if (e == cudaSuccess) e = e2;

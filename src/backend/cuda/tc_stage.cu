@@ -318,8 +318,6 @@ static int tcm_mode(void) {
 }
 /* tc_q8.cu */
 int g3c_tq_supported(const g3_dmat *w, int m);
-cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,
-                      cudaStream_t st);
 cudaError_t g3c_tq_init(void);
 static int tcm_enabled(void) {
     return tcm_mode() != 0;

@@ -1,0 +1,317 @@
+/* Batched products on per-channel int8 weights with Hopper's warpgroup MMA (wgmma, s8 x s8 -> s32): y += x W^T.
+ * Taken by g3c_tq_mm / g3c_tq_mm_pre for int8 per channel from 33 rows ($G3_CUDA_WGMIN; below, tc_q8.cu's mma.sync
+ * kernel is faster) up to 64, and by g3c_mm for decode batches of 65..256 distinct sequences (g3c_mm_ctx.qact) in
+ * one or two launches of up to 128 rows, where the weights were dequantized to bf16 for cuBLAS before.
+ * $G3_CUDA_WG=0: the previous paths.
+ *
+ * Measured on the H200 (27B int8, g3cuda_bench aggregate decode tok/s, argmax on the GPU; session 7 run 5, default
+ * against $G3_CUDA_WG=0): 64 seqs 4260 against 3803, 128 seqs 5266 against 2446, 256 seqs 5051 against 3250.
+ * At 64 rows the products stream at ~0.6 of the bandwidth (CUPTI: gate/up 87 us for 231 MB): each block waits for
+ * its stage's MMAs before scaling their sums, so throughput comes from three independent blocks per SM.
+ *
+ * Data: the activations are quantized per row and block of 128 values (tq_act.cuh: d = amax/127, natural order),
+ * so one 128-byte row segment of weights and activations is one stage: int32 sums of a stage are exact, turned into
+ * float and scaled by the token's d of that block (y += d acc), the channel scale applied once at the end. That
+ * rounding of the activations is the price of the path (small-a fixture, int8: KL 0.028 against 0.018 with bf16
+ * activations; test_cuda_model), which is why prefill chunks beyond 64 rows keep cuBLAS.
+ *
+ * Roles: A = activations (M = 64 tokens per MMA), B = weights (N = channels), both K-major (the only layout wgmma
+ * takes for 8-bit types), so D[token][channel] and each thread holds pairs of adjacent channels of a token: float2
+ * atomics into y [m][n] (y holds zeros on entry, as for every tensor-core product). One warpgroup per block, BM
+ * tokens x BN channels per tile: 64 x 128 (m64n128k32) up to 64 rows, 128 x 64 (two m64n64k32 per k step on the
+ * same weights) beyond.
+ *
+ * Shared memory: a ring of ST stages, each the weight tile [BN rows][128 B] then the activation tile [BM][128 B],
+ * in the 128-byte swizzle wgmma expects (16-byte chunk c of row r at chunk c ^ (r & 7), tiles 1024-byte aligned;
+ * descriptor: stride 1024 B between 8-row groups, K advanced by adding 32 B to the start address), plus the
+ * tokens' d per stage. Copies by cp.async from all threads, ST - 1 stages in flight (the weights of the first
+ * stages are requested before the programmatic-launch wait: they do not depend on the previous kernel). Rows >= m
+ * of the activation tiles are zeroed once and never loaded. Work: a block takes an equal contiguous range of the
+ * (channel tile, stage) units, so small matrices split K across blocks (stream-K, atomic adds). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/device_util.cuh"
+
+#define WG_T 128 /* one warpgroup */
+
+/* D (s32, 32 registers) = or += A . B^T: m64n64k32, A and B K-major int8 tiles in shared memory (descriptors) */
+static __device__ __forceinline__ void wg_mma_n64(int (&d)[32], uint64_t da, uint64_t db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, %32, %33, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+                   "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]),
+                   "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]),
+                   "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]),
+                   "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+                 : "l"(da), "l"(db), "r"(acc));
+}
+/* D (s32, 64 registers) = or += A . B^T: m64n128k32, A and B K-major int8 tiles in shared memory (descriptors) */
+static __device__ __forceinline__ void wg_mma_n128(int (&d)[64], uint64_t da, uint64_t db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                 "}, %64, %65, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+                   "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]),
+                   "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]),
+                   "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]),
+                   "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]),
+                   "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]),
+                   "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]),
+                   "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]),
+                   "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+                 : "l"(da), "l"(db), "r"(acc));
+}
+
+static __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+static __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+static __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+/* keeps the compiler from touching the accumulators across the asynchronous MMA */
+template <int N> static __device__ __forceinline__ void wg_fence_regs(int (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(d[i])::"memory");
+}
+template <int N> static __device__ __forceinline__ void wg_mma(int (&d)[N], uint64_t da, uint64_t db, int acc) {
+    if constexpr (N == 32) wg_mma_n64(d, da, db, acc);
+    else wg_mma_n128(d, da, db, acc);
+}
+
+/* shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 B apart */
+static __device__ __forceinline__ uint64_t wg_desc(const void *p) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+}
+
+/* 16 bytes global -> shared, zero-filled past `bytes` (0 or 16); PF: with the 256-byte L2 prefetch (the weights: a
+ * stage reads 128 bytes of each row, the prefetch brings the next stage's along in the same DRAM access); 4 bytes */
+template <bool PF = false> static __device__ __forceinline__ void wg_cp16(void *dst, const void *src, int bytes) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    if constexpr (PF)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+    else asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void wg_cp4(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+}
+
+/* exact int -> float for |v| < 2^22 (|acc| <= 128 * 128 * 127 here) with two full-rate ops */
+static __device__ __forceinline__ float wg_i2f(int v) { return __int_as_float(v + 0x4B400000) - 12582912.f; }
+
+template <int BM, int BN, int ST> struct wg_cfg {
+    static constexpr int WB = BN * 128, XB = BM * 128, SB = WB + XB; /* bytes of a stage (multiple of 1024) */
+    static constexpr int SMEM = ST * SB + ST * BM * 4 + 1024;      /* + d [ST][BM] + alignment slack */
+};
+
+/* One warpgroup per block, two or three blocks per SM: while one block turns a stage's int32 sums into floats
+ * (which needs the MMAs of that stage complete), another's MMAs run. BM tokens x BN channels per tile: 64 x 128
+ * (m64n128k32) or 128 x 64 (two m64n64k32 per k step, same weights). Units u of (tile = u / S, stage = u % S);
+ * [L * b / grid, L * (b + 1) / grid) for block b. */
+template <int BM, int BN, int ST, bool PF>
+__global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__restrict__ xq, const float2 *__restrict__ xd,
+                                                 int m, float *__restrict__ y, int S, long long L) {
+    constexpr int MT = BM / 64, NR = BN / 2; /* m64 tiles, accumulator registers per tile and thread */
+    constexpr int WB = wg_cfg<BM, BN, ST>::WB, SB = wg_cfg<BM, BN, ST>::SB;
+    extern __shared__ uint8_t wg_raw[];
+    const uint32_t raw_s = (uint32_t)__cvta_generic_to_shared(wg_raw);
+    uint8_t *sm = wg_raw + (((raw_s + 1023u) & ~1023u) - raw_s);
+    float *ds = (float *)(sm + ST * SB);
+    const int tid = threadIdx.x, wq = tid >> 5, lane = tid & 31;
+    const int n = w.n, K = w.k, nb = K / 128;
+    const long long u0 = L * blockIdx.x / gridDim.x, u1 = L * (blockIdx.x + 1) / gridDim.x;
+    const int8_t *W = (const int8_t *)w.q;
+    auto load_w = [&](long long u, int slot) {
+        const int tile = (int)(u / S), st = (int)(u % S);
+        uint8_t *dst = sm + slot * SB;
+#pragma unroll
+        for (int j = 0; j < BN * 8 / WG_T; j++) {
+            const int idx = tid + WG_T * j, r = idx >> 3, c = idx & 7, row = tile * BN + r;
+            const int8_t *src = W + (size_t)(row < n ? row : 0) * K + st * 128 + c * 16;
+            wg_cp16<PF>(dst + r * 128 + ((c ^ (r & 7)) << 4), src, row < n ? 16 : 0);
+        }
+    };
+    auto load_x = [&](long long u, int slot) {
+        const int st = (int)(u % S);
+        uint8_t *dst = sm + slot * SB + WB;
+        for (int idx = tid; idx < m * 8; idx += WG_T) {
+            const int r = idx >> 3, c = idx & 7;
+            wg_cp16(dst + r * 128 + ((c ^ (r & 7)) << 4), xq + (size_t)r * K + st * 128 + c * 16, 16);
+        }
+        if (tid < m) wg_cp4(ds + slot * BM + tid, &xd[(size_t)tid * nb + st].x);
+        if (BM > WG_T && tid + WG_T < m) wg_cp4(ds + slot * BM + tid + WG_T, &xd[(size_t)(tid + WG_T) * nb + st].x);
+    };
+    /* activation rows m..BM-1 of every stage: zeros, never loaded */
+    for (int idx = tid; idx < ST * (BM - m) * 8; idx += WG_T) {
+        const int slot = idx / ((BM - m) * 8), rem = idx % ((BM - m) * 8), r = m + (rem >> 3);
+        *(uint4 *)(sm + slot * SB + WB + r * 128 + ((rem & 7) << 4)) = make_uint4(0, 0, 0, 0);
+    }
+    for (int idx = tid; idx < ST * BM; idx += WG_T)
+        if (idx % BM >= m) ds[idx] = 0.f;
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (u0 + i < u1) load_w(u0 + i, i);
+        g3c_cp_commit();
+    }
+    g3c_pdl_wait();
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (u0 + i < u1) load_x(u0 + i, i);
+        g3c_cp_commit();
+    }
+    /* unit u0 + i has landed once group ST - 1 + i has: at the top of iteration i, 2 (ST - 1) + i groups exist */
+    const int tr = 16 * wq + (lane >> 2); /* this thread's tokens in each m64 tile: tr, tr + 8 */
+    float acc[MT][NR];
+    int ai[MT][NR];
+#pragma unroll
+    for (int t = 0; t < MT; t++)
+#pragma unroll
+        for (int r = 0; r < NR; r++) acc[t][r] = 0.f, ai[t][r] = 0;
+    int slot = 0;
+    for (long long u = u0; u < u1; u++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(ST - 2) : "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* cp.async writes -> the MMA's reads */
+        __syncthreads();
+        {
+            const int sn = slot == 0 ? ST - 1 : slot - 1; /* = (slot + ST - 1) % ST: the stage done last iteration */
+            if (u + ST - 1 < u1) load_w(u + ST - 1, sn), load_x(u + ST - 1, sn);
+            g3c_cp_commit();
+        }
+        const uint8_t *base = sm + slot * SB;
+        const uint64_t db = wg_desc(base);
+#pragma unroll
+        for (int t = 0; t < MT; t++) wg_fence_regs(ai[t]);
+        wg_fence();
+#pragma unroll
+        for (int t = 0; t < MT; t++) {
+            const uint64_t da = wg_desc(base + WB + t * 64 * 128);
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) wg_mma<NR>(ai[t], da + 2 * ks, db + 2 * ks, ks);
+        }
+        wg_commit();
+        wg_wait0();
+#pragma unroll
+        for (int t = 0; t < MT; t++) {
+            wg_fence_regs(ai[t]);
+            const float d0 = ds[slot * BM + 64 * t + tr], d1 = ds[slot * BM + 64 * t + tr + 8];
+#pragma unroll
+            for (int r = 0; r < NR; r++) acc[t][r] = fmaf((r & 2) ? d1 : d0, wg_i2f(ai[t][r]), acc[t][r]);
+        }
+        const int tile = (int)(u / S), st = (int)(u % S);
+        if (u + 1 == u1 || st + 1 == S) { /* the tile (or this block's share of it) is done: add into y */
+            const int ch0 = tile * BN + 2 * (lane & 3);
+#pragma unroll
+            for (int j = 0; j < NR / 4; j++) {
+                const int ch = ch0 + 8 * j;
+                if (ch >= n) continue;
+                const float s0 = __ldg(w.s + ch), s1 = ch + 1 < n ? __ldg(w.s + ch + 1) : 0.f;
+#pragma unroll
+                for (int t = 0; t < MT; t++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int tok = 64 * t + tr + 8 * h;
+                        if (tok >= m) continue;
+                        const float v0 = acc[t][4 * j + 2 * h] * s0, v1 = acc[t][4 * j + 2 * h + 1] * s1;
+                        float *p = y + (size_t)tok * n + ch;
+                        if ((n & 1) == 0) atomicAdd((float2 *)p, make_float2(v0, v1));
+                        else {
+                            atomicAdd(p, v0);
+                            if (ch + 1 < n) atomicAdd(p + 1, v1);
+                        }
+                    }
+            }
+#pragma unroll
+            for (int t = 0; t < MT; t++)
+#pragma unroll
+                for (int r = 0; r < NR; r++) acc[t][r] = 0.f;
+        }
+        slot = slot + 1 == ST ? 0 : slot + 1;
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
+/* ---- dispatch -------------------------------------------------------------------------------------------------- */
+/* ST stages of 24 KB: 3 (three blocks per SM, two stages in flight each) or, $G3_CUDA_WGST=4, 4 (two blocks per SM,
+ * three in flight each). Measured on the H200 (27B int8, aggregate decode tok/s, argmax on the GPU; session 7 run 4,
+ * 4 -> 3): 64 seqs 3962 -> 4250, 128 seqs 4907 -> 5265, 256 seqs 4981 -> 4981: more independent blocks per SM
+ * beat more stages per block (each block waits for its own MMAs before scaling their sums). */
+template <int BM, int ST, bool PF> static void *wg_k(void) { return (void *)k_wg8<BM, BM == 64 ? 128 : 64, ST, PF>; }
+template <int BM, int ST> static size_t wg_smem(void) { return wg_cfg<BM, BM == 64 ? 128 : 64, ST>::SMEM; }
+
+static int wg_stages(void) {
+    const char *e = getenv("G3_CUDA_WGST");
+    return e && !strcmp(e, "4") ? 4 : 3;
+}
+/* $G3_CUDA_WGPF=0: weights without the L2 prefetch hint (comparison) */
+static int wg_pf(void) {
+    const char *e = getenv("G3_CUDA_WGPF");
+    return !(e && !strcmp(e, "0"));
+}
+
+int g3c_wg_enabled(void) { /* $G3_CUDA_WG=0: off; read at every call */
+    const char *e = getenv("G3_CUDA_WG");
+    return !(e && !strcmp(e, "0"));
+}
+
+int g3c_wg_min_rows(void) { /* $G3_CUDA_WGMIN: fewest rows taken here from g3c_tq_mm (default 33) */
+    const char *e = getenv("G3_CUDA_WGMIN");
+    const int v = e && *e ? atoi(e) : 33;
+    return v < 9 ? 9 : v;
+}
+
+int g3c_wg_supported(const g3_dmat *w, int m) {
+    return g3c_wg_enabled() && w->qt == G3Q_INT8 && w->g == w->k && w->k % 128 == 0 && w->n >= 1 && m >= 1 &&
+           m <= 128;
+}
+
+/* the variants [BM 64 / 128][ST 4 / 3][PF on / off]: kernel, shared memory, resident blocks per SM */
+typedef struct wg_inst {
+    void *k;
+    size_t smem;
+    int bps;
+} wg_inst;
+static wg_inst wg_tab[2][2][2];
+static int wg_ready;
+
+template <int BM, int ST> static void wg_fill(wg_inst (&t)[2]) {
+    t[0].k = wg_k<BM, ST, true>(), t[1].k = wg_k<BM, ST, false>();
+    t[0].smem = t[1].smem = wg_smem<BM, ST>();
+}
+
+static cudaError_t wg_setup(void) {
+    if (wg_ready) return cudaSuccess;
+    wg_fill<64, 4>(wg_tab[0][0]), wg_fill<64, 3>(wg_tab[0][1]);
+    wg_fill<128, 4>(wg_tab[1][0]), wg_fill<128, 3>(wg_tab[1][1]);
+    for (int i = 0; i < 8; i++) {
+        wg_inst *v = &wg_tab[i >> 2][(i >> 1) & 1][i & 1];
+        cudaError_t e = cudaFuncSetAttribute(v->k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)v->smem);
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v->bps, v->k, WG_T, v->smem);
+        if (e != cudaSuccess) return e;
+        if (v->bps < 1) v->bps = 1;
+    }
+    wg_ready = 1;
+    return cudaSuccess;
+}
+
+cudaError_t g3c_wg_init(void) { return wg_setup(); }
+
+cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
+                      cudaStream_t st) {
+    if (!g3c_wg_supported(w, m)) return cudaErrorInvalidValue;
+    cudaError_t e = wg_setup(); /* no-op after g3c_wg_init */
+    if (e != cudaSuccess) return e;
+    const int big = m > 64, BN = big ? 64 : 128, S = w->k / 128, tiles = (w->n + BN - 1) / BN;
+    const wg_inst *v = &wg_tab[big][wg_stages() == 3][!wg_pf()];
+    const long long L = (long long)tiles * S;
+    long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * v->bps;
+    if (blocks > L) blocks = L;
+    typedef void (*kfn)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long);
+    return g3c_launch((kfn)v->k, dim3((unsigned)blocks), dim3(WG_T), v->smem, st, *w, xq, xd, m, y, S, L);
+}
