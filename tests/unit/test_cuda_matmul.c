@@ -254,8 +254,8 @@ static void run_wg(int n, int k, int m, int want_path) {
 
 /* 9..64 rows: 64-token tiles; 65..128: 128-token tiles; 129..256: two launches (g3c_mm). n = 37: odd (scalar
  * atomics), one partial channel tile; 264: three tiles, the last partial; k = 128: one stage per tile (a block per
- * tile); 21504: a down projection's row, split across blocks (stream-K). $G3_CUDA_WG=0: mma.sync at 9..64 rows,
- * cuBLAS beyond (the emulation bound does not apply there: bf16 weights and activations). */
+ * tile); 21504: a down projection's row, split across blocks (stream-K). $G3_CUDA_WG=0: mma.sync at 9..64 rows and
+ * in launches of <= 64 beyond, or cuBLAS beyond with $G3_CUDA_QBIG=0 (the emulation bound is for this kernel only). */
 static void test_matmul_wgmma(void **state) {
     (void)state;
     need_gpu();
@@ -276,11 +276,36 @@ static void test_matmul_wgmma(void **state) {
     run_wg(37, 21504, 128, 1);
     unsetenv("G3_CUDA_WGPF");
     unsetenv("G3_CUDA_WGMIN");
-    setenv("G3_CUDA_WG", "0", 1);
-    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 5376, "int8", 1, 100), 2);
+    setenv("G3_CUDA_WG", "0", 1); /* mma.sync, beyond 64 rows in launches of <= 64 (test_matmul_big_decode) */
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 5376, "int8", 1, 100), 1);
     run_mm("int8", 264, 5376, 33, 1, 0, 5.0e-4, 1e-2);
     run_mm("int8", 264, 5376, 100, 1, 0, 5.0e-4, 1e-2);
+    setenv("G3_CUDA_QBIG", "0", 1); /* and cuBLAS beyond 64 rows */
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 5376, "int8", 1, 100), 2);
+    run_mm("int8", 264, 5376, 100, 1, 0, 5.0e-4, 1e-2);
+    unsetenv("G3_CUDA_QBIG");
     unsetenv("G3_CUDA_WG");
+}
+
+/* Decode batches of 65..256 rows on the other quantized formats: the 9..64-row kernels in equal launches of <= 64
+ * rows (int4 groups of 128: tc_q8.cu; fp8 and the GGUF groups of 32: the staged kernel), against cuBLAS on a bf16
+ * copy before ($G3_CUDA_QBIG=0). Bounds as for those kernels at 9..64 rows (int8 / bf16 activations). */
+static void test_matmul_big_decode(void **state) {
+    (void)state;
+    need_gpu();
+    const int ms[] = {65, 100, 129, 256};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 5376, "int4", 1, ms[i]), 1);
+        run_mm("int4", 264, 5376, ms[i], 1, 0, 7.0e-3, 1e-2);
+        run_mm("int4", 37, 21504, ms[i], 1, 0, 7.0e-3, 1e-2);
+        run_mm("fp8", 96, 384, ms[i], 1, 0, 7.0e-3, 1e-2);
+        run_gguf_mm(G3_DTYPE_Q4_0, 40, 2816, ms[i]);
+    }
+    run_mm("int4", 160, 512, 100, 1, 1, 7.0e-3, 2e-2); /* GeGLU after the product */
+    setenv("G3_CUDA_QBIG", "0", 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 5376, "int4", 1, 100), 2);
+    run_mm("int4", 264, 5376, 100, 1, 0, 7.0e-3, 1e-2);
+    unsetenv("G3_CUDA_QBIG");
 }
 
 /* ---- decode products with q8 activations and dp4a (qgemv.cu) ----------------------------------------------------- */
@@ -507,6 +532,7 @@ int main(void) {
         cmocka_unit_test(test_gguf_types),
         cmocka_unit_test(test_matmul_staged),
         cmocka_unit_test(test_matmul_wgmma),
+        cmocka_unit_test(test_matmul_big_decode),
         cmocka_unit_test(test_qgemv),
         cmocka_unit_test(test_qgemv_pn),
         cmocka_unit_test(test_gemv_pipelined),

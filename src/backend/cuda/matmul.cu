@@ -28,6 +28,11 @@ static int qgemv_rows(void) { /* $G3_CUDA_QGEMV: most rows on the dp4a path (qge
     return v < 0 ? 0 : v > 8 ? 8 : v;
 }
 
+static int qbig_enabled(void) { /* $G3_CUDA_QBIG=0: quantized decode batches beyond 64 rows on cuBLAS */
+    const char *e = getenv("G3_CUDA_QBIG");
+    return !(e && !strcmp(e, "0"));
+}
+
 int g3c_mm_path(const g3c_mm_ctx *c, const g3_dmat *w, int m) {
     const int quant = w->qt != G3Q_BF16;
     if (m <= qgemv_rows() && g3c_qgemv_supported(w, m)) return G3C_PATH_QGEMV;
@@ -38,7 +43,11 @@ int g3c_mm_path(const g3c_mm_ctx *c, const g3_dmat *w, int m) {
     }
     if (m <= 8) return (quant || tc == 2) && g3c_tc_supported(w, m, c->split) ? G3C_PATH_TC : G3C_PATH_GEMV;
     if (quant && (m <= 64 || !c->wscratch) && g3c_tc_supported(w, 64, 0)) return G3C_PATH_TC;
-    if (quant && m <= 256 && c->qact && g3c_wg_supported(w, 128)) return G3C_PATH_TC; /* tc_wg.cu */
+    /* decode batches of 65..256 distinct sequences: per-channel int8 on wgmma (tc_wg.cu, launches of <= 128 rows),
+     * the other quantized formats on the 9..64-row kernels in launches of 64 rather than cuBLAS on a bf16 copy of
+     * the weights ($G3_CUDA_QBIG=0: cuBLAS) */
+    if (quant && m <= 256 && c->qact && g3c_wg_supported(w, 128)) return G3C_PATH_TC;
+    if (quant && m <= 256 && c->qact && qbig_enabled() && g3c_tc_supported(w, 64, 0)) return G3C_PATH_TC;
     if (quant && !c->wscratch) return G3C_PATH_GEMV;
     return G3C_PATH_CUBLAS;
 }
@@ -80,8 +89,9 @@ cudaError_t g3c_mm(const g3c_mm_ctx *c, const g3_dmat *w, const float *x, const 
             }
             return cudaSuccess;
         }
-        for (int i0 = 0; i0 < m; i0 += 64) { /* plain: hi rows [0, m) of xh */
-            int mm = m - i0 < 64 ? m - i0 : 64;
+        const int nl = (m + 63) / 64, per = (m + nl - 1) / nl; /* equal launches of <= 64 rows (>= 33) */
+        for (int i0 = 0; i0 < m; i0 += per) { /* plain: hi rows [0, m) of xh */
+            int mm = m - i0 < per ? m - i0 : per;
             cudaError_t e = g3c_tc_mm(w, xh + (size_t)i0 * w->k, mm, 0, y + (size_t)i0 * w->n, NULL, c->n_sm, c->st);
             if (e != cudaSuccess) return e;
         }
