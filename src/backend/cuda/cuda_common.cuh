@@ -205,8 +205,8 @@ int g3c_tcm_supported(const g3_dmat *w, int m);
  * which value order its activations need; g3c_tq_mm_pre = g3c_tq_mm on activations already quantized: xq [m][k],
  * xd [m][k/128]. */
 /* tc_wg.cu: per-channel int8 products of 1..128 rows on Hopper's warpgroup MMA (activations quantized as for
- * g3c_tq_mm_pre); g3c_tq_mm and g3c_tq_mm_pre take it from 9 rows on, g3c_mm for 65..256 rows in launches of 128.
- * g3c_wg_supported is 0 with $G3_CUDA_WG=0. */
+ * g3c_tq_mm_pre); g3c_tq_mm and g3c_tq_mm_pre take it from g3c_wg_min_rows() rows ($G3_CUDA_WGMIN, 33), g3c_mm for
+ * decode batches of 65..256 rows in equal launches of up to 128. g3c_wg_supported is 0 with $G3_CUDA_WG=0. */
 int g3c_wg_supported(const g3_dmat *w, int m);
 int g3c_wg_min_rows(void);
 cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,

@@ -1,6 +1,7 @@
 /* Small device helpers shared by several kernel files (gemv.cu, qgemv.cu, qgemv_p.cu, kernels.cu, tc_gemv.cu,
- * tc_stage.cu, tc_q8.cu): the tanh-approximated GELU of GeGLU, the streaming 16-byte weight load, the 16-byte
- * cp.async copy, and the step schedule and output stage of the persistent GEMV kernels.
+ * tc_stage.cu, tc_q8.cu, tc_wg.cu): the tanh-approximated GELU of GeGLU, the streaming 16-byte weight load, the
+ * 16-byte cp.async copy, the exact int32 -> float of the int8 tensor-core sums, and the step schedule and output
+ * stage of the persistent GEMV kernels.
  * Internal to src/backend/cuda. */
 #ifndef G3_CUDA_DEVICE_UTIL_CUH
 #define G3_CUDA_DEVICE_UTIL_CUH
@@ -62,6 +63,10 @@ static __device__ __forceinline__ void g3c_rowgroup_out(float (&acc)[R][M], cons
         }
     }
 }
+
+/* exact int -> float for |v| < 2^22 with two full-rate ops (I2F is a quarter-rate pipe): the int32 sums of the int8
+ * tensor-core kernels (tc_q8.cu, tc_wg.cu) */
+static __device__ __forceinline__ float g3c_i2f_exact(int v) { return __int_as_float(v + 0x4B400000) - 12582912.f; }
 
 /* streamed weights: no L1 allocation (activations and scales keep L1), 256-byte L2 prefetch */
 static __device__ __forceinline__ uint4 g3c_ld_stream(const uint4 *p) {

@@ -80,19 +80,16 @@ cudaError_t g3c_mm(const g3c_mm_ctx *c, const g3_dmat *w, const float *x, const 
             *fused = fuse ? 2 : 0;
             return g3c_tc_mm(w, xh, m, sp, y, fuse ? &gg : NULL, c->n_sm, c->st);
         }
-        if (c->qact && g3c_wg_supported(w, 128)) { /* launches of <= 128 rows, equal (>= 33); hi rows of xh */
-            const int nl = (m + 127) / 128, per = (m + nl - 1) / nl;
-            for (int i0 = 0; i0 < m; i0 += per) {
-                int mm = m - i0 < per ? m - i0 : per;
-                cudaError_t e = g3c_tq_mm(w, xh + (size_t)i0 * w->k, mm, y + (size_t)i0 * w->n, c->n_sm, NULL, 0, c->st);
-                if (e != cudaSuccess) return e;
-            }
-            return cudaSuccess;
-        }
-        const int nl = (m + 63) / 64, per = (m + nl - 1) / nl; /* equal launches of <= 64 rows (>= 33) */
-        for (int i0 = 0; i0 < m; i0 += per) { /* plain: hi rows [0, m) of xh */
-            int mm = m - i0 < per ? m - i0 : per;
-            cudaError_t e = g3c_tc_mm(w, xh + (size_t)i0 * w->k, mm, 0, y + (size_t)i0 * w->n, NULL, c->n_sm, c->st);
+        /* equal launches (>= 33 rows each) of <= 128 rows on wgmma for decode batches on per-channel int8, else of
+         * <= 64 on the 9..64-row kernels; plain activations: hi rows [0, m) of xh */
+        const int wgp = c->qact && g3c_wg_supported(w, 128), lim = wgp ? 128 : 64;
+        const int nl = (m + lim - 1) / lim, per = (m + nl - 1) / nl;
+        for (int i0 = 0; i0 < m; i0 += per) {
+            const int mm = m - i0 < per ? m - i0 : per;
+            const __nv_bfloat16 *xi = xh + (size_t)i0 * w->k;
+            float *yi = y + (size_t)i0 * w->n;
+            cudaError_t e = wgp ? g3c_tq_mm(w, xi, mm, yi, c->n_sm, NULL, 0, c->st)
+                                : g3c_tc_mm(w, xi, mm, 0, yi, NULL, c->n_sm, c->st);
             if (e != cudaSuccess) return e;
         }
         return cudaSuccess;

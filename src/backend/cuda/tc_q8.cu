@@ -152,8 +152,6 @@ static __device__ __forceinline__ void tq_stage_x(uint4 *xs, float2 *ds, const i
     }
 }
 
-/* exact int -> float for |v| < 2^22 with two full-rate ops (I2F is a quarter-rate pipe) */
-static __device__ __forceinline__ float tq_i2f(int v) { return __int_as_float(v + 0x4B400000) - 12582912.f; }
 
 /* SC: 0 int8 per channel (scale at the end), 1 int4 (group scales and offsets). T tiles of 16 rows per warp. */
 template <int QT, int SC, int NT, int T, int MINB>
@@ -286,7 +284,7 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
                 for (int tt = 0; tt < T; tt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const float d = (e & 1) ? dd.z : dd.x, f = tq_i2f(ai[tt][nt][e]);
+                        const float d = (e & 1) ? dd.z : dd.x, f = g3c_i2f_exact(ai[tt][nt][e]);
                         if constexpr (SC == 0) acc[tt][nt][e] = fmaf(d, f, acc[tt][nt][e]);
                         else {
                             acc[tt][nt][e] = fmaf(cur.s[sg][tt][e >> 1] * d, f, acc[tt][nt][e]);

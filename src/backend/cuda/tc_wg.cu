@@ -90,9 +90,10 @@ static __device__ __forceinline__ uint64_t wg_desc(const void *p) {
     return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
 }
 
-/* 16 bytes global -> shared, zero-filled past `bytes` (0 or 16); PF: with the 256-byte L2 prefetch (the weights: a
- * stage reads 128 bytes of each row, the prefetch brings the next stage's along in the same DRAM access); 4 bytes */
-template <bool PF = false> static __device__ __forceinline__ void wg_cp16(void *dst, const void *src, int bytes) {
+/* 16 weight bytes global -> shared, zero-filled past `bytes` (0 or 16, rows past n); PF: with the 256-byte L2
+ * prefetch (a stage reads 128 bytes of each row, the prefetch brings the next stage's along in the same DRAM
+ * access); 4 bytes (the activation scales) */
+template <bool PF> static __device__ __forceinline__ void wg_cp16(void *dst, const void *src, int bytes) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     if constexpr (PF)
         asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
@@ -103,8 +104,6 @@ static __device__ __forceinline__ void wg_cp4(void *dst, const void *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
 }
 
-/* exact int -> float for |v| < 2^22 (|acc| <= 128 * 128 * 127 here) with two full-rate ops */
-static __device__ __forceinline__ float wg_i2f(int v) { return __int_as_float(v + 0x4B400000) - 12582912.f; }
 
 template <int BM, int BN, int ST> struct wg_cfg {
     static constexpr int WB = BN * 128, XB = BM * 128, SB = WB + XB; /* bytes of a stage (multiple of 1024) */
@@ -143,10 +142,9 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
         uint8_t *dst = sm + slot * SB + WB;
         for (int idx = tid; idx < m * 8; idx += WG_T) {
             const int r = idx >> 3, c = idx & 7;
-            wg_cp16(dst + r * 128 + ((c ^ (r & 7)) << 4), xq + (size_t)r * K + st * 128 + c * 16, 16);
+            g3c_cp16(dst + r * 128 + ((c ^ (r & 7)) << 4), xq + (size_t)r * K + st * 128 + c * 16);
         }
-        if (tid < m) wg_cp4(ds + slot * BM + tid, &xd[(size_t)tid * nb + st].x);
-        if (BM > WG_T && tid + WG_T < m) wg_cp4(ds + slot * BM + tid + WG_T, &xd[(size_t)(tid + WG_T) * nb + st].x);
+        if (tid < m) wg_cp4(ds + slot * BM + tid, &xd[(size_t)tid * nb + st].x); /* m <= BM <= WG_T */
     };
     /* activation rows m..BM-1 of every stage: zeros, never loaded */
     for (int idx = tid; idx < ST * (BM - m) * 8; idx += WG_T) {
@@ -202,7 +200,7 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
             wg_fence_regs(ai[t]);
             const float d0 = ds[slot * BM + 64 * t + tr], d1 = ds[slot * BM + 64 * t + tr + 8];
 #pragma unroll
-            for (int r = 0; r < NR; r++) acc[t][r] = fmaf((r & 2) ? d1 : d0, wg_i2f(ai[t][r]), acc[t][r]);
+            for (int r = 0; r < NR; r++) acc[t][r] = fmaf((r & 2) ? d1 : d0, g3c_i2f_exact(ai[t][r]) /* |acc| <= 128 * 128 * 127 */, acc[t][r]);
         }
         const int tile = (int)(u / S), st = (int)(u % S);
         if (u + 1 == u1 || st + 1 == S) { /* the tile (or this block's share of it) is done: add into y */
@@ -271,14 +269,14 @@ int g3c_wg_supported(const g3_dmat *w, int m) {
            m <= 128;
 }
 
-/* the variants [BM 64 / 128][ST 4 / 3][PF on / off]: kernel, shared memory, resident blocks per SM */
+/* the variants [BM 64 / 128][ST 4 / 3][PF on / off]: kernel, shared memory, resident blocks per SM (0: not set up) */
 typedef struct wg_inst {
     void *k;
     size_t smem;
     int bps;
 } wg_inst;
 static wg_inst wg_tab[2][2][2];
-static int wg_ready;
+static int wg_ready; /* wg_tab filled */
 
 template <int BM, int ST> static void wg_fill(wg_inst (&t)[2]) {
     t[0].k = wg_k<BM, ST, true>(), t[1].k = wg_k<BM, ST, false>();
@@ -286,17 +284,16 @@ template <int BM, int ST> static void wg_fill(wg_inst (&t)[2]) {
 }
 
 static cudaError_t wg_setup(void) {
-    if (wg_ready) return cudaSuccess;
-    wg_fill<64, 4>(wg_tab[0][0]), wg_fill<64, 3>(wg_tab[0][1]);
-    wg_fill<128, 4>(wg_tab[1][0]), wg_fill<128, 3>(wg_tab[1][1]);
-    for (int i = 0; i < 8; i++) {
-        wg_inst *v = &wg_tab[i >> 2][(i >> 1) & 1][i & 1];
-        cudaError_t e = cudaFuncSetAttribute(v->k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)v->smem);
-        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v->bps, v->k, WG_T, v->smem);
-        if (e != cudaSuccess) return e;
-        if (v->bps < 1) v->bps = 1;
+    if (!wg_ready) {
+        wg_fill<64, 4>(wg_tab[0][0]), wg_fill<64, 3>(wg_tab[0][1]);
+        wg_fill<128, 4>(wg_tab[1][0]), wg_fill<128, 3>(wg_tab[1][1]);
+        wg_ready = 1;
     }
-    wg_ready = 1;
+    for (int i = 0; i < 8; i++) { /* no-op once bps is set */
+        wg_inst *v = &wg_tab[i >> 2][(i >> 1) & 1][i & 1];
+        cudaError_t e = g3c_smem_setup(v->k, (int)v->smem, WG_T, &v->bps);
+        if (e != cudaSuccess) return e;
+    }
     return cudaSuccess;
 }
 
