@@ -10,20 +10,25 @@
  *                    ptxas serializes the wgmma here (C7514), so it measures nothing better than x0 ST4
  *   x4               16-byte reductions (red.global.add.v4.f32, lane pairs trading halves) instead of float2 atomics
  *   x5               no output at all (the sums only kept alive): the cost of writing y
+ *   x6               x0 with the channel scales of the block's (first two) tiles in shared memory, loaded at the
+ *                    start, so that writing a tile does not wait for global loads
  *   loads only, tiled (bulk)   each stage one contiguous 16 KB block of repacked weights, by cp.async (by one
  *                    cp.async.bulk with an mbarrier)
  *   wgt              the MMA kernel on the repacked weights with bulk copies
- * Findings on the H200 (session 8, bench/logs/2026-11-22-session8/): the loads alone stream at ~0.98 of the read
- * bandwidth in every layout; MMAs and scaling are hidden (x1, x2 ~ x0); writing y costs ~20% of the product (x5:
- * gate/up 63 against 77-80 us), by atomics or by plain stores alike (a cluster variant that reduced each tile through
- * distributed shared memory and stored once was no faster for gate/up and slower in the forward). Checks x0, x3, x4
- * and wgt against lib (max difference relative to max |y|). Usage: g3wg_bench [rows 1..64, 64] [repetitions, 50] */
+ * Findings on the H200 (session 8, bench/logs/2026-11-22-session8/, bench/RESULTS.md): the loads alone stream at
+ * ~0.95 of the read bandwidth in every layout; MMAs and scaling are hidden (x1, x2 ~ x0); writing y cost ~20% of the
+ * product (x5: gate/up 63 against 77-80 us), by atomics or by plain stores alike (a cluster variant that reduced each
+ * tile through distributed shared memory and stored once was no faster for gate/up and slower in the forward), and
+ * most of it was the wait for the channel scales read just before the output (x6), which the library now reads at
+ * the block's start: its column equals x6 or better since. Checks x0, x3, x4, wgt and x6 against lib (max difference
+ * relative to max |y|). Usage: g3wg_bench [rows 1..64, 64] [repetitions, 50] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/wgmma.cuh"
 
 #define CK(x)                                                                                                          \
     do {                                                                                                               \
@@ -121,35 +126,62 @@ __global__ void __launch_bounds__(T, 3) k_ld(const int8_t *W, const int8_t *xq, 
     if (acc == 1234567.f) sink[blockIdx.x] = acc;
 }
 
-/* ---- wgmma on the tiled weights (bulk copies) ---------------------------------------------------------------------- */
-static __device__ __forceinline__ void wg_mma_n128(int (&d)[64], uint64_t da, uint64_t db, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-                 "}, %64, %65, p;\n}\n"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-                   "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]),
-                   "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]),
-                   "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]),
-                   "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]),
-                   "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]),
-                   "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]),
-                   "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]),
-                   "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
-                 : "l"(da), "l"(db), "r"(acc));
+/* ---- pieces shared by the two MMA kernels below (both: BM = 64 tokens, stages of 16 KB weights + 8 KB activations) */
+#define XB_SB 24576
+#define XB_WB 16384
+/* activation rows m..63 of every stage and their scales: zeros, never loaded */
+static __device__ __forceinline__ void x_zero_pad(uint8_t *sm, float *ds, int st_count, int m) {
+    for (int idx = threadIdx.x; idx < st_count * (64 - m) * 8; idx += T) {
+        const int slot = idx / ((64 - m) * 8), rem = idx % ((64 - m) * 8), r = m + (rem >> 3);
+        *(uint4 *)(sm + slot * XB_SB + XB_WB + r * 128 + ((rem & 7) << 4)) = make_uint4(0, 0, 0, 0);
+    }
+    for (int idx = threadIdx.x; idx < st_count * 64; idx += T)
+        if (idx % 64 >= m) ds[idx] = 0.f;
 }
-template <int N> static __device__ __forceinline__ void fence_regs(int (&d)[N]) {
+/* stage st of the activations (m rows of 128 bytes, swizzled) and their d into ring slot `slot` */
+static __device__ __forceinline__ void x_stage(uint8_t *sm, float *ds, const int8_t *xq, const float2 *xd, int m, int K,
+                                               int st, int slot) {
+    uint8_t *dst = sm + slot * XB_SB + XB_WB;
+    for (int idx = threadIdx.x; idx < m * 8; idx += T) {
+        const int r = idx >> 3, c = idx & 7;
+        g3c_cp16(dst + r * 128 + ((c ^ (r & 7)) << 4), xq + (size_t)r * K + st * 128 + c * 16);
+    }
+    if ((int)threadIdx.x < m) wg_cp4(ds + slot * 64 + threadIdx.x, &xd[(size_t)threadIdx.x * (K / 128) + st].x);
+}
+/* the four k steps of one stage into ai (wgmma group committed, not waited for) */
+static __device__ __forceinline__ void x_mma(int (&ai)[64], const uint8_t *base) {
+    const uint64_t db = wg_desc(base), da = wg_desc(base + XB_WB);
+    wg_fence_regs(ai);
+    wg_fence();
 #pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+r"(d[i])::"memory");
-}
-static __device__ __forceinline__ uint64_t wdesc(const void *p) {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+    for (int ks = 0; ks < 4; ks++) wg_mma_n128(ai, da + 2 * ks, db + 2 * ks, ks);
+    wg_commit();
 }
 
+/* a finished tile's sums, times the channel scales (sc: the tile's 128 scales in shared memory, else from ws), added
+ * into y (float2 atomics), and zeroed; tr: this thread's first token of the m64 fragment */
+static __device__ __forceinline__ void x_out(float (&acc)[64], const float *ws, const float *sc, int tile, int n, int m,
+                                             float *y, int tr) {
+    const int ch0 = tile * 128 + 2 * (threadIdx.x & 3);
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const int ch = ch0 + 8 * j;
+        if (ch >= n) continue;
+        const float s0 = sc ? sc[ch - tile * 128] : __ldg(ws + ch);
+        const float s1 = ch + 1 < n ? (sc ? sc[ch + 1 - tile * 128] : __ldg(ws + ch + 1)) : 0.f;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int tok = tr + 8 * h;
+            if (tok < m)
+                atomicAdd((float2 *)(y + (size_t)tok * n + ch),
+                          make_float2(acc[4 * j + 2 * h] * s0, acc[4 * j + 2 * h + 1] * s1));
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 64; r++) acc[r] = 0.f;
+}
+
+/* ---- wgmma on the tiled weights (bulk copies) ---------------------------------------------------------------------- */
 /* m <= 64 rows, BN = 128 channels; Wt: [tile][stage][128 rows][128 B pre-swizzled]; s: channel scales */
 template <int ST>
 __global__ void __launch_bounds__(T, 3) k_wgt(const int8_t *Wt, const float *ws, int n, int K, const int8_t *xq,
@@ -160,18 +192,13 @@ __global__ void __launch_bounds__(T, 3) k_wgt(const int8_t *Wt, const float *ws,
     uint8_t *sm = raw + (((rs + 1023u) & ~1023u) - rs);
     float *ds = (float *)(sm + ST * SB);
     uint64_t *mb = (uint64_t *)(ds + ST * BM);
-    const int tid = threadIdx.x, wq = tid >> 5, lane = tid & 31, nb = K / 128;
+    const int tid = threadIdx.x, wq = tid >> 5, lane = tid & 31;
     const long long u0 = L * blockIdx.x / gridDim.x, u1 = L * (blockIdx.x + 1) / gridDim.x;
     if (tid == 0) {
         for (int i = 0; i < ST; i++) mb_init(mb + i, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    for (int idx = tid; idx < ST * (BM - m) * 8; idx += T) {
-        const int slot = idx / ((BM - m) * 8), rem = idx % ((BM - m) * 8), r = m + (rem >> 3);
-        *(uint4 *)(sm + slot * SB + WB + r * 128 + ((rem & 7) << 4)) = make_uint4(0, 0, 0, 0);
-    }
-    for (int idx = tid; idx < ST * BM; idx += T)
-        if (idx % BM >= m) ds[idx] = 0.f;
+    x_zero_pad(sm, ds, ST, m);
     __syncthreads();
     auto load_w = [&](long long u, int slot) {
         if (tid == 0) {
@@ -179,19 +206,7 @@ __global__ void __launch_bounds__(T, 3) k_wgt(const int8_t *Wt, const float *ws,
             bulk_g2s(sm + slot * SB, Wt + (size_t)u * WB, WB, mb + slot);
         }
     };
-    auto load_x = [&](long long u, int slot) {
-        const int st = (int)(u % S);
-        uint8_t *dst = sm + slot * SB + WB;
-        for (int idx = tid; idx < m * 8; idx += T) {
-            const int r = idx >> 3, c = idx & 7;
-            g3c_cp16(dst + r * 128 + ((c ^ (r & 7)) << 4), xq + (size_t)r * K + st * 128 + c * 16);
-        }
-        if (tid < m) {
-            const unsigned d = (unsigned)__cvta_generic_to_shared(ds + slot * BM + tid);
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(&xd[(size_t)tid * nb + st].x)
-                         : "memory");
-        }
-    };
+    auto load_x = [&](long long u, int slot) { x_stage(sm, ds, xq, xd, m, K, (int)(u % S), slot); };
     for (int i = 0; i < ST - 1; i++)
         if (u0 + i < u1) load_w(u0 + i, i);
     g3c_pdl_wait();
@@ -215,39 +230,16 @@ __global__ void __launch_bounds__(T, 3) k_wgt(const int8_t *Wt, const float *ws,
             if (u + ST - 1 < u1) load_w(u + ST - 1, sn), load_x(u + ST - 1, sn);
             g3c_cp_commit();
         }
-        const uint8_t *base = sm + slot * SB;
-        const uint64_t db = wdesc(base), da = wdesc(base + WB);
-        fence_regs(ai);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int ks = 0; ks < 4; ks++) wg_mma_n128(ai, da + 2 * ks, db + 2 * ks, ks);
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        fence_regs(ai);
+        x_mma(ai, sm + slot * SB);
+        wg_wait0();
+        wg_fence_regs(ai);
         {
             const float d0 = ds[slot * BM + tr], d1 = ds[slot * BM + tr + 8];
 #pragma unroll
             for (int r = 0; r < 64; r++) acc[r] = fmaf((r & 2) ? d1 : d0, g3c_i2f_exact(ai[r]), acc[r]);
         }
         const int tile = (int)(u / S), st = (int)(u % S);
-        if (u + 1 == u1 || st + 1 == S) {
-            const int ch0 = tile * 128 + 2 * (lane & 3);
-#pragma unroll
-            for (int j = 0; j < 16; j++) {
-                const int ch = ch0 + 8 * j;
-                if (ch >= n) continue;
-                const float s0 = __ldg(ws + ch), s1 = ch + 1 < n ? __ldg(ws + ch + 1) : 0.f;
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int tok = tr + 8 * h;
-                    if (tok >= m) continue;
-                    float *p = y + (size_t)tok * n + ch;
-                    atomicAdd((float2 *)p, make_float2(acc[4 * j + 2 * h] * s0, acc[4 * j + 2 * h + 1] * s1));
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < 64; r++) acc[r] = 0.f;
-        }
+        if (u + 1 == u1 || st + 1 == S) x_out(acc, ws, nullptr, tile, n, m, y, tr);
         slot = slot + 1 == ST ? 0 : slot + 1;
         ph ^= slot == 0;
     }
@@ -261,19 +253,18 @@ __global__ void __launch_bounds__(T, 3) k_wgt(const int8_t *Wt, const float *ws,
 template <int VAR, int ST, int BPS>
 __global__ void __launch_bounds__(T, BPS) k_wgx(const int8_t *W, const float *ws, int n, int K, const int8_t *xq,
                                                 const float2 *xd, int m, float *y, int S, long long L) {
-    constexpr int SB = 24576, WB = 16384, BM = 64, AHEAD = VAR == 3 ? ST - 2 : ST - 1;
+    constexpr int SB = 24576, BM = 64, AHEAD = VAR == 3 ? ST - 2 : ST - 1;
     extern __shared__ uint8_t raw[];
     const uint32_t rs = (uint32_t)__cvta_generic_to_shared(raw);
     uint8_t *sm = raw + (((rs + 1023u) & ~1023u) - rs);
     float *ds = (float *)(sm + ST * SB);
-    const int tid = threadIdx.x, wq = tid >> 5, lane = tid & 31, nb = K / 128;
+    float *scs = ds + ST * BM; /* VAR 6: the channel scales of the block's first two tiles, loaded at the start */
+    const int tid = threadIdx.x, wq = tid >> 5, lane = tid & 31;
     const long long u0 = L * blockIdx.x / gridDim.x, u1 = L * (blockIdx.x + 1) / gridDim.x;
-    for (int idx = tid; idx < ST * (BM - m) * 8; idx += T) {
-        const int slot = idx / ((BM - m) * 8), rem = idx % ((BM - m) * 8), r = m + (rem >> 3);
-        *(uint4 *)(sm + slot * SB + WB + r * 128 + ((rem & 7) << 4)) = make_uint4(0, 0, 0, 0);
-    }
-    for (int idx = tid; idx < ST * BM; idx += T)
-        if (idx % BM >= m) ds[idx] = 0.f;
+    x_zero_pad(sm, ds, ST, m);
+    const int tf = (int)(u0 / S), sc_ok = VAR == 6 && u1 > u0 && (int)((u1 - 1) / S) - tf < 2;
+    if (sc_ok)
+        for (int i = tid; i < 256; i += T) scs[i] = tf * 128 + i < n ? __ldg(ws + tf * 128 + i) : 0.f;
     auto load_w = [&](long long u, int slot) {
         const int tile = (int)(u / S), st = (int)(u % S);
         uint8_t *dst = sm + slot * SB;
@@ -281,24 +272,10 @@ __global__ void __launch_bounds__(T, BPS) k_wgx(const int8_t *W, const float *ws
         for (int j = 0; j < 8; j++) {
             const int idx = tid + T * j, r = idx >> 3, c = idx & 7, row = tile * 128 + r;
             const int8_t *src = W + (size_t)(row < n ? row : 0) * K + st * 128 + c * 16;
-            const unsigned d = (unsigned)__cvta_generic_to_shared(dst + r * 128 + ((c ^ (r & 7)) << 4));
-            asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(row < n ? 16 : 0)
-                         : "memory");
+            wg_cp16<true>(dst + r * 128 + ((c ^ (r & 7)) << 4), src, row < n ? 16 : 0);
         }
     };
-    auto load_x = [&](long long u, int slot) {
-        const int st = (int)(u % S);
-        uint8_t *dst = sm + slot * SB + WB;
-        for (int idx = tid; idx < m * 8; idx += T) {
-            const int r = idx >> 3, c = idx & 7;
-            g3c_cp16(dst + r * 128 + ((c ^ (r & 7)) << 4), xq + (size_t)r * K + st * 128 + c * 16);
-        }
-        if (tid < m) {
-            const unsigned d = (unsigned)__cvta_generic_to_shared(ds + slot * BM + tid);
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(&xd[(size_t)tid * nb + st].x)
-                         : "memory");
-        }
-    };
+    auto load_x = [&](long long u, int slot) { x_stage(sm, ds, xq, xd, m, K, (int)(u % S), slot); };
 #pragma unroll
     for (int i = 0; i < AHEAD; i++)
         if (u0 + i < u1) load_w(u0 + i, i);
@@ -320,17 +297,9 @@ __global__ void __launch_bounds__(T, BPS) k_wgx(const int8_t *W, const float *ws
         if (u + AHEAD < u1) load_w(u + AHEAD, (i + AHEAD) % ST), load_x(u + AHEAD, (i + AHEAD) % ST);
         g3c_cp_commit();
     };
-    auto mma = [&](int(&ai)[64], int slot) {
-        const uint8_t *base = sm + slot * SB;
-        const uint64_t db = wdesc(base), da = wdesc(base + WB);
-        fence_regs(ai);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int ks = 0; ks < 4; ks++) wg_mma_n128(ai, da + 2 * ks, db + 2 * ks, ks);
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    };
+    auto mma = [&](int(&ai)[64], int slot) { x_mma(ai, sm + slot * SB); };
     auto scale = [&](int(&ai)[64], int slot) {
-        fence_regs(ai);
+        wg_fence_regs(ai);
         const float d0 = ds[slot * BM + tr], d1 = ds[slot * BM + tr + 8];
 #pragma unroll
         for (int r = 0; r < 64; r++) acc[r] = fmaf((r & 2) ? d1 : d0, g3c_i2f_exact(ai[r]), acc[r]);
@@ -364,24 +333,7 @@ __global__ void __launch_bounds__(T, BPS) k_wgx(const int8_t *W, const float *ws
             for (int r = 0; r < 64; r++) acc[r] = 0.f;
             return;
         }
-        if (u + 1 == u1 || st + 1 == S) {
-            const int ch0 = tile * 128 + 2 * (lane & 3);
-#pragma unroll
-            for (int j = 0; j < 16; j++) {
-                const int ch = ch0 + 8 * j;
-                if (ch >= n) continue;
-                const float s0 = __ldg(ws + ch), s1 = ch + 1 < n ? __ldg(ws + ch + 1) : 0.f;
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int tok = tr + 8 * h;
-                    if (tok >= m) continue;
-                    atomicAdd((float2 *)(y + (size_t)tok * n + ch),
-                              make_float2(acc[4 * j + 2 * h] * s0, acc[4 * j + 2 * h + 1] * s1));
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < 64; r++) acc[r] = 0.f;
-        }
+        if (u + 1 == u1 || st + 1 == S) x_out(acc, ws, sc_ok ? scs + (tile - tf) * 128 : nullptr, tile, n, m, y, tr);
     };
     if constexpr (VAR != 3) {
         for (long long u = u0; u < u1; u++) {
@@ -389,10 +341,10 @@ __global__ void __launch_bounds__(T, BPS) k_wgx(const int8_t *W, const float *ws
             top(u, i);
             if (VAR != 1) {
                 mma(a0, slot);
-                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                wg_wait0();
             }
             if (VAR != 2) scale(a0, slot);
-            else fence_regs(a0);
+            else wg_fence_regs(a0);
             flush(u);
         }
     } else {
@@ -414,13 +366,13 @@ __global__ void __launch_bounds__(T, BPS) k_wgx(const int8_t *W, const float *ws
             mma(a0, i % ST);
             asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
             if (u > u0) scale(a1, (i + ST - 1) % ST), flush(u - 1);
-            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            wg_wait0();
             scale(a0, i % ST), flush(u);
         } else if (u1 > u0) {
-            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            wg_wait0();
             scale(a1, (int)(u1 - 1 - u0) % ST), flush(u1 - 1);
         }
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        wg_wait0();
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
 }
@@ -528,13 +480,15 @@ int main(int argc, char **argv) {
     CK(g3c_smem_setup(k_wgx<2, 3, 3>, sm3, T, &bx[2]));
     CK(g3c_smem_setup(k_wgx<0, 4, 2>, sm4, T, &bx[3]));
     CK(g3c_smem_setup(k_wgx<3, 4, 2>, sm4, T, &bx[4]));
+    int bx6 = 0;
+    CK(g3c_smem_setup(k_wgx<6, 3, 3>, sm3 + 1024, T, &bx6));
     int bx45[2] = {0, 0};
     CK(g3c_smem_setup(k_wgx<4, 3, 3>, sm3, T, &bx45[0]));
     CK(g3c_smem_setup(k_wgx<5, 3, 3>, sm3, T, &bx45[1]));
     printf("blocks/SM: ld %d, x0 %d x1 %d x2 %d x0/4 %d x3/4 %d\n", b_ld, bx[0], bx[1], bx[2], bx[3], bx[4]);
     printf("| matrix | MB | lib us (GB/s) | loads only | x0 as lib | x1 no MMA | x2 no scaling | x0 ST4 2/SM | x3 two sets ST4 2/SM "
            "| x4 float4 reductions | x5 no output | loads only, tiled | loads only, tiled, bulk | wgt: tiled, bulk "
-           "| x0, x3, x4, wgt max rel diff to lib |\n");
+           "| x6: scales loaded at the start | x0, x3, x4, wgt, x6 max rel diff to lib |\n");
     for (auto &s : sh) {
         const int S = s.k / 128, tiles = (s.n + 127) / 128;
         const long long L = (long long)tiles * S;
@@ -543,7 +497,7 @@ int main(int argc, char **argv) {
         memset(&w, 0, sizeof w);
         w.qt = G3Q_INT8, w.n = s.n, w.k = s.k, w.g = s.k, w.q = W, w.s = ws;
         auto grid = [&](int bps) { long long g = (long long)nsm * bps; return (unsigned)(g > L ? L : g); };
-        float t[12];
+        float t[13];
         k_tile<<<1024, 256, 0, st>>>(W, Wt, s.n, s.k);
         t[0] = timeit(reps, [&] { CK(g3c_wg_mm(&w, xq, xd, m, y, nsm, st)); });
         t[1] = timeit(reps, [&] { k_ld<0, 3><<<grid(b_ld), T, 3 * 24576 + 1088, st>>>(W, xq, s.n, s.k, sink, S, L); });
@@ -557,19 +511,21 @@ int main(int argc, char **argv) {
         t[9] = timeit(reps, [&] { k_ld<1, 3><<<grid(b_tl), T, 3 * 24576 + 1088, st>>>(Wt, xq, s.n, s.k, sink, S, L); });
         t[10] = timeit(reps, [&] { k_ld<2, 3><<<grid(b_bk), T, 3 * 24576 + 1088, st>>>(Wt, xq, s.n, s.k, sink, S, L); });
         t[11] = timeit(reps, [&] { k_wgt<3><<<grid(b_wgt), T, smem_wgt, st>>>(Wt, ws, s.n, s.k, xq, xd, m, y2, S, L); });
+        t[12] = timeit(reps, [&] { k_wgx<6, 3, 3><<<grid(bx6), T, sm3 + 1024, st>>>(W, ws, s.n, s.k, xq, xd, m, y2, S, L); });
         /* correctness: one launch each into zeroed outputs */
         const size_t ny = (size_t)m * s.n;
         float *h1 = (float *)malloc(ny * 4), *h2 = (float *)malloc(ny * 4);
-        double rel[4];
+        double rel[5];
         CK(cudaMemsetAsync(y, 0, ny * 4, st));
         CK(g3c_wg_mm(&w, xq, xd, m, y, nsm, st));
         CK(cudaMemcpyAsync(h1, y, ny * 4, cudaMemcpyDeviceToHost, st));
-        for (int v = 0; v < 4; v++) {
+        for (int v = 0; v < 5; v++) {
             CK(cudaMemsetAsync(y2, 0, ny * 4, st));
             if (v == 0) k_wgx<0, 3, 3><<<grid(bx[0]), T, sm3, st>>>(W, ws, s.n, s.k, xq, xd, m, y2, S, L);
             else if (v == 1) k_wgx<3, 4, 2><<<grid(bx[4]), T, sm4, st>>>(W, ws, s.n, s.k, xq, xd, m, y2, S, L);
             else if (v == 2) k_wgx<4, 3, 3><<<grid(bx45[0]), T, sm3, st>>>(W, ws, s.n, s.k, xq, xd, m, y2, S, L);
-            else k_wgt<3><<<grid(b_wgt), T, smem_wgt, st>>>(Wt, ws, s.n, s.k, xq, xd, m, y2, S, L);
+            else if (v == 3) k_wgt<3><<<grid(b_wgt), T, smem_wgt, st>>>(Wt, ws, s.n, s.k, xq, xd, m, y2, S, L);
+            else k_wgx<6, 3, 3><<<grid(bx6), T, sm3 + 1024, st>>>(W, ws, s.n, s.k, xq, xd, m, y2, S, L);
             CK(cudaMemcpyAsync(h2, y2, ny * 4, cudaMemcpyDeviceToHost, st));
             CK(cudaStreamSynchronize(st));
             double mx = 0, dm = 0;
@@ -578,8 +534,8 @@ int main(int argc, char **argv) {
         }
         free(h1), free(h2);
         printf("| %s | %.0f |", s.name, mb / 1e6);
-        for (int q = 0; q < 12; q++) printf(" %.1f (%.0f) |", t[q], mb / (t[q] * 1e3));
-        printf(" %.1e, %.1e, %.1e, %.1e |\n", rel[0], rel[1], rel[2], rel[3]);
+        for (int q = 0; q < 13; q++) printf(" %.1f (%.0f) |", t[q], mb / (t[q] * 1e3));
+        printf(" %.1e, %.1e, %.1e, %.1e, %.1e |\n", rel[0], rel[1], rel[2], rel[3], rel[4]);
     }
     printf("(us per launch, GB/s of weight bytes in brackets; ratio to the stream read: divide by %.0f)\n", bw);
     return 0;

@@ -6,8 +6,10 @@
  *
  * Measured on the H200 (27B int8, g3cuda_bench aggregate decode tok/s, argmax on the GPU; session 7 run 5, default
  * against $G3_CUDA_WG=0): 64 seqs 4260 against 3803, 128 seqs 5266 against 2446, 256 seqs 5051 against 3250.
- * At 64 rows the products stream at ~0.6 of the bandwidth (CUPTI: gate/up 87 us for 231 MB): each block waits for
- * its stage's MMAs before scaling their sums, so throughput comes from three independent blocks per SM.
+ * At 64 rows the products stream at ~0.73 of the bandwidth (dev/cuda/wg_bench.cu, session 8: gate/up 68 us for
+ * 231 MB, the loads alone 57): each block waits for its stage's MMAs before scaling their sums, and throughput comes
+ * from three independent blocks per SM, which hide the MMAs and the scaling (measured: removing either changes
+ * nothing); what remains is mostly the output of the stream-K shares at the end of the kernel.
  *
  * Data: the activations are quantized per row and block of 128 values (tq_act.cuh: d = amax/127, natural order),
  * so one 128-byte row segment of weights and activations is one stage: int32 sums of a stage are exact, turned into
@@ -24,90 +26,23 @@
  * Shared memory: a ring of ST stages, each the weight tile [BN rows][128 B] then the activation tile [BM][128 B],
  * in the 128-byte swizzle wgmma expects (16-byte chunk c of row r at chunk c ^ (r & 7), tiles 1024-byte aligned;
  * descriptor: stride 1024 B between 8-row groups, K advanced by adding 32 B to the start address), plus the
- * tokens' d per stage. Copies by cp.async from all threads, ST - 1 stages in flight (the weights of the first
- * stages are requested before the programmatic-launch wait: they do not depend on the previous kernel). Rows >= m
- * of the activation tiles are zeroed once and never loaded. Work: a block takes an equal contiguous range of the
+ * tokens' d per stage and the channel scales of the block's first two tiles (read at the start). Copies by cp.async
+ * from all threads, ST - 1 stages in flight (the weights of the first stages are requested before the
+ * programmatic-launch wait: they do not depend on the previous kernel). Rows >= m of the activation tiles are zeroed
+ * once and never loaded. Work: a block takes an equal contiguous range of the
  * (channel tile, stage) units, so small matrices split K across blocks (stream-K, atomic adds). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/wgmma.cuh"
 
 #define WG_T 128 /* one warpgroup */
 
-/* D (s32, 32 registers) = or += A . B^T: m64n64k32, A and B K-major int8 tiles in shared memory (descriptors) */
-static __device__ __forceinline__ void wg_mma_n64(int (&d)[32], uint64_t da, uint64_t db, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-                 "}, %32, %33, p;\n}\n"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-                   "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]),
-                   "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]),
-                   "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]),
-                   "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
-                 : "l"(da), "l"(db), "r"(acc));
-}
-/* D (s32, 64 registers) = or += A . B^T: m64n128k32, A and B K-major int8 tiles in shared memory (descriptors) */
-static __device__ __forceinline__ void wg_mma_n128(int (&d)[64], uint64_t da, uint64_t db, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-                 "}, %64, %65, p;\n}\n"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-                   "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]),
-                   "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]),
-                   "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]),
-                   "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]),
-                   "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]),
-                   "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]),
-                   "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]),
-                   "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
-                 : "l"(da), "l"(db), "r"(acc));
-}
-
-static __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-static __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-static __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-/* keeps the compiler from touching the accumulators across the asynchronous MMA */
-template <int N> static __device__ __forceinline__ void wg_fence_regs(int (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+r"(d[i])::"memory");
-}
-template <int N> static __device__ __forceinline__ void wg_mma(int (&d)[N], uint64_t da, uint64_t db, int acc) {
-    if constexpr (N == 32) wg_mma_n64(d, da, db, acc);
-    else wg_mma_n128(d, da, db, acc);
-}
-
-/* shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 B apart */
-static __device__ __forceinline__ uint64_t wg_desc(const void *p) {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
-}
-
-/* 16 weight bytes global -> shared, zero-filled past `bytes` (0 or 16, rows past n); PF: with the 256-byte L2
- * prefetch (a stage reads 128 bytes of each row, the prefetch brings the next stage's along in the same DRAM
- * access); 4 bytes (the activation scales) */
-template <bool PF> static __device__ __forceinline__ void wg_cp16(void *dst, const void *src, int bytes) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    if constexpr (PF)
-        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
-    else asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ void wg_cp4(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
-}
-
-
 template <int BM, int BN, int ST> struct wg_cfg {
     static constexpr int WB = BN * 128, XB = BM * 128, SB = WB + XB; /* bytes of a stage (multiple of 1024) */
-    static constexpr int SMEM = ST * SB + ST * BM * 4 + 1024;      /* + d [ST][BM] + alignment slack */
+    static constexpr int SMEM = ST * SB + ST * BM * 4 + 2 * BN * 4 + 1024; /* + d [ST][BM] + scales [2][BN] + slack */
 };
 
 /* One warpgroup per block, two or three blocks per SM: while one block turns a stage's int32 sums into floats
@@ -123,6 +58,7 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
     const uint32_t raw_s = (uint32_t)__cvta_generic_to_shared(wg_raw);
     uint8_t *sm = wg_raw + (((raw_s + 1023u) & ~1023u) - raw_s);
     float *ds = (float *)(sm + ST * SB);
+    float *scs = ds + ST * BM; /* the channel scales of the block's first two tiles */
     const int tid = threadIdx.x, wq = tid >> 5, lane = tid & 31;
     const int n = w.n, K = w.k, nb = K / 128;
     const long long u0 = L * blockIdx.x / gridDim.x, u1 = L * (blockIdx.x + 1) / gridDim.x;
@@ -153,6 +89,12 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
     }
     for (int idx = tid; idx < ST * BM; idx += WG_T)
         if (idx % BM >= m) ds[idx] = 0.f;
+    /* the scales of the tiles this block ends (at most two but for tiny K): read now, so that adding a finished tile
+     * into y does not wait for global loads behind the weight streams of every other block (measured with
+     * dev/cuda/wg_bench.cu, 27B at 64 rows, session 8, x0 -> x6: gate/up 79.5 -> 73.4 us, down 47.7 -> 40.5) */
+    const int tf = (int)(u0 / S), sc_ok = u1 > u0 && (int)((u1 - 1) / S) - tf < 2;
+    if (sc_ok)
+        for (int i = tid; i < 2 * BN; i += WG_T) scs[i] = tf * BN + i < n ? __ldg(w.s + tf * BN + i) : 0.f;
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
         if (u0 + i < u1) load_w(u0 + i, i);
@@ -209,7 +151,8 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
             for (int j = 0; j < NR / 4; j++) {
                 const int ch = ch0 + 8 * j;
                 if (ch >= n) continue;
-                const float s0 = __ldg(w.s + ch), s1 = ch + 1 < n ? __ldg(w.s + ch + 1) : 0.f;
+                const float s0 = sc_ok ? scs[ch - tf * BN] : __ldg(w.s + ch);
+                const float s1 = ch + 1 < n ? (sc_ok ? scs[ch + 1 - tf * BN] : __ldg(w.s + ch + 1)) : 0.f;
 #pragma unroll
                 for (int t = 0; t < MT; t++)
 #pragma unroll
