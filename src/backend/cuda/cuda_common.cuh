@@ -280,7 +280,8 @@ cudaError_t g3c_add_norm_f(float *x, float *y, int ny, const float *w1, const fl
                            float *xn, __nv_bfloat16 *xh, int split, int flags, cudaStream_t st);
 cudaError_t g3c_geglu_f(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, int flags,
                         cudaStream_t st);
-/* GeGLU with the outputs also quantized into xq / xd for g3c_tq_mm_pre (F % 128 == 0, ny <= 2; y zeroed). */
+/* GeGLU with the outputs also quantized into xq / xd for g3c_tq_mm_pre (F % 128 == 0, ny <= 2; y zeroed); a (float32)
+ * and ah (bf16) copies only where not NULL. */
 cudaError_t g3c_geglu_tq(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, int8_t *xq,
                          float2 *xd, int il, cudaStream_t st);
 /* f32 [m][n] -> bf16 hi [m][n] (+ lo at +m rows). */

@@ -143,7 +143,8 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
         }
         PROF("gate/up product");
         const int tq_dn = tqp && !fused && ny <= 2 && g3c_tq_taken(&L->down, m);
-        if (tq_dn) RUN(g3c_geglu_tq(b->y, ny, m, F, b->a, b->ah, split, tq_x, tq_d, g3c_tq_int4(&L->down), b->st));
+        /* the down product reads only the quantized copy: no float32 / bf16 copies (11 MB a layer at 27B, 64 rows) */
+        if (tq_dn) RUN(g3c_geglu_tq(b->y, ny, m, F, NULL, NULL, split, tq_x, tq_d, g3c_tq_int4(&L->down), b->st));
         else if (!fused) RUN(g3c_geglu_f(b->y, ny, m, F, b->a, b->ah, split, rf, b->st));
         else if (fused == 1 && g3c_mm_path(&mc, &L->down, m) != G3C_PATH_GEMV &&
                  g3c_mm_path(&mc, &L->down, m) != G3C_PATH_QGEMV)

@@ -286,7 +286,8 @@ __global__ void __launch_bounds__(NT) k_add_norm_v(float *x, float *y, int ny, c
 
 /* GeGLU, 4 outputs per thread: two float4 (gate, up, gate, up) per slice, every slice loaded before zeroing.
  * xq (optional, F % 128 == 0): the outputs also quantized for the int8 tensor-core product (tq_act.cuh); the 32
- * lanes of a warp hold one block of 128 (consecutive e, warp-aligned, F / 4 a multiple of 32). */
+ * lanes of a warp hold one block of 128 (consecutive e, warp-aligned, F / 4 a multiple of 32). a and ah may be NULL
+ * (with xq: the product reads only the quantized copy). */
 __global__ void __launch_bounds__(256) k_geglu4(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah,
                                                 int split, int flags, int8_t *xq, float2 *xd, int il) {
     g3c_pdl_wait();
@@ -307,7 +308,7 @@ __global__ void __launch_bounds__(256) k_geglu4(float *y, int ny, int m, int F, 
         }
         const float4 v = make_float4(gelu_tanh(p0.x) * p0.y, gelu_tanh(p0.z) * p0.w, gelu_tanh(p1.x) * p1.y,
                                      gelu_tanh(p1.z) * p1.w);
-        if (!(flags & G3C_NO_F32) || !ah) ((float4 *)a)[e] = v;
+        if (a && (!(flags & G3C_NO_F32) || !ah)) ((float4 *)a)[e] = v;
         if (ah) put_bf16x4(ah, split, (size_t)m * F, (size_t)4 * e, v);
         if (xq) g3c_tq_quant4(v, true, xq + (size_t)4 * (e & ~31), xd + (e >> 5), il); /* n4 % 32 == 0 */
     }
