@@ -371,7 +371,8 @@ int g3c_attn2_cluster(int m, int NKV, int *wpb); /* blocks per (row, kv head); *
  * weights loaded before the PDL wait. g3c_dnorm_enabled: 1 unless $G3_CUDA_DNORM=0 (also selects g3c_argmax_dec). */
 cudaError_t g3c_add_norm_dec(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m, int H,
                              float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st);
-/* The same, xn also quantized into xq / xd for g3c_tq_mm_pre (H % 128 == 0; il: the int4 value order). */
+/* The same, xn also quantized into xq / xd for g3c_tq_mm_pre (H % 128 == 0; il: the int4 value order); xn and xh
+ * may be NULL when the product reads only the quantized copy. */
 cudaError_t g3c_add_norm_dec_tq(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m,
                                 int H, float *xn, __nv_bfloat16 *xh, int split, int8_t *xq, float2 *xd, int il,
                                 cudaStream_t st);

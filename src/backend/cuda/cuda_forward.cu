@@ -129,9 +129,9 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
             const int tq_gu = tqp && g3c_tq_taken(&L->gu, m);
             if (rf) RUN(g3c_add_norm_f(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh,
                                        split, rf, b->st));
-            else if (tq_gu)
-                RUN(g3c_add_norm_dec_tq(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh,
-                                        split, tq_x, tq_d, g3c_tq_int4(&L->gu), b->st));
+            else if (tq_gu) /* the gate/up product reads only the quantized copy: no xn / xh */
+                RUN(g3c_add_norm_dec_tq(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, NULL, NULL, split,
+                                        tq_x, tq_d, g3c_tq_int4(&L->gu), b->st));
             else RUN(add_norm(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
             PROF("add + norms");
             if (tq_gu) {
@@ -167,8 +167,8 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
             RUN(g3c_add_norm_f(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split,
                                l + 1 < c->n_layers ? rf : G3C_KEEP_Y, b->st));
         else if ((tq_next = tqp && l + 1 < c->n_layers && g3c_tq_taken(&b->L[l + 1].qkv, m)))
-            RUN(g3c_add_norm_dec_tq(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, tq_x,
-                                    tq_d, g3c_tq_int4(&b->L[l + 1].qkv), b->st));
+            RUN(g3c_add_norm_dec_tq(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, NULL, NULL, split, tq_x, tq_d,
+                                    g3c_tq_int4(&b->L[l + 1].qkv), b->st)); /* the next qkv reads only the copy */
         else RUN(add_norm(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
         PROF("add + norms");
     }

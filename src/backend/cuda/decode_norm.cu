@@ -2,7 +2,8 @@
  * per row of H floats (H % 4 == 0, H <= 8192), the row held in registers as float4s, the two norm weights loaded
  * before the programmatic-dependent-launch wait (they do not depend on the previous kernel), one barrier per
  * reduction. Same contract as g3c_add_norm (kernels.cu): reads the ny slices of y [ny][m][H] and zeroes them,
- * x[r] += rms(sum) * w1, xn[r] = rms(x[r]) * w2 and its bf16 copies (hi rows, then lo rows at +m when split).
+ * x[r] += rms(sum) * w1, xn[r] = rms(x[r]) * w2 and its bf16 copies (hi rows, then lo rows at +m when split; with
+ * the int8 copy for a quantized product, xn and the bf16 copies only where asked for).
  * Also the greedy pick of decode steps (argmax over the logits of a row, one block per row streaming it with float4
  * loads) and the test hooks g3_cuda_test_add_norm and g3_cuda_test_argmax. */
 #include <stdlib.h>
@@ -101,7 +102,7 @@ __global__ void __launch_bounds__(DN_T) k_add_norm_dec(float *x, float *y, int n
         const float4 o = make_float4(xv[e].x * inv2 * a2[e].x, xv[e].y * inv2 * a2[e].y, xv[e].z * inv2 * a2[e].z,
                                      xv[e].w * inv2 * a2[e].w);
         if (i4 < H4) {
-            ((float4 *)xn)[row4 + i4] = o;
+            if (xn) ((float4 *)xn)[row4 + i4] = o;
             if (xh) dn_put_bf16(xh, (size_t)r * H + 4 * (size_t)i4, (size_t)m * H, split, o);
         }
         if (xq) { /* whole warps in or out: H4 % 32 == 0 */
