@@ -200,10 +200,6 @@ cudaError_t g3c_tc_init(void);
 /* 9..64 plain rows on quantized weights with the activations staged in shared memory (tc_stage.cu); g3c_tc_mm
  * takes it where g3c_tcm_supported (0 with $G3_CUDA_TCM=0). g3c_tcm_init: shared-memory limits and occupancy. */
 int g3c_tcm_supported(const g3_dmat *w, int m);
-/* Activations quantized by their producer (tq_act.cuh) for the int8 tensor-core kernel (tc_q8.cu): g3c_tq_taken says
- * whether the forward's product of m rows on w runs there (path TC, 9..64 rows, $G3_CUDA_TQPRE != 0), g3c_tq_int4
- * which value order its activations need; g3c_tq_mm_pre = g3c_tq_mm on activations already quantized: xq [m][k],
- * xd [m][k/128]. */
 /* tc_wg.cu: per-channel int8 products of 1..128 rows on Hopper's warpgroup MMA (activations quantized as for
  * g3c_tq_mm_pre); g3c_tq_mm and g3c_tq_mm_pre take it from g3c_wg_min_rows() rows ($G3_CUDA_WGMIN, 33), g3c_mm for
  * decode batches of 65..256 rows in equal launches of up to 128. g3c_wg_supported is 0 with $G3_CUDA_WG=0. */
@@ -212,15 +208,19 @@ int g3c_wg_min_rows(void);
 cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                       cudaStream_t st);
 cudaError_t g3c_wg_init(void);
-/* g3c_tq_mm on bf16 activations (tc_q8.cu): quantizes them (k_tq_quant) into q8 (or a scratch of its own), then the
- * product; up to 64 rows, 128 where g3c_wg_supported */
-cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,
-                      cudaStream_t st);
+/* Activations quantized by their producer (tq_act.cuh) for the int8 tensor-core kernel (tc_q8.cu): g3c_tq_taken says
+ * whether the forward's product of m rows on w runs there (path TC, 9..64 rows, $G3_CUDA_TQPRE != 0), g3c_tq_int4
+ * which value order its activations need; g3c_tq_mm_pre = g3c_tq_mm on activations already quantized: xq [m][k],
+ * xd [m][k/128]. */
 int g3c_tq_taken(const g3_dmat *w, int m);
 int g3c_tq_int4(const g3_dmat *w);
 size_t g3c_tq_q8_bytes(int m, int k);
 cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                           cudaStream_t st);
+/* g3c_tq_mm on bf16 activations (tc_q8.cu): quantizes them (k_tq_quant) into q8 (or a scratch of its own), then the
+ * product; up to 64 rows, 128 where g3c_wg_supported */
+cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,
+                      cudaStream_t st);
 cudaError_t g3c_tcm_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, cudaStream_t st);
 cudaError_t g3c_tcm_init(void);
 

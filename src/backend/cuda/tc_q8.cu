@@ -152,7 +152,6 @@ static __device__ __forceinline__ void tq_stage_x(uint4 *xs, float2 *ds, const i
     }
 }
 
-
 /* SC: 0 int8 per channel (scale at the end), 1 int4 (group scales and offsets). T tiles of 16 rows per warp. */
 template <int QT, int SC, int NT, int T, int MINB>
 __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
