@@ -155,7 +155,8 @@ static void test_matmul_staged(void **state) {
      * tc_q8.cu quantizes the activations to int8 per block of 128 (|xq - x| <= amax/254, ~0.4% of a uniform block's
      * values, ~2e-3 relative to max|y| with random signs; 5e-3 seen), so the same 1e-2 bound holds. */
     static const char *modes[] = {NULL, "1", "2", "0", "3"};
-    setenv("G3_CUDA_WG", "0", 1); /* per-channel int8 on mma.sync here (the wgmma kernel: test_matmul_wgmma) */
+    setenv("G3_CUDA_WG", "0", 1);  /* per-channel int8 on mma.sync here (the wgmma kernel: test_matmul_wgmma) */
+    setenv("G3_CUDA_WG4", "0", 1); /* int4 likewise (tc_wg4.cu: test_matmul_wg4) */
     for (int pass = 0; pass < 5; pass++) {
         if (modes[pass]) setenv("G3_CUDA_TCM", modes[pass], 1);
         printf("  G3_CUDA_TCM=%s\n", modes[pass] ? modes[pass] : "(default)");
@@ -201,6 +202,7 @@ static void test_matmul_staged(void **state) {
     unsetenv("G3_CUDA_TQOCC");
     unsetenv("G3_CUDA_TCM");
     unsetenv("G3_CUDA_WG");
+    unsetenv("G3_CUDA_WG4");
 }
 /* ---- per-channel int8 on Hopper's warpgroup MMA (tc_wg.cu) ------------------------------------------------------- */
 /* One int8 product of m rows checked against the kernel's own arithmetic: activations quantized per row and block of
@@ -209,7 +211,7 @@ static void test_matmul_staged(void **state) {
  * product quantizes; amax spread over 2^-6 .. 2^6), so a block's d taken from the wrong stage or token moves y by
  * far more than the 1e-4 of max|y| allowed, which float rounding of the sums stays well inside. Also checked: the
  * path, and against W . x (the quantization's own error: 1e-2, as for every 9..64-row quantized path). */
-static void run_wg(int n, int k, int m, int want_path) {
+static void run_wgq(const char *qt, int n, int k, int m, int want_path) {
     float *w = malloc(sizeof(float) * (size_t)n * k), *x = malloc(sizeof(float) * (size_t)m * k);
     float *y = malloc(sizeof(float) * (size_t)m * n), *wd = malloc(sizeof(float) * (size_t)n * k);
     double *xe = malloc(sizeof(double) * (size_t)m * k);
@@ -231,8 +233,8 @@ static void run_wg(int n, int k, int m, int want_path) {
         }
     for (size_t i = 0; i < (size_t)m * n; i++) y[i] = NAN;
     g3_error err = {0};
-    if (g3_cuda_test_matmul(G3_DTYPE_F32, w, n, k, "int8", 1, 0, x, m, y, wd, &err) != G3_OK)
-        fail_msg("int8: %s", err.msg);
+    if (g3_cuda_test_matmul(G3_DTYPE_F32, w, n, k, qt, 1, 0, x, m, y, wd, &err) != G3_OK)
+        fail_msg("%s: %s", qt, err.msg);
     double mx = 1e-30, de = 0;
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
@@ -243,14 +245,16 @@ static void run_wg(int n, int k, int m, int want_path) {
             mx = fmax(mx, fabs(r)), de = fmax(de, e);
         }
     const double dq = check_mm(wd, n, k, x, m, y, 0);
-    const int path = g3_cuda_test_mm_path(G3_DTYPE_F32, n, k, "int8", 1, m);
-    printf("  int8 n=%-4d k=%-5d m=%-3d path %d (%s): vs emulation %.2e, vs W.x %.2e\n", n, k, m, path,
-           getenv("G3_CUDA_WG") ? getenv("G3_CUDA_WG") : "wg", de / mx, dq);
+    const int path = g3_cuda_test_mm_path(G3_DTYPE_F32, n, k, qt, 1, m);
+    printf("  %s n=%-4d k=%-5d m=%-3d path %d: vs emulation %.2e, vs W.x %.2e\n", qt, n, k, m, path, de / mx, dq);
     assert_int_equal(path, want_path);
-    if (!(de / mx <= 1e-4)) fail_msg("int8 n=%d k=%d m=%d: %g of max|y| from the emulated product", n, k, m, de / mx);
-    if (!(dq <= 1e-2)) fail_msg("int8 n=%d k=%d m=%d: product error %g", n, k, m, dq);
+    if (!(de / mx <= 1e-4))
+        fail_msg("%s n=%d k=%d m=%d: %g of max|y| from the emulated product", qt, n, k, m, de / mx);
+    if (!(dq <= 1e-2)) fail_msg("%s n=%d k=%d m=%d: product error %g", qt, n, k, m, dq);
     free(w), free(x), free(y), free(wd), free(xe);
 }
+
+static void run_wg(int n, int k, int m, int want_path) { run_wgq("int8", n, k, m, want_path); }
 
 /* 9..64 rows: 64-token tiles; 65..128: 128-token tiles; 129..256: two launches (g3c_mm). n = 37: odd (scalar
  * atomics), one partial channel tile; 264: three tiles, the last partial; k = 128: one stage per tile (a block per
@@ -285,6 +289,34 @@ static void test_matmul_wgmma(void **state) {
     run_mm("int8", 264, 5376, 100, 1, 0, 5.0e-4, 1e-2);
     unsetenv("G3_CUDA_QBIG");
     unsetenv("G3_CUDA_WG");
+}
+
+/* ---- int4 on warpgroup MMA with the weights in registers (tc_wg4.cu) ---------------------------------------------- */
+/* The same emulation (int4 weights dequantized: y = sum over blocks of d * (q . (s q_w + z))), which also checks the
+ * kernel's activation order (a value paired with the wrong weight moves y by far more than 1e-4 of max|y|). Rows
+ * 9..16 / 17..32 / 33..64: 16 / 32 / 64-token tiles; 33..64 with one or two channel tiles per block ($G3_CUDA_WG4CT);
+ * beyond 64 (decode batches) in launches of <= 64. n = 37: one partial channel tile; 264: five tiles of 64, the last
+ * partial; k = 128: one stage; 21504: stream-K across blocks. $G3_CUDA_WG4=0: tc_q8.cu's mma.sync kernel. */
+static void test_matmul_wg4(void **state) {
+    (void)state;
+    need_gpu();
+    const int ms[] = {9, 16, 17, 31, 32, 33, 48, 64, 100};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        run_wgq("int4", 264, 5376, ms[i], 1);
+        run_wgq("int4", 37, 21504, ms[i], 1);
+        run_wgq("int4", 45, 128, ms[i], 1);
+    }
+    run_mm("int4", 160, 512, 40, 1, 1, 7.0e-3, 2e-2); /* GeGLU after the product */
+    setenv("G3_CUDA_WG4CT", "1", 1);                    /* 33..64 rows: one channel tile per block */
+    run_wgq("int4", 264, 5376, 40, 1);
+    run_wgq("int4", 37, 21504, 64, 1);
+    unsetenv("G3_CUDA_WG4CT");
+    const int g[] = {G3_DTYPE_Q4_0, G3_DTYPE_Q4_K}; /* groups of 32: not this kernel (tc_stage.cu), still right */
+    for (size_t i = 0; i < 2; i++) run_gguf_mm((uint32_t)g[i], 40, 2816, 32);
+    setenv("G3_CUDA_WG4", "0", 1); /* as before: mma.sync */
+    run_wgq("int4", 264, 5376, 32, 1);
+    run_wgq("int4", 37, 21504, 64, 1);
+    unsetenv("G3_CUDA_WG4");
 }
 
 /* Decode batches of 65..256 rows on the other quantized formats: the 9..64-row kernels in equal launches of <= 64
@@ -532,6 +564,7 @@ int main(void) {
         cmocka_unit_test(test_gguf_types),
         cmocka_unit_test(test_matmul_staged),
         cmocka_unit_test(test_matmul_wgmma),
+        cmocka_unit_test(test_matmul_wg4),
         cmocka_unit_test(test_matmul_big_decode),
         cmocka_unit_test(test_qgemv),
         cmocka_unit_test(test_qgemv_pn),

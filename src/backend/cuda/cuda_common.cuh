@@ -208,12 +208,19 @@ int g3c_wg_min_rows(void);
 cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                       cudaStream_t st);
 cudaError_t g3c_wg_init(void);
-/* Activations quantized by their producer (tq_act.cuh) for the int8 tensor-core kernel (tc_q8.cu): g3c_tq_taken says
- * whether the forward's product of m rows on w runs there (path TC, 9..64 rows, $G3_CUDA_TQPRE != 0), g3c_tq_int4
- * which value order its activations need; g3c_tq_mm_pre = g3c_tq_mm on activations already quantized: xq [m][k],
- * xd [m][k/128]. */
+/* tc_wg4.cu: int4 products (groups of 128 * j) of 9..64 rows on warpgroup MMA with the weights in registers
+ * (activations quantized as for g3c_tq_mm_pre, value order 2); g3c_tq_mm and g3c_tq_mm_pre take it where
+ * g3c_wg4_supported ($G3_CUDA_WG4=0: never; $G3_CUDA_WG4MIN: fewest rows, 9). */
+int g3c_wg4_supported(const g3_dmat *w, int m);
+cudaError_t g3c_wg4_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
+                       cudaStream_t st);
+cudaError_t g3c_wg4_init(void);
+/* Activations quantized by their producer (tq_act.cuh) for the int8 tensor-core kernels (tc_q8.cu, tc_wg.cu,
+ * tc_wg4.cu): g3c_tq_taken says whether the forward's product of m rows on w runs there (path TC, 9..64 rows,
+ * $G3_CUDA_TQPRE != 0), g3c_tq_order which value order its activations need (tq_act.cuh's il); g3c_tq_mm_pre =
+ * g3c_tq_mm on activations already quantized: xq [m][k], xd [m][k/128]. */
 int g3c_tq_taken(const g3_dmat *w, int m);
-int g3c_tq_int4(const g3_dmat *w);
+int g3c_tq_order(const g3_dmat *w, int m);
 size_t g3c_tq_q8_bytes(int m, int k);
 cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                           cudaStream_t st);

@@ -131,7 +131,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
                                        split, rf, b->st));
             else if (tq_gu) /* the gate/up product reads only the quantized copy: no xn / xh */
                 RUN(g3c_add_norm_dec_tq(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, NULL, NULL, split,
-                                        tq_x, tq_d, g3c_tq_int4(&L->gu), b->st));
+                                        tq_x, tq_d, g3c_tq_order(&L->gu, m), b->st));
             else RUN(add_norm(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
             PROF("add + norms");
             if (tq_gu) {
@@ -144,7 +144,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
         PROF("gate/up product");
         const int tq_dn = tqp && !fused && ny <= 2 && g3c_tq_taken(&L->down, m);
         /* the down product reads only the quantized copy: no float32 / bf16 copies (11 MB a layer at 27B, 64 rows) */
-        if (tq_dn) RUN(g3c_geglu_tq(b->y, ny, m, F, NULL, NULL, split, tq_x, tq_d, g3c_tq_int4(&L->down), b->st));
+        if (tq_dn) RUN(g3c_geglu_tq(b->y, ny, m, F, NULL, NULL, split, tq_x, tq_d, g3c_tq_order(&L->down, m), b->st));
         else if (!fused) RUN(g3c_geglu_f(b->y, ny, m, F, b->a, b->ah, split, rf, b->st));
         else if (fused == 1 && g3c_mm_path(&mc, &L->down, m) != G3C_PATH_GEMV &&
                  g3c_mm_path(&mc, &L->down, m) != G3C_PATH_QGEMV)
@@ -168,7 +168,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
                                l + 1 < c->n_layers ? rf : G3C_KEEP_Y, b->st));
         else if ((tq_next = tqp && l + 1 < c->n_layers && g3c_tq_taken(&b->L[l + 1].qkv, m)))
             RUN(g3c_add_norm_dec_tq(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, NULL, NULL, split, tq_x, tq_d,
-                                    g3c_tq_int4(&b->L[l + 1].qkv), b->st)); /* the next qkv reads only the copy */
+                                    g3c_tq_order(&b->L[l + 1].qkv, m), b->st)); /* the next qkv reads only the copy */
         else RUN(add_norm(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
         PROF("add + norms");
     }

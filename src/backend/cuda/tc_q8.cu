@@ -403,12 +403,13 @@ cudaError_t g3c_tq_init(void) {
             cudaError_t e = tq_setup(&tq_table[v / 2][v % 2][c]);
             if (e != cudaSuccess) return e;
         }
-    return g3c_wg_init();
+    cudaError_t e = g3c_wg_init();
+    return e == cudaSuccess ? g3c_wg4_init() : e;
 }
 
 size_t g3c_tq_q8_bytes(int m, int k) { return (size_t)m * k + (size_t)m * (k / 128) * sizeof(float2); }
 
-int g3c_tq_int4(const g3_dmat *w) { return w->qt == G3Q_INT4; }
+int g3c_tq_order(const g3_dmat *w, int m) { return w->qt != G3Q_INT4 ? 0 : g3c_wg4_supported(w, m) ? 2 : 1; }
 
 static tq_inst *tq_pick(const g3_dmat *w, int m) {
     /* $G3_CUDA_TQOCC=1|2 forces one; default by format, as measured on the H200 (27B, 32 / 64 seqs, tok/s): int8 at
@@ -436,6 +437,7 @@ static int tq_wg(const g3_dmat *w, int m) { return m >= g3c_wg_min_rows() && g3c
 cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                           cudaStream_t st) {
     if (tq_wg(w, m)) return g3c_wg_mm(w, xq, xd, m, y, n_sm, st);
+    if (g3c_wg4_supported(w, m)) return g3c_wg4_mm(w, xq, xd, m, y, n_sm, st);
     if (!g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     tq_build();
     tq_inst *ti = tq_pick(w, m);
@@ -445,11 +447,11 @@ cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, 
 
 cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,
                       cudaStream_t st) {
-    const int wg = tq_wg(w, m); /* up to 128 rows there */
-    if (!wg && !g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
+    const int wg = tq_wg(w, m), wg4 = !wg && g3c_wg4_supported(w, m); /* up to 128 / 64 rows there */
+    if (!wg && !wg4 && !g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     tq_build();
-    tq_inst *ti = wg ? NULL : tq_pick(w, m);
-    cudaError_t e = wg ? cudaSuccess : tq_setup(ti); /* no-op after g3c_tq_init */
+    tq_inst *ti = wg || wg4 ? NULL : tq_pick(w, m);
+    cudaError_t e = ti ? tq_setup(ti) : cudaSuccess; /* no-op after g3c_tq_init */
     if (e != cudaSuccess) return e;
     const size_t need = g3c_tq_q8_bytes(m, w->k);
     void *tmp = NULL;
@@ -484,8 +486,11 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
     float2 *xd = (float2 *)(xq + (size_t)m * w->k); /* m*k is a multiple of 128: 8-byte aligned */
     const long long th = (long long)m * (w->k / 4);
     e = g3c_launch(k_tq_quant, dim3((unsigned)((th + 255) / 256)), dim3(256), 0, st, xh, m, w->k, xq, xd,
-                   (int)(w->qt == G3Q_INT4));
-    if (e == cudaSuccess) e = wg ? g3c_wg_mm(w, xq, xd, m, y, n_sm, st) : tq_run(ti, w, xq, xd, m, y, n_sm, st);
+                   g3c_tq_order(w, m));
+    if (e == cudaSuccess)
+        e = wg    ? g3c_wg_mm(w, xq, xd, m, y, n_sm, st)
+            : wg4 ? g3c_wg4_mm(w, xq, xd, m, y, n_sm, st)
+                  : tq_run(ti, w, xq, xd, m, y, n_sm, st);
     if (tmp) {
         cudaError_t e2 = cudaFreeAsync(tmp, st);
         if (e == cudaSuccess) e = e2;

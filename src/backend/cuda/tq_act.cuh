@@ -1,8 +1,9 @@
 /* Quantization of activations for the int8 tensor-core products (tc_q8.cu), by the kernels that produce them (the
  * decode add-norm, GeGLU: from their float32 values), so that the product needs no quantization launch of its own, or
  * else by tc_q8.cu's k_tq_quant (from the bf16 copies): per row and block of 128 values d = amax/127,
- * q = rint(x * 127/amax), q stored [m][K] (for int4 weights each 8 values as x0,x2,x4,x6,x1,x3,x5,x7), (d, d * sum q)
- * [m][K/128].
+ * q = rint(x * 127/amax), q stored [m][K] in the value order of the product that reads them (il 0: natural, for
+ * int8 weights; 1: each 8 values as x0,x2,x4,x6,x1,x3,x5,x7, for int4 on tc_q8.cu; 2: the order of tc_wg4.cu's k
+ * steps, for int4 on wgmma), (d, d * sum q) [m][K/128].
  * record (cuda_forward.cu) takes it for the qkv, gate/up and down products on the int8 tensor cores ($G3_CUDA_TQPRE=0:
  * k_tq_quant before each, as before). Measured on the H200 (session 5, 27B, aggregate decode tok/s, argmax on the GPU,
  * off -> on): int4 32 seqs 2880 -> 2944, 64 seqs 3791 -> 3857; int8 32 seqs 2515 -> 2711, 64 seqs 3589 -> 3819. */
@@ -12,7 +13,7 @@
 #include <stdint.h>
 
 /* The 32 lanes of a warp hold the 128 values of one block, lane l values 4l..4l+3 (v); every lane calls, ok equal
- * across the warp. xq: the block's 128 bytes, xd: its (d, d * sum q); il: the int4 order. */
+ * across the warp. xq: the block's 128 bytes, xd: its (d, d * sum q); il: the value order (above). */
 static __device__ __forceinline__ void g3c_tq_quant4(float4 v, bool ok, int8_t *xq, float2 *xd, int il) {
     const int lane = threadIdx.x & 31;
     float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
@@ -29,10 +30,15 @@ static __device__ __forceinline__ void g3c_tq_quant4(float4 v, bool ok, int8_t *
     const bool odd = lane & 1;
     const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? p02 : p13, 1); /* the pair's other half */
     if (!ok) return;
-    uint32_t word;
-    if (il) word = odd ? (got | p13 << 16) : (p02 | got << 16); /* even: x0 x2 x4 x6, odd: x1 x3 x5 x7 */
-    else word = p02 & 255 | (p13 & 255) << 8 | (p02 >> 8) << 16 | (p13 >> 8) << 24;
-    ((uint32_t *)xq)[lane] = word;
+    if (il == 2) { /* tc_wg4.cu: value v at byte 32 ((v >> 3) & 3) + 16 (v & 1) + 4 (v >> 5) + ((v >> 1) & 3) */
+        const int p0 = 32 * ((lane >> 1) & 3) + 4 * (lane >> 3) + 2 * (lane & 1);
+        ((uint16_t *)xq)[p0 >> 1] = (uint16_t)p02, ((uint16_t *)xq)[(p0 >> 1) + 8] = (uint16_t)p13;
+    } else {
+        uint32_t word;
+        if (il) word = odd ? (got | p13 << 16) : (p02 | got << 16); /* even: x0 x2 x4 x6, odd: x1 x3 x5 x7 */
+        else word = p02 & 255 | (p13 & 255) << 8 | (p02 >> 8) << 16 | (p13 >> 8) << 24;
+        ((uint32_t *)xq)[lane] = word;
+    }
     if (lane == 0) {
         const float d = amax * (1.f / 127.f);
         *xd = make_float2(d, d * (float)sum);

@@ -43,6 +43,52 @@ static __device__ __forceinline__ void wg_mma_n128(int (&d)[64], uint64_t da, ui
                  : "l"(da), "l"(db), "r"(acc));
 }
 
+/* D (s32, 8 registers) = or += A . B^T: m64n16k32, A from registers (a0..a3: the m16n8k32 A fragment of
+ * this warp's 16 rows), B K-major in shared memory (descriptor) */
+static __device__ __forceinline__ void wg_mma_rs_n16(int (&d)[8], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                      uint32_t a3, uint64_t db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7"
+                 "}, {%8,%9,%10,%11}, %12, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(acc));
+}
+/* D (s32, 16 registers) = or += A . B^T: m64n32k32, A from registers (a0..a3: the m16n8k32 A fragment of
+ * this warp's 16 rows), B K-major in shared memory (descriptor) */
+static __device__ __forceinline__ void wg_mma_rs_n32(int (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                      uint32_t a3, uint64_t db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+                 "}, {%16,%17,%18,%19}, %20, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+                   "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(acc));
+}
+/* D (s32, 32 registers) = or += A . B^T: m64n64k32, A from registers (a0..a3: the m16n8k32 A fragment of
+ * this warp's 16 rows), B K-major in shared memory (descriptor) */
+static __device__ __forceinline__ void wg_mma_rs_n64(int (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                      uint32_t a3, uint64_t db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, {%32,%33,%34,%35}, %36, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+                   "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+                   "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+                   "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(acc));
+}
+template <int NR>
+static __device__ __forceinline__ void wg_mma_rs(int (&d)[NR], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                 uint64_t db, int acc) {
+    if constexpr (NR == 8) wg_mma_rs_n16(d, a0, a1, a2, a3, db, acc);
+    else if constexpr (NR == 16) wg_mma_rs_n32(d, a0, a1, a2, a3, db, acc);
+    else wg_mma_rs_n64(d, a0, a1, a2, a3, db, acc);
+}
+
 static __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 static __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 static __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }

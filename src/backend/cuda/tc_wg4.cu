@@ -1,0 +1,258 @@
+/* Batched products on int4 weights (affine groups of 128 * j) with Hopper's warpgroup MMA: y += x W^T for 9..64
+ * activation rows (g3c_tq_mm / g3c_tq_mm_pre; 65..256-row decode batches reach it in launches of <= 64 rows).
+ * $G3_CUDA_WG4=0: tc_q8.cu's mma.sync kernel, as before.
+ *
+ * Why: at 32 rows an int4 weight byte carries 2 x 32 multiply-adds, 128 int8 operations, which is about what
+ * mma.sync issues on Hopper at the bandwidth: tc_q8.cu streamed int4 at ~0.45 of it (27B, 32 rows, CUPTI, session 8:
+ * products 119 us per layer against 53 at the bandwidth). The asynchronous warpgroup MMA issues 64 x N x 32 per
+ * instruction from one warpgroup and frees the warps for the nibble unpacking and the scaling.
+ *
+ * Roles (the opposite of tc_wg.cu's): A = weights, M = 64 output channels per MMA, from registers (int4 nibbles
+ * become int8 bytes 0..15 with one mask per 4 values, which wgmma can only take from registers, not shared memory);
+ * B = activations, N = tokens (16, 32 or 64: the rows padded to the next), K-major in shared memory with the
+ * 128-byte swizzle (tc_wg.cu's descriptor). D[channel][token]: thread (warp w, lane g*4+t) holds channels
+ * 16w + g (+8) and tokens 8i + 2t (+1) of each 64-channel tile.
+ *
+ * Data: activations quantized per row and block of 128 values (tq_act.cuh, d = amax/127, q = rint(x/d)) in this
+ * kernel's value order (il 2), so one stage = 128 values = one int4 group: per stage and output
+ * y += s_g d (q_w . q_x) + z_g (d sum q_x) (w = s_g q_w + z_g), the int32 sums exact.
+ * k order: a stage is 64 bytes of each weight row; lane t of a quad takes bytes 16t..16t+15 (values 32t..32t+31) of
+ * rows g and g + 8 as four words, and k step j (one m64nNk32 MMA) uses word j: a0/a1 = word & 0x0F0F0F0F (values
+ * 32t + 8j + {0,2,4,6} of rows g / g+8), a2/a3 = (word >> 4) & 0x0F0F0F0F (the odd ones). In the m16n8k32 A fragment
+ * a0 covers k 4t..4t+3 and a2 k 16+4t..16+4t+3, so byte 32j + 16h + 4t + i of an activation row holds value
+ * 32t + 8j + 2i + h: the order g3c_tq_quant4 writes for il 2.
+ *
+ * Shared memory: a ring of ST stages, each [activation tile NP x 128 B, swizzled][weights: CT tiles x 2 halves x 128
+ * threads x 16 B, each thread's own words][(s, z) per channel][(d, d sum q) per token]. Weights and scales are
+ * requested before the programmatic-launch wait (they do not depend on the previous kernel), ST - 1 stages ahead.
+ * Work: units (channel tile of 64 CT, stage) in tile-major order split evenly over the blocks (stream-K: a tile's
+ * share of each block is added into y with atomics; y holds zeros on entry). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/wgmma.cuh"
+
+#define W4_T 128 /* one warpgroup */
+
+template <int NP, int CT, int ST> struct w4_cfg {
+    static constexpr int XB = NP * 128;          /* activation tile, a multiple of 1024 */
+    static constexpr int WB = CT * 2 * W4_T * 16; /* weights */
+    static constexpr int SCB = CT * 64 * 8;       /* (s, z) per channel */
+    static constexpr int DB = NP * 8;             /* (d, d sum q) per token */
+    static constexpr int SB = (XB + WB + SCB + DB + 1023) / 1024 * 1024;
+    static constexpr int SMEM = ST * SB + 1024; /* + alignment slack */
+};
+
+static __device__ __forceinline__ void w4_cp8(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(d), "l"(src) : "memory");
+}
+
+template <int NP, int CT, int ST, int MINB>
+__global__ void __launch_bounds__(W4_T, MINB) k_wg4(g3_dmat w, const int8_t *__restrict__ xq,
+                                                    const float2 *__restrict__ xd, int m, float *__restrict__ y, int S,
+                                                    long long L) {
+    constexpr int NR = NP / 2, BN = CT * 64;
+    constexpr int XB = w4_cfg<NP, CT, ST>::XB, WB = w4_cfg<NP, CT, ST>::WB, SCB = w4_cfg<NP, CT, ST>::SCB;
+    constexpr int SB = w4_cfg<NP, CT, ST>::SB;
+    extern __shared__ uint8_t w4_raw[];
+    const uint32_t raw_s = (uint32_t)__cvta_generic_to_shared(w4_raw);
+    uint8_t *sm = w4_raw + (((raw_s + 1023u) & ~1023u) - raw_s);
+    const int tid = threadIdx.x, wq = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int n = w.n, K = w.k, nb = K / 128, ngr = K / w.g, KB = K / 2;
+    const long long u0 = L * blockIdx.x / gridDim.x, u1 = L * (blockIdx.x + 1) / gridDim.x;
+    const uint8_t *W = (const uint8_t *)w.q;
+    auto load_w = [&](long long u, int slot) {
+        const int tile = (int)(u / S), st = (int)(u % S);
+        uint8_t *b = sm + slot * SB;
+        uint4 *dw = (uint4 *)(b + XB);
+#pragma unroll
+        for (int tt = 0; tt < CT; tt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = tile * BN + tt * 64 + 16 * wq + g + 8 * h;
+                const uint8_t *src = W + (size_t)(row < n ? row : n - 1) * KB + st * 64 + 16 * t;
+                wg_cp16<true>(dw + (tt * 2 + h) * W4_T + tid, src, row < n ? 16 : 0);
+            }
+        float *dsz = (float *)(b + XB + WB); /* [BN] (s, z) */
+        const int grp = st * 128 / w.g;
+        for (int i = tid; i < 2 * BN; i += W4_T) {
+            const int row = min(tile * BN + (i >> 1), n - 1);
+            wg_cp4(dsz + i, ((i & 1) ? w.z : w.s) + (size_t)row * ngr + grp);
+        }
+    };
+    auto load_x = [&](long long u, int slot) {
+        const int st = (int)(u % S);
+        uint8_t *b = sm + slot * SB;
+        for (int idx = tid; idx < m * 8; idx += W4_T) {
+            const int r = idx >> 3, c = idx & 7;
+            g3c_cp16(b + r * 128 + ((c ^ (r & 7)) << 4), xq + (size_t)r * K + st * 128 + c * 16);
+        }
+        if (tid < m) w4_cp8(b + XB + WB + SCB + 8 * tid, xd + (size_t)tid * nb + st); /* m <= NP <= W4_T */
+    };
+    /* token rows m..NP-1 of every stage: zeros (activations and their d), never loaded */
+    for (int idx = tid; idx < ST * (NP - m) * 8; idx += W4_T) {
+        const int slot = idx / ((NP - m) * 8), rem = idx % ((NP - m) * 8), r = m + (rem >> 3);
+        *(uint4 *)(sm + slot * SB + r * 128 + ((rem & 7) << 4)) = make_uint4(0, 0, 0, 0);
+    }
+    for (int idx = tid; idx < ST * NP; idx += W4_T)
+        if (idx % NP >= m) *(float2 *)(sm + (idx / NP) * SB + XB + WB + SCB + 8 * (idx % NP)) = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (u0 + i < u1) load_w(u0 + i, i);
+        g3c_cp_commit();
+    }
+    g3c_pdl_wait();
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (u0 + i < u1) load_x(u0 + i, i);
+        g3c_cp_commit();
+    }
+    /* unit u0 + i has landed once group ST - 1 + i has: at the top of iteration i, 2 (ST - 1) + i groups exist */
+    float acc[CT][NR];
+    int ai[CT][NR];
+#pragma unroll
+    for (int tt = 0; tt < CT; tt++)
+#pragma unroll
+        for (int r = 0; r < NR; r++) acc[tt][r] = 0.f, ai[tt][r] = 0;
+    const uint32_t MK = 0x0F0F0F0Fu;
+    int slot = 0;
+    for (long long u = u0; u < u1; u++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(ST - 2) : "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* cp.async writes -> the MMA's reads */
+        __syncthreads();
+        {
+            const int sn = slot == 0 ? ST - 1 : slot - 1; /* the stage done last iteration */
+            if (u + ST - 1 < u1) load_w(u + ST - 1, sn), load_x(u + ST - 1, sn);
+            g3c_cp_commit();
+        }
+        const uint8_t *b = sm + slot * SB;
+        const uint64_t dx = wg_desc(b);
+        const uint4 *ws = (const uint4 *)(b + XB);
+        uint32_t a[CT][4][4];
+#pragma unroll
+        for (int tt = 0; tt < CT; tt++) {
+            const uint4 r0 = ws[(tt * 2) * W4_T + tid], r1 = ws[(tt * 2 + 1) * W4_T + tid];
+            const uint32_t w0[4] = {r0.x, r0.y, r0.z, r0.w}, w1[4] = {r1.x, r1.y, r1.z, r1.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                a[tt][j][0] = w0[j] & MK, a[tt][j][1] = w1[j] & MK;
+                a[tt][j][2] = (w0[j] >> 4) & MK, a[tt][j][3] = (w1[j] >> 4) & MK;
+            }
+        }
+#pragma unroll
+        for (int tt = 0; tt < CT; tt++) wg_fence_regs(ai[tt]);
+        wg_fence();
+#pragma unroll
+        for (int tt = 0; tt < CT; tt++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                wg_mma_rs<NR>(ai[tt], a[tt][j][0], a[tt][j][1], a[tt][j][2], a[tt][j][3], dx + 2 * j, j);
+        wg_commit();
+        wg_wait0();
+        /* the A registers stay the MMAs' until here: no reuse before the wait */
+#pragma unroll
+        for (int tt = 0; tt < CT; tt++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                asm volatile("" : "+r"(a[tt][j][0]), "+r"(a[tt][j][1]), "+r"(a[tt][j][2]), "+r"(a[tt][j][3]));
+#pragma unroll
+        for (int tt = 0; tt < CT; tt++) wg_fence_regs(ai[tt]);
+        const float2 *sz = (const float2 *)(b + XB + WB);
+        const float4 *dd = (const float4 *)(b + XB + WB + SCB); /* tokens (2i, 2i + 1): (d, ds, d, ds) */
+        float2 zs[CT][2];
+#pragma unroll
+        for (int tt = 0; tt < CT; tt++)
+            zs[tt][0] = sz[tt * 64 + 16 * wq + g], zs[tt][1] = sz[tt * 64 + 16 * wq + g + 8];
+#pragma unroll
+        for (int q = 0; q < NR / 4; q++) {
+            const float4 dq = dd[4 * q + t]; /* tokens 8q + 2t, 8q + 2t + 1 */
+#pragma unroll
+            for (int tt = 0; tt < CT; tt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float2 s = zs[tt][e >> 1];
+                    const float d = (e & 1) ? dq.z : dq.x, ds = (e & 1) ? dq.w : dq.y;
+                    /* |sum| <= 128 * 15 * 127 < 2^22 */
+                    float &f = acc[tt][4 * q + e];
+                    f = fmaf(s.x, d * g3c_i2f_exact(ai[tt][4 * q + e]), fmaf(s.y, ds, f));
+                }
+        }
+        const int tile = (int)(u / S), st = (int)(u % S);
+        if (u + 1 == u1 || st + 1 == S) { /* the tile (or this block's share of it) is done: add into y */
+#pragma unroll
+            for (int tt = 0; tt < CT; tt++)
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    const int ch = tile * BN + tt * 64 + 16 * wq + g + 8 * ((r >> 1) & 1);
+                    const int tok = 8 * (r >> 2) + 2 * t + (r & 1);
+                    if (ch < n && tok < m) atomicAdd(y + (size_t)tok * n + ch, acc[tt][r]);
+                    acc[tt][r] = 0.f;
+                }
+        }
+        slot = slot + 1 == ST ? 0 : slot + 1;
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
+/* ---- dispatch -------------------------------------------------------------------------------------------------- */
+#define W4_ST 4
+
+typedef struct w4_inst {
+    void *k;
+    int smem, np, ct, bps; /* bps: resident blocks per SM (0: not set up) */
+} w4_inst;
+/* [NP 16, 32, 64 with 2 tiles, 64 with 1 tile] */
+static w4_inst w4_tab[4];
+static int w4_ready;
+
+template <int NP, int CT, int MINB> static w4_inst w4_mk(void) {
+    w4_inst r = {(void *)k_wg4<NP, CT, W4_ST, MINB>, w4_cfg<NP, CT, W4_ST>::SMEM, NP, CT, 0};
+    return r;
+}
+
+static cudaError_t w4_setup(void) {
+    if (!w4_ready) {
+        w4_tab[0] = w4_mk<16, 2, 3>(), w4_tab[1] = w4_mk<32, 2, 3>();
+        w4_tab[2] = w4_mk<64, 2, 2>(), w4_tab[3] = w4_mk<64, 1, 3>();
+        w4_ready = 1;
+    }
+    for (int i = 0; i < 4; i++) {
+        cudaError_t e = g3c_smem_setup(w4_tab[i].k, w4_tab[i].smem, W4_T, &w4_tab[i].bps);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t g3c_wg4_init(void) { return w4_setup(); }
+
+static int w4_min_rows(void) { /* $G3_CUDA_WG4MIN: fewest rows taken here (default 9) */
+    const char *e = getenv("G3_CUDA_WG4MIN");
+    const int v = e && *e ? atoi(e) : 9;
+    return v < 1 ? 1 : v;
+}
+
+int g3c_wg4_supported(const g3_dmat *w, int m) {
+    const char *e = getenv("G3_CUDA_WG4");
+    if (e && !strcmp(e, "0")) return 0;
+    return w->qt == G3Q_INT4 && w->k % 128 == 0 && w->g > 0 && w->g % 128 == 0 && w->k % w->g == 0 && w->n >= 1 &&
+           m >= w4_min_rows() && m <= 64;
+}
+
+cudaError_t g3c_wg4_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
+                       cudaStream_t st) {
+    if (!g3c_wg4_supported(w, m)) return cudaErrorInvalidValue;
+    cudaError_t e = w4_setup(); /* no-op after g3c_wg4_init */
+    if (e != cudaSuccess) return e;
+    /* 33..64 rows: two 64-channel tiles per block at two blocks per SM, or ($G3_CUDA_WG4CT=1) one at three */
+    const char *ce = getenv("G3_CUDA_WG4CT");
+    const w4_inst *v = &w4_tab[m <= 16 ? 0 : m <= 32 ? 1 : (ce && !strcmp(ce, "1")) ? 3 : 2];
+    const int BN = 64 * v->ct, S = w->k / 128, tiles = (w->n + BN - 1) / BN;
+    const long long L = (long long)tiles * S;
+    long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * v->bps;
+    if (blocks > L) blocks = L;
+    typedef void (*kfn)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long);
+    return g3c_launch((kfn)v->k, dim3((unsigned)blocks), dim3(W4_T), (size_t)v->smem, st, *w, xq, xd, m, y, S, L);
+}
