@@ -36,11 +36,12 @@
 
 #define W4_T 128 /* one warpgroup */
 
-template <int NP, int CT, int ST> struct w4_cfg {
-    static constexpr int XB = NP * 128;          /* activation tile, a multiple of 1024 */
-    static constexpr int WB = CT * 2 * W4_T * 16; /* weights */
-    static constexpr int SCB = CT * 64 * 8;       /* (s, z) per channel */
-    static constexpr int DB = NP * 8;             /* (d, d sum q) per token */
+/* G int4 groups (128 values each) per stage */
+template <int NP, int CT, int G, int ST> struct w4_cfg {
+    static constexpr int XB = G * NP * 128;          /* activation tiles, one per group, each a multiple of 1024 */
+    static constexpr int WB = G * CT * 2 * W4_T * 16; /* weights */
+    static constexpr int SCB = G * CT * 64 * 8;       /* (s, z) per group and channel */
+    static constexpr int DB = G * NP * 8;             /* (d, d sum q) per group and token */
     static constexpr int SB = (XB + WB + SCB + DB + 1023) / 1024 * 1024;
     static constexpr int SMEM = ST * SB + 1024; /* + alignment slack */
 };
@@ -50,13 +51,13 @@ static __device__ __forceinline__ void w4_cp8(void *dst, const void *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(d), "l"(src) : "memory");
 }
 
-template <int NP, int CT, int ST, int MINB>
+template <int NP, int CT, int G, int ST, int MINB>
 __global__ void __launch_bounds__(W4_T, MINB) k_wg4(g3_dmat w, const int8_t *__restrict__ xq,
                                                     const float2 *__restrict__ xd, int m, float *__restrict__ y, int S,
                                                     long long L) {
     constexpr int NR = NP / 2, BN = CT * 64;
-    constexpr int XB = w4_cfg<NP, CT, ST>::XB, WB = w4_cfg<NP, CT, ST>::WB, SCB = w4_cfg<NP, CT, ST>::SCB;
-    constexpr int SB = w4_cfg<NP, CT, ST>::SB;
+    using C = w4_cfg<NP, CT, G, ST>;
+    constexpr int XB = C::XB, WB = C::WB, SCB = C::SCB, SB = C::SB;
     extern __shared__ uint8_t w4_raw[];
     const uint32_t raw_s = (uint32_t)__cvta_generic_to_shared(w4_raw);
     uint8_t *sm = w4_raw + (((raw_s + 1023u) & ~1023u) - raw_s);
@@ -67,38 +68,45 @@ __global__ void __launch_bounds__(W4_T, MINB) k_wg4(g3_dmat w, const int8_t *__r
     auto load_w = [&](long long u, int slot) {
         const int tile = (int)(u / S), st = (int)(u % S);
         uint8_t *b = sm + slot * SB;
-        uint4 *dw = (uint4 *)(b + XB);
+        uint4 *dw = (uint4 *)(b + XB); /* [G][CT][2][W4_T] */
 #pragma unroll
-        for (int tt = 0; tt < CT; tt++)
+        for (int gi = 0; gi < G; gi++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int row = tile * BN + tt * 64 + 16 * wq + g + 8 * h;
-                const uint8_t *src = W + (size_t)(row < n ? row : n - 1) * KB + st * 64 + 16 * t;
-                wg_cp16<true>(dw + (tt * 2 + h) * W4_T + tid, src, row < n ? 16 : 0);
-            }
-        float *dsz = (float *)(b + XB + WB); /* [BN] (s, z) */
-        const int grp = st * 128 / w.g;
-        for (int i = tid; i < 2 * BN; i += W4_T) {
-            const int row = min(tile * BN + (i >> 1), n - 1);
+            for (int tt = 0; tt < CT; tt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int row = tile * BN + tt * 64 + 16 * wq + g + 8 * h;
+                    const uint8_t *src = W + (size_t)(row < n ? row : n - 1) * KB + (st * G + gi) * 64 + 16 * t;
+                    wg_cp16<true>(dw + ((gi * CT + tt) * 2 + h) * W4_T + tid, src, row < n ? 16 : 0);
+                }
+        float *dsz = (float *)(b + XB + WB); /* [G][BN] (s, z) */
+        for (int i = tid; i < 2 * BN * G; i += W4_T) {
+            const int gi = i / (2 * BN), c = (i % (2 * BN)) >> 1, row = min(tile * BN + c, n - 1);
+            const int grp = (st * G + gi) * 128 / w.g;
             wg_cp4(dsz + i, ((i & 1) ? w.z : w.s) + (size_t)row * ngr + grp);
         }
     };
     auto load_x = [&](long long u, int slot) {
         const int st = (int)(u % S);
         uint8_t *b = sm + slot * SB;
-        for (int idx = tid; idx < m * 8; idx += W4_T) {
-            const int r = idx >> 3, c = idx & 7;
-            g3c_cp16(b + r * 128 + ((c ^ (r & 7)) << 4), xq + (size_t)r * K + st * 128 + c * 16);
+        for (int idx = tid; idx < G * m * 8; idx += W4_T) {
+            const int gi = idx / (m * 8), r = (idx >> 3) % m, c = idx & 7;
+            g3c_cp16(b + gi * NP * 128 + r * 128 + ((c ^ (r & 7)) << 4),
+                     xq + (size_t)r * K + (st * G + gi) * 128 + c * 16);
         }
-        if (tid < m) w4_cp8(b + XB + WB + SCB + 8 * tid, xd + (size_t)tid * nb + st); /* m <= NP <= W4_T */
+        for (int idx = tid; idx < G * m; idx += W4_T) {
+            const int gi = idx / m, r = idx % m;
+            w4_cp8(b + XB + WB + SCB + 8 * (gi * NP + r), xd + (size_t)r * nb + st * G + gi);
+        }
     };
     /* token rows m..NP-1 of every stage: zeros (activations and their d), never loaded */
-    for (int idx = tid; idx < ST * (NP - m) * 8; idx += W4_T) {
-        const int slot = idx / ((NP - m) * 8), rem = idx % ((NP - m) * 8), r = m + (rem >> 3);
-        *(uint4 *)(sm + slot * SB + r * 128 + ((rem & 7) << 4)) = make_uint4(0, 0, 0, 0);
+    for (int idx = tid; idx < ST * G * (NP - m) * 8; idx += W4_T) {
+        const int tl = idx / ((NP - m) * 8), rem = idx % ((NP - m) * 8), r = m + (rem >> 3);
+        *(uint4 *)(sm + (tl / G) * SB + (tl % G) * NP * 128 + r * 128 + ((rem & 7) << 4)) = make_uint4(0, 0, 0, 0);
     }
-    for (int idx = tid; idx < ST * NP; idx += W4_T)
-        if (idx % NP >= m) *(float2 *)(sm + (idx / NP) * SB + XB + WB + SCB + 8 * (idx % NP)) = make_float2(0.f, 0.f);
+    for (int idx = tid; idx < ST * G * NP; idx += W4_T)
+        if (idx % NP >= m)
+            *(float2 *)(sm + (idx / (G * NP)) * SB + XB + WB + SCB + 8 * (idx % (G * NP))) = make_float2(0.f, 0.f);
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
         if (u0 + i < u1) load_w(u0 + i, i);
@@ -112,11 +120,17 @@ __global__ void __launch_bounds__(W4_T, MINB) k_wg4(g3_dmat w, const int8_t *__r
     }
     /* unit u0 + i has landed once group ST - 1 + i has: at the top of iteration i, 2 (ST - 1) + i groups exist */
     float acc[CT][NR];
-    int ai[CT][NR];
+    int ai[G][CT][NR];
 #pragma unroll
     for (int tt = 0; tt < CT; tt++)
 #pragma unroll
-        for (int r = 0; r < NR; r++) acc[tt][r] = 0.f, ai[tt][r] = 0;
+        for (int r = 0; r < NR; r++) acc[tt][r] = 0.f;
+#pragma unroll
+    for (int gi = 0; gi < G; gi++)
+#pragma unroll
+        for (int tt = 0; tt < CT; tt++)
+#pragma unroll
+            for (int r = 0; r < NR; r++) ai[gi][tt][r] = 0;
     const uint32_t MK = 0x0F0F0F0Fu;
     int slot = 0;
     for (long long u = u0; u < u1; u++) {
@@ -129,56 +143,71 @@ __global__ void __launch_bounds__(W4_T, MINB) k_wg4(g3_dmat w, const int8_t *__r
             g3c_cp_commit();
         }
         const uint8_t *b = sm + slot * SB;
-        const uint64_t dx = wg_desc(b);
         const uint4 *ws = (const uint4 *)(b + XB);
-        uint32_t a[CT][4][4];
+        uint32_t a[G][CT][4][4];
 #pragma unroll
-        for (int tt = 0; tt < CT; tt++) {
-            const uint4 r0 = ws[(tt * 2) * W4_T + tid], r1 = ws[(tt * 2 + 1) * W4_T + tid];
-            const uint32_t w0[4] = {r0.x, r0.y, r0.z, r0.w}, w1[4] = {r1.x, r1.y, r1.z, r1.w};
+        for (int gi = 0; gi < G; gi++)
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                a[tt][j][0] = w0[j] & MK, a[tt][j][1] = w1[j] & MK;
-                a[tt][j][2] = (w0[j] >> 4) & MK, a[tt][j][3] = (w1[j] >> 4) & MK;
+            for (int tt = 0; tt < CT; tt++) {
+                const uint4 r0 = ws[((gi * CT + tt) * 2) * W4_T + tid], r1 = ws[((gi * CT + tt) * 2 + 1) * W4_T + tid];
+                const uint32_t w0[4] = {r0.x, r0.y, r0.z, r0.w}, w1[4] = {r1.x, r1.y, r1.z, r1.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    a[gi][tt][j][0] = w0[j] & MK, a[gi][tt][j][1] = w1[j] & MK;
+                    a[gi][tt][j][2] = (w0[j] >> 4) & MK, a[gi][tt][j][3] = (w1[j] >> 4) & MK;
+                }
             }
-        }
 #pragma unroll
-        for (int tt = 0; tt < CT; tt++) wg_fence_regs(ai[tt]);
+        for (int gi = 0; gi < G; gi++)
+#pragma unroll
+            for (int tt = 0; tt < CT; tt++) wg_fence_regs(ai[gi][tt]);
         wg_fence();
 #pragma unroll
-        for (int tt = 0; tt < CT; tt++)
+        for (int gi = 0; gi < G; gi++) {
+            const uint64_t dx = wg_desc(b + gi * NP * 128);
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                wg_mma_rs<NR>(ai[tt], a[tt][j][0], a[tt][j][1], a[tt][j][2], a[tt][j][3], dx + 2 * j, j);
+            for (int tt = 0; tt < CT; tt++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    wg_mma_rs<NR>(ai[gi][tt], a[gi][tt][j][0], a[gi][tt][j][1], a[gi][tt][j][2], a[gi][tt][j][3],
+                                  dx + 2 * j, j);
+        }
         wg_commit();
         wg_wait0();
         /* the A registers stay the MMAs' until here: no reuse before the wait */
 #pragma unroll
-        for (int tt = 0; tt < CT; tt++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                asm volatile("" : "+r"(a[tt][j][0]), "+r"(a[tt][j][1]), "+r"(a[tt][j][2]), "+r"(a[tt][j][3]));
-#pragma unroll
-        for (int tt = 0; tt < CT; tt++) wg_fence_regs(ai[tt]);
-        const float2 *sz = (const float2 *)(b + XB + WB);
-        const float4 *dd = (const float4 *)(b + XB + WB + SCB); /* tokens (2i, 2i + 1): (d, ds, d, ds) */
-        float2 zs[CT][2];
-#pragma unroll
-        for (int tt = 0; tt < CT; tt++)
-            zs[tt][0] = sz[tt * 64 + 16 * wq + g], zs[tt][1] = sz[tt * 64 + 16 * wq + g + 8];
-#pragma unroll
-        for (int q = 0; q < NR / 4; q++) {
-            const float4 dq = dd[4 * q + t]; /* tokens 8q + 2t, 8q + 2t + 1 */
+        for (int gi = 0; gi < G; gi++)
 #pragma unroll
             for (int tt = 0; tt < CT; tt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float2 s = zs[tt][e >> 1];
-                    const float d = (e & 1) ? dq.z : dq.x, ds = (e & 1) ? dq.w : dq.y;
-                    /* |sum| <= 128 * 15 * 127 < 2^22 */
-                    float &f = acc[tt][4 * q + e];
-                    f = fmaf(s.x, d * g3c_i2f_exact(ai[tt][4 * q + e]), fmaf(s.y, ds, f));
-                }
+                for (int j = 0; j < 4; j++)
+                    asm volatile("" : "+r"(a[gi][tt][j][0]), "+r"(a[gi][tt][j][1]), "+r"(a[gi][tt][j][2]),
+                                 "+r"(a[gi][tt][j][3]));
+#pragma unroll
+        for (int gi = 0; gi < G; gi++)
+#pragma unroll
+            for (int tt = 0; tt < CT; tt++) wg_fence_regs(ai[gi][tt]);
+#pragma unroll
+        for (int gi = 0; gi < G; gi++) {
+            const float2 *sz = (const float2 *)(b + XB + WB) + gi * BN;
+            const float4 *dd = (const float4 *)(b + XB + WB + SCB) + gi * NP / 2; /* tokens 2i, 2i+1: d, ds, d, ds */
+            float2 zs[CT][2];
+#pragma unroll
+            for (int tt = 0; tt < CT; tt++)
+                zs[tt][0] = sz[tt * 64 + 16 * wq + g], zs[tt][1] = sz[tt * 64 + 16 * wq + g + 8];
+#pragma unroll
+            for (int q = 0; q < NR / 4; q++) {
+                const float4 dq = dd[4 * q + t]; /* tokens 8q + 2t, 8q + 2t + 1 */
+#pragma unroll
+                for (int tt = 0; tt < CT; tt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float2 sc = zs[tt][e >> 1];
+                        const float d = (e & 1) ? dq.z : dq.x, ds = (e & 1) ? dq.w : dq.y;
+                        float &f = acc[tt][4 * q + e]; /* |sum| <= 128 * 15 * 127 < 2^22 */
+                        f = fmaf(sc.x, d * g3c_i2f_exact(ai[gi][tt][4 * q + e]), fmaf(sc.y, ds, f));
+                    }
+            }
         }
         const int tile = (int)(u / S), st = (int)(u % S);
         if (u + 1 == u1 || st + 1 == S) { /* the tile (or this block's share of it) is done: add into y */
@@ -202,27 +231,32 @@ __global__ void __launch_bounds__(W4_T, MINB) k_wg4(g3_dmat w, const int8_t *__r
 
 typedef struct w4_inst {
     void *k;
-    int smem, np, ct, bps; /* bps: resident blocks per SM (0: not set up) */
+    int smem, np, ct, g, bps; /* bps: resident blocks per SM (0: not set up) */
 } w4_inst;
-/* [NP 16, 32, 64 with 2 tiles, 64 with 1 tile] */
-static w4_inst w4_tab[4];
+/* [variant][NP 16, 32, 64]; variant ($G3_CUDA_WG4V): 0 two channel tiles, one group per stage; 1 two tiles, two
+ * groups (one tile at NP 64); 2 four tiles (two at NP 64), one group; 3 one tile, two groups */
+#define W4_NV 4
+static w4_inst w4_tab[W4_NV][3];
 static int w4_ready;
 
-template <int NP, int CT, int MINB> static w4_inst w4_mk(void) {
-    w4_inst r = {(void *)k_wg4<NP, CT, W4_ST, MINB>, w4_cfg<NP, CT, W4_ST>::SMEM, NP, CT, 0};
+template <int NP, int CT, int G, int MINB> static w4_inst w4_mk(void) {
+    w4_inst r = {(void *)k_wg4<NP, CT, G, W4_ST, MINB>, w4_cfg<NP, CT, G, W4_ST>::SMEM, NP, CT, G, 0};
     return r;
 }
 
 static cudaError_t w4_setup(void) {
     if (!w4_ready) {
-        w4_tab[0] = w4_mk<16, 2, 3>(), w4_tab[1] = w4_mk<32, 2, 3>();
-        w4_tab[2] = w4_mk<64, 2, 2>(), w4_tab[3] = w4_mk<64, 1, 3>();
+        w4_tab[0][0] = w4_mk<16, 2, 1, 3>(), w4_tab[0][1] = w4_mk<32, 2, 1, 3>(), w4_tab[0][2] = w4_mk<64, 2, 1, 2>();
+        w4_tab[1][0] = w4_mk<16, 2, 2, 2>(), w4_tab[1][1] = w4_mk<32, 2, 2, 2>(), w4_tab[1][2] = w4_mk<64, 1, 2, 2>();
+        w4_tab[2][0] = w4_mk<16, 4, 1, 2>(), w4_tab[2][1] = w4_mk<32, 4, 1, 2>(), w4_tab[2][2] = w4_mk<64, 2, 1, 2>();
+        w4_tab[3][0] = w4_mk<16, 1, 2, 3>(), w4_tab[3][1] = w4_mk<32, 1, 2, 3>(), w4_tab[3][2] = w4_mk<64, 1, 2, 2>();
         w4_ready = 1;
     }
-    for (int i = 0; i < 4; i++) {
-        cudaError_t e = g3c_smem_setup(w4_tab[i].k, w4_tab[i].smem, W4_T, &w4_tab[i].bps);
-        if (e != cudaSuccess) return e;
-    }
+    for (int v = 0; v < W4_NV; v++)
+        for (int i = 0; i < 3; i++) {
+            cudaError_t e = g3c_smem_setup(w4_tab[v][i].k, w4_tab[v][i].smem, W4_T, &w4_tab[v][i].bps);
+            if (e != cudaSuccess) return e;
+        }
     return cudaSuccess;
 }
 
@@ -246,10 +280,13 @@ cudaError_t g3c_wg4_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int
     if (!g3c_wg4_supported(w, m)) return cudaErrorInvalidValue;
     cudaError_t e = w4_setup(); /* no-op after g3c_wg4_init */
     if (e != cudaSuccess) return e;
-    /* 33..64 rows: two 64-channel tiles per block at two blocks per SM, or ($G3_CUDA_WG4CT=1) one at three */
-    const char *ce = getenv("G3_CUDA_WG4CT");
-    const w4_inst *v = &w4_tab[m <= 16 ? 0 : m <= 32 ? 1 : (ce && !strcmp(ce, "1")) ? 3 : 2];
-    const int BN = 64 * v->ct, S = w->k / 128, tiles = (w->n + BN - 1) / BN;
+    const char *ve = getenv("G3_CUDA_WG4V");
+    int var = ve && *ve ? atoi(ve) : 0;
+    if (var < 0 || var >= W4_NV) var = 0;
+    const int c = m <= 16 ? 0 : m <= 32 ? 1 : 2;
+    const w4_inst *v = &w4_tab[var][c];
+    if (w->k % (128 * v->g) != 0) v = &w4_tab[0][c]; /* two groups per stage need k % 256 == 0 */
+    const int BN = 64 * v->ct, S = w->k / (128 * v->g), tiles = (w->n + BN - 1) / BN;
     const long long L = (long long)tiles * S;
     long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * v->bps;
     if (blocks > L) blocks = L;
