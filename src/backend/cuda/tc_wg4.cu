@@ -51,6 +51,58 @@ static __device__ __forceinline__ void w4_cp8(void *dst, const void *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(d), "l"(src) : "memory");
 }
 
+/* A fragments of one channel tile from this thread's words (rows g, g + 8): k step j = word j, low nibbles then high */
+template <int CT>
+static __device__ __forceinline__ void w4_unpack(const uint4 *ws, int tid, uint32_t (&a)[CT][4][4]) {
+    const uint32_t MK = 0x0F0F0F0Fu;
+#pragma unroll
+    for (int tt = 0; tt < CT; tt++) {
+        const uint4 r0 = ws[(tt * 2) * W4_T + tid], r1 = ws[(tt * 2 + 1) * W4_T + tid];
+        const uint32_t w0[4] = {r0.x, r0.y, r0.z, r0.w}, w1[4] = {r1.x, r1.y, r1.z, r1.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            a[tt][j][0] = w0[j] & MK, a[tt][j][1] = w1[j] & MK;
+            a[tt][j][2] = (w0[j] >> 4) & MK, a[tt][j][3] = (w1[j] >> 4) & MK;
+        }
+    }
+}
+/* the four k steps of each tile (the caller fences before and commits after) */
+template <int CT, int NR>
+static __device__ __forceinline__ void w4_mma(int (&ai)[CT][NR], const uint32_t (&a)[CT][4][4], uint64_t dx) {
+#pragma unroll
+    for (int tt = 0; tt < CT; tt++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) wg_mma_rs<NR>(ai[tt], a[tt][j][0], a[tt][j][1], a[tt][j][2], a[tt][j][3], dx + 2 * j, j);
+}
+/* the A registers belong to the MMAs until their wait: this keeps the compiler from reusing them before it */
+template <int CT> static __device__ __forceinline__ void w4_hold(uint32_t (&a)[CT][4][4]) {
+#pragma unroll
+    for (int tt = 0; tt < CT; tt++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) asm volatile("" : "+r"(a[tt][j][0]), "+r"(a[tt][j][1]), "+r"(a[tt][j][2]), "+r"(a[tt][j][3]));
+}
+/* acc += s d sum + z (d sum q) for one group: sz [BN] (s, z) per channel, dd [NP/2] float4 (d, ds) of tokens 2i, 2i+1 */
+template <int CT, int NR>
+static __device__ __forceinline__ void w4_scale(float (&acc)[CT][NR], const int (&ai)[CT][NR], const float2 *sz,
+                                                const float4 *dd, int wq, int g, int t) {
+    float2 zs[CT][2];
+#pragma unroll
+    for (int tt = 0; tt < CT; tt++) zs[tt][0] = sz[tt * 64 + 16 * wq + g], zs[tt][1] = sz[tt * 64 + 16 * wq + g + 8];
+#pragma unroll
+    for (int q = 0; q < NR / 4; q++) {
+        const float4 dq = dd[4 * q + t]; /* tokens 8q + 2t, 8q + 2t + 1 */
+#pragma unroll
+        for (int tt = 0; tt < CT; tt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float2 sc = zs[tt][e >> 1];
+                const float d = (e & 1) ? dq.z : dq.x, ds = (e & 1) ? dq.w : dq.y;
+                float &f = acc[tt][4 * q + e]; /* |sum| <= 128 * 15 * 127 < 2^22 */
+                f = fmaf(sc.x, d * g3c_i2f_exact(ai[tt][4 * q + e]), fmaf(sc.y, ds, f));
+            }
+    }
+}
+
 template <int NP, int CT, int G, int ST, int MINB>
 __global__ void __launch_bounds__(W4_T, MINB) k_wg4(g3_dmat w, const int8_t *__restrict__ xq,
                                                     const float2 *__restrict__ xd, int m, float *__restrict__ y, int S,
@@ -63,10 +115,11 @@ __global__ void __launch_bounds__(W4_T, MINB) k_wg4(g3_dmat w, const int8_t *__r
     uint8_t *sm = w4_raw + (((raw_s + 1023u) & ~1023u) - raw_s);
     const int tid = threadIdx.x, wq = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int n = w.n, K = w.k, nb = K / 128, ngr = K / w.g, KB = K / 2;
-    const long long u0 = L * blockIdx.x / gridDim.x, u1 = L * (blockIdx.x + 1) / gridDim.x;
+    /* units in int (L < 2^31 for any matrix here); (tile, stage) of the units are stepped, not divided per stage */
+    const int u0 = (int)(L * blockIdx.x / gridDim.x), u1 = (int)(L * (blockIdx.x + 1) / gridDim.x);
+    const int gdiv = w.g / 128; /* stages of 128 values per scale group */
     const uint8_t *W = (const uint8_t *)w.q;
-    auto load_w = [&](long long u, int slot) {
-        const int tile = (int)(u / S), st = (int)(u % S);
+    auto load_w = [&](int tile, int st, int slot) {
         uint8_t *b = sm + slot * SB;
         uint4 *dw = (uint4 *)(b + XB); /* [G][CT][2][W4_T] */
 #pragma unroll
@@ -80,24 +133,30 @@ __global__ void __launch_bounds__(W4_T, MINB) k_wg4(g3_dmat w, const int8_t *__r
                     wg_cp16<true>(dw + ((gi * CT + tt) * 2 + h) * W4_T + tid, src, row < n ? 16 : 0);
                 }
         float *dsz = (float *)(b + XB + WB); /* [G][BN] (s, z) */
-        for (int i = tid; i < 2 * BN * G; i += W4_T) {
-            const int gi = i / (2 * BN), c = (i % (2 * BN)) >> 1, row = min(tile * BN + c, n - 1);
-            const int grp = (st * G + gi) * 128 / w.g;
-            wg_cp4(dsz + i, ((i & 1) ? w.z : w.s) + (size_t)row * ngr + grp);
+#pragma unroll
+        for (int gi = 0; gi < G; gi++) {
+            const int grp = gdiv == 1 ? st * G + gi : (st * G + gi) / gdiv;
+#pragma unroll
+            for (int i = tid; i < 2 * BN; i += W4_T) {
+                const int row = min(tile * BN + (i >> 1), n - 1);
+                wg_cp4(dsz + gi * 2 * BN + i, ((i & 1) ? w.z : w.s) + (size_t)row * ngr + grp);
+            }
         }
     };
-    auto load_x = [&](long long u, int slot) {
-        const int st = (int)(u % S);
+    auto load_x = [&](int st, int slot) {
         uint8_t *b = sm + slot * SB;
-        for (int idx = tid; idx < G * m * 8; idx += W4_T) {
-            const int gi = idx / (m * 8), r = (idx >> 3) % m, c = idx & 7;
-            g3c_cp16(b + gi * NP * 128 + r * 128 + ((c ^ (r & 7)) << 4),
-                     xq + (size_t)r * K + (st * G + gi) * 128 + c * 16);
+        /* no divisions here: this runs every stage, and the kernel is bound by its instruction issue */
+        for (int idx = tid; idx < m * 8; idx += W4_T) {
+            const int r = idx >> 3, c = idx & 7;
+#pragma unroll
+            for (int gi = 0; gi < G; gi++)
+                g3c_cp16(b + gi * NP * 128 + r * 128 + ((c ^ (r & 7)) << 4),
+                         xq + (size_t)r * K + (st * G + gi) * 128 + c * 16);
         }
-        for (int idx = tid; idx < G * m; idx += W4_T) {
-            const int gi = idx / m, r = idx % m;
-            w4_cp8(b + XB + WB + SCB + 8 * (gi * NP + r), xd + (size_t)r * nb + st * G + gi);
-        }
+        if (tid < m) /* m <= NP <= W4_T */
+#pragma unroll
+            for (int gi = 0; gi < G; gi++)
+                w4_cp8(b + XB + WB + SCB + 8 * (gi * NP + tid), xd + (size_t)tid * nb + st * G + gi);
     };
     /* token rows m..NP-1 of every stage: zeros (activations and their d), never loaded */
     for (int idx = tid; idx < ST * G * (NP - m) * 8; idx += W4_T) {
@@ -107,120 +166,87 @@ __global__ void __launch_bounds__(W4_T, MINB) k_wg4(g3_dmat w, const int8_t *__r
     for (int idx = tid; idx < ST * G * NP; idx += W4_T)
         if (idx % NP >= m)
             *(float2 *)(sm + (idx / (G * NP)) * SB + XB + WB + SCB + 8 * (idx % (G * NP))) = make_float2(0.f, 0.f);
+    int ct = u0 / S, cs = u0 % S; /* the unit computed */
+    int lt = ct, ls = cs;         /* the next unit loaded */
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
-        if (u0 + i < u1) load_w(u0 + i, i);
+        if (u0 + i < u1) load_w(lt, ls, i);
         g3c_cp_commit();
+        if (++ls == S) ls = 0, lt++;
     }
     g3c_pdl_wait();
+    {
+        int xs = cs;
 #pragma unroll
-    for (int i = 0; i < ST - 1; i++) {
-        if (u0 + i < u1) load_x(u0 + i, i);
-        g3c_cp_commit();
+        for (int i = 0; i < ST - 1; i++) {
+            if (u0 + i < u1) load_x(xs, i);
+            g3c_cp_commit();
+            if (++xs == S) xs = 0;
+        }
     }
     /* unit u0 + i has landed once group ST - 1 + i has: at the top of iteration i, 2 (ST - 1) + i groups exist */
     float acc[CT][NR];
-    int ai[G][CT][NR];
 #pragma unroll
     for (int tt = 0; tt < CT; tt++)
 #pragma unroll
         for (int r = 0; r < NR; r++) acc[tt][r] = 0.f;
+    int slot = 0;
+    /* the unit computed is done: (its share of) the tile into y at the tile's or the block's end */
+    auto finish = [&](int u) {
+        if (u + 1 == u1 || cs + 1 == S) {
+#pragma unroll
+            for (int tt = 0; tt < CT; tt++)
+#pragma unroll
+                for (int r = 0; r < NR; r++) {
+                    const int ch = ct * BN + tt * 64 + 16 * wq + g + 8 * ((r >> 1) & 1);
+                    const int tok = 8 * (r >> 2) + 2 * t + (r & 1);
+                    if (ch < n && tok < m) atomicAdd(y + (size_t)tok * n + ch, acc[tt][r]);
+                    acc[tt][r] = 0.f;
+                }
+        }
+        if (++cs == S) cs = 0, ct++;
+    };
+    auto load_next = [&](int u, int sn) { /* unit u + ST - 1 into slot sn (the one done before u) */
+        if (u + ST - 1 < u1) load_w(lt, ls, sn), load_x(ls, sn);
+        g3c_cp_commit();
+        if (++ls == S) ls = 0, lt++;
+    };
+    int ai[G][CT][NR];
 #pragma unroll
     for (int gi = 0; gi < G; gi++)
 #pragma unroll
         for (int tt = 0; tt < CT; tt++)
 #pragma unroll
             for (int r = 0; r < NR; r++) ai[gi][tt][r] = 0;
-    const uint32_t MK = 0x0F0F0F0Fu;
-    int slot = 0;
-    for (long long u = u0; u < u1; u++) {
+    for (int u = u0; u < u1; u++) {
         asm volatile("cp.async.wait_group %0;" ::"n"(ST - 2) : "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* cp.async writes -> the MMA's reads */
         __syncthreads();
-        {
-            const int sn = slot == 0 ? ST - 1 : slot - 1; /* the stage done last iteration */
-            if (u + ST - 1 < u1) load_w(u + ST - 1, sn), load_x(u + ST - 1, sn);
-            g3c_cp_commit();
-        }
+        load_next(u, slot == 0 ? ST - 1 : slot - 1);
         const uint8_t *b = sm + slot * SB;
-        const uint4 *ws = (const uint4 *)(b + XB);
         uint32_t a[G][CT][4][4];
 #pragma unroll
-        for (int gi = 0; gi < G; gi++)
-#pragma unroll
-            for (int tt = 0; tt < CT; tt++) {
-                const uint4 r0 = ws[((gi * CT + tt) * 2) * W4_T + tid], r1 = ws[((gi * CT + tt) * 2 + 1) * W4_T + tid];
-                const uint32_t w0[4] = {r0.x, r0.y, r0.z, r0.w}, w1[4] = {r1.x, r1.y, r1.z, r1.w};
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    a[gi][tt][j][0] = w0[j] & MK, a[gi][tt][j][1] = w1[j] & MK;
-                    a[gi][tt][j][2] = (w0[j] >> 4) & MK, a[gi][tt][j][3] = (w1[j] >> 4) & MK;
-                }
-            }
+        for (int gi = 0; gi < G; gi++) w4_unpack<CT>((const uint4 *)(b + XB) + gi * CT * 2 * W4_T, tid, a[gi]);
 #pragma unroll
         for (int gi = 0; gi < G; gi++)
 #pragma unroll
             for (int tt = 0; tt < CT; tt++) wg_fence_regs(ai[gi][tt]);
         wg_fence();
 #pragma unroll
-        for (int gi = 0; gi < G; gi++) {
-            const uint64_t dx = wg_desc(b + gi * NP * 128);
-#pragma unroll
-            for (int tt = 0; tt < CT; tt++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    wg_mma_rs<NR>(ai[gi][tt], a[gi][tt][j][0], a[gi][tt][j][1], a[gi][tt][j][2], a[gi][tt][j][3],
-                                  dx + 2 * j, j);
-        }
+        for (int gi = 0; gi < G; gi++) w4_mma<CT, NR>(ai[gi], a[gi], wg_desc(b + gi * NP * 128));
         wg_commit();
         wg_wait0();
-        /* the A registers stay the MMAs' until here: no reuse before the wait */
-#pragma unroll
-        for (int gi = 0; gi < G; gi++)
-#pragma unroll
-            for (int tt = 0; tt < CT; tt++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    asm volatile("" : "+r"(a[gi][tt][j][0]), "+r"(a[gi][tt][j][1]), "+r"(a[gi][tt][j][2]),
-                                 "+r"(a[gi][tt][j][3]));
-#pragma unroll
-        for (int gi = 0; gi < G; gi++)
-#pragma unroll
-            for (int tt = 0; tt < CT; tt++) wg_fence_regs(ai[gi][tt]);
 #pragma unroll
         for (int gi = 0; gi < G; gi++) {
-            const float2 *sz = (const float2 *)(b + XB + WB) + gi * BN;
-            const float4 *dd = (const float4 *)(b + XB + WB + SCB) + gi * NP / 2; /* tokens 2i, 2i+1: d, ds, d, ds */
-            float2 zs[CT][2];
+            w4_hold<CT>(a[gi]);
 #pragma unroll
-            for (int tt = 0; tt < CT; tt++)
-                zs[tt][0] = sz[tt * 64 + 16 * wq + g], zs[tt][1] = sz[tt * 64 + 16 * wq + g + 8];
-#pragma unroll
-            for (int q = 0; q < NR / 4; q++) {
-                const float4 dq = dd[4 * q + t]; /* tokens 8q + 2t, 8q + 2t + 1 */
-#pragma unroll
-                for (int tt = 0; tt < CT; tt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const float2 sc = zs[tt][e >> 1];
-                        const float d = (e & 1) ? dq.z : dq.x, ds = (e & 1) ? dq.w : dq.y;
-                        float &f = acc[tt][4 * q + e]; /* |sum| <= 128 * 15 * 127 < 2^22 */
-                        f = fmaf(sc.x, d * g3c_i2f_exact(ai[gi][tt][4 * q + e]), fmaf(sc.y, ds, f));
-                    }
-            }
+            for (int tt = 0; tt < CT; tt++) wg_fence_regs(ai[gi][tt]);
         }
-        const int tile = (int)(u / S), st = (int)(u % S);
-        if (u + 1 == u1 || st + 1 == S) { /* the tile (or this block's share of it) is done: add into y */
 #pragma unroll
-            for (int tt = 0; tt < CT; tt++)
-#pragma unroll
-                for (int r = 0; r < NR; r++) {
-                    const int ch = tile * BN + tt * 64 + 16 * wq + g + 8 * ((r >> 1) & 1);
-                    const int tok = 8 * (r >> 2) + 2 * t + (r & 1);
-                    if (ch < n && tok < m) atomicAdd(y + (size_t)tok * n + ch, acc[tt][r]);
-                    acc[tt][r] = 0.f;
-                }
-        }
+        for (int gi = 0; gi < G; gi++)
+            w4_scale<CT, NR>(acc, ai[gi], (const float2 *)(b + XB + WB) + gi * BN,
+                             (const float4 *)(b + XB + WB + SCB) + gi * NP / 2, wq, g, t);
+        finish(u);
         slot = slot + 1 == ST ? 0 : slot + 1;
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
