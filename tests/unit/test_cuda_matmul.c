@@ -294,11 +294,14 @@ static void test_matmul_wgmma(void **state) {
 /* ---- int4 on warpgroup MMA with the weights in registers (tc_wg4.cu) ---------------------------------------------- */
 /* The same emulation (int4 weights dequantized: y = sum over blocks of d * (q . (s q_w + z))), which also checks the
  * kernel's activation order (a value paired with the wrong weight moves y by far more than 1e-4 of max|y|). Rows
- * 9..16 / 17..32 / 33..64: 16 / 32 / 64-token tiles, in every tile shape ($G3_CUDA_WG4V); beyond 64 (decode batches) in launches of <= 64. n = 37: one partial channel tile; 264: five tiles of 64, the last
- * partial; k = 128: one stage; 21504: stream-K across blocks. $G3_CUDA_WG4=0: tc_q8.cu's mma.sync kernel. */
+ * 9..16 / 17..32 / 33..64: 16 / 32 / 64-token tiles, in every tile shape ($G3_CUDA_WG4V); beyond 64 (decode batches)
+ * in launches of <= 64. n = 37: one partial channel tile; 264: five tiles of 64, the last partial; k = 128: one
+ * stage; 21504: stream-K across blocks. $G3_CUDA_WG4=all: every row count here (by default 17..32
+ * rows stay on tc_q8.cu's mma.sync kernel, as everything does with $G3_CUDA_WG4=0). */
 static void test_matmul_wg4(void **state) {
     (void)state;
     need_gpu();
+    setenv("G3_CUDA_WG4", "all", 1); /* 17..32 rows too (by default tc_q8.cu's, measured faster there) */
     const int ms[] = {9, 16, 17, 31, 32, 33, 48, 64, 100};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
         run_wgq("int4", 264, 5376, ms[i], 1);
@@ -306,8 +309,8 @@ static void test_matmul_wg4(void **state) {
         run_wgq("int4", 45, 128, ms[i], 1);
     }
     run_mm("int4", 160, 512, 40, 1, 1, 7.0e-3, 2e-2); /* GeGLU after the product */
-    const char *vs[] = {"1", "2", "3"}; /* the other tile shapes ($G3_CUDA_WG4V; k = 384: two groups a stage fall back) */
-    for (size_t v = 0; v < 3; v++) {
+    const char *vs[] = {"0", "1", "2", "3"}; /* every tile shape ($G3_CUDA_WG4V; k = 384: two groups a stage fall back) */
+    for (size_t v = 0; v < 4; v++) {
         setenv("G3_CUDA_WG4V", vs[v], 1);
         printf("  G3_CUDA_WG4V=%s\n", vs[v]);
         const int mv[] = {9, 24, 32, 40, 64};
@@ -320,10 +323,14 @@ static void test_matmul_wg4(void **state) {
     unsetenv("G3_CUDA_WG4V");
     const int g[] = {G3_DTYPE_Q4_0, G3_DTYPE_Q4_K}; /* groups of 32: not this kernel (tc_stage.cu), still right */
     for (size_t i = 0; i < 2; i++) run_gguf_mm((uint32_t)g[i], 40, 2816, 32);
-    setenv("G3_CUDA_WG4", "0", 1); /* as before: mma.sync */
-    run_wgq("int4", 264, 5376, 32, 1);
-    run_wgq("int4", 37, 21504, 64, 1);
-    unsetenv("G3_CUDA_WG4");
+    const char *vz[] = {"0", NULL}; /* as before: mma.sync; the default (17..32 rows there) */
+    for (size_t v = 0; v < 2; v++) {
+        if (vz[v]) setenv("G3_CUDA_WG4", vz[v], 1);
+        else unsetenv("G3_CUDA_WG4");
+        const int mv[] = {12, 32, 64};
+        for (size_t i = 0; i < 3; i++) run_wgq("int4", 264, 5376, mv[i], 1);
+        run_wgq("int4", 37, 21504, 24, 1);
+    }
 }
 
 /* Decode batches of 65..256 rows on the other quantized formats: the 9..64-row kernels in equal launches of <= 64

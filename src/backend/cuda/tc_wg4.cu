@@ -259,8 +259,10 @@ typedef struct w4_inst {
     void *k;
     int smem, np, ct, g, bps; /* bps: resident blocks per SM (0: not set up) */
 } w4_inst;
-/* [variant][NP 16, 32, 64]; variant ($G3_CUDA_WG4V): 0 two channel tiles, one group per stage; 1 two tiles, two
- * groups (one tile at NP 64); 2 four tiles (two at NP 64), one group; 3 one tile, two groups */
+/* [variant][NP 16, 32, 64]; variant ($G3_CUDA_WG4V, for measurements): 0 two channel tiles per block, one group per
+ * stage; 1 two tiles, two groups (one tile at NP 64); 2 four tiles (two at NP 64), one group; 3 one tile, two groups.
+ * Measured on the H200 (27B int4, aggregate decode tok/s at 16 / 32 / 64 seqs, session 9 run 03): 0: 1530 / 2843 /
+ * 4321, 1: 1736 / 2375 / 3431, 2: 1604 / 2715 / 4323, 3: 2016 / 2457 / 3416. Default: 3 at 16 rows, 0 beyond. */
 #define W4_NV 4
 static w4_inst w4_tab[W4_NV][3];
 static int w4_ready;
@@ -288,17 +290,16 @@ static cudaError_t w4_setup(void) {
 
 cudaError_t g3c_wg4_init(void) { return w4_setup(); }
 
-static int w4_min_rows(void) { /* $G3_CUDA_WG4MIN: fewest rows taken here (default 9) */
-    const char *e = getenv("G3_CUDA_WG4MIN");
-    const int v = e && *e ? atoi(e) : 9;
-    return v < 1 ? 1 : v;
-}
-
+/* Rows taken, as measured on the H200 (27B int4, aggregate decode tok/s, argmax on the GPU, session 9 run 03;
+ * this kernel's best shape against tc_q8.cu's mma.sync): 16 seqs 2016 against 1698, 32 seqs 2843 against 2994, 64
+ * seqs 4321 against 3882. So 9..16 and 33..64 rows by default; $G3_CUDA_WG4=all: 9..64 (tests, measurements);
+ * $G3_CUDA_WG4=0: never. */
 int g3c_wg4_supported(const g3_dmat *w, int m) {
     const char *e = getenv("G3_CUDA_WG4");
     if (e && !strcmp(e, "0")) return 0;
+    const int all = e && !strcmp(e, "all");
     return w->qt == G3Q_INT4 && w->k % 128 == 0 && w->g > 0 && w->g % 128 == 0 && w->k % w->g == 0 && w->n >= 1 &&
-           m >= w4_min_rows() && m <= 64;
+           m >= 9 && m <= 64 && (all || m <= 16 || m >= 33);
 }
 
 cudaError_t g3c_wg4_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
@@ -306,10 +307,10 @@ cudaError_t g3c_wg4_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int
     if (!g3c_wg4_supported(w, m)) return cudaErrorInvalidValue;
     cudaError_t e = w4_setup(); /* no-op after g3c_wg4_init */
     if (e != cudaSuccess) return e;
-    const char *ve = getenv("G3_CUDA_WG4V");
-    int var = ve && *ve ? atoi(ve) : 0;
-    if (var < 0 || var >= W4_NV) var = 0;
     const int c = m <= 16 ? 0 : m <= 32 ? 1 : 2;
+    const char *ve = getenv("G3_CUDA_WG4V");
+    int var = ve && *ve ? atoi(ve) : c == 0 ? 3 : 0; /* the best measured (run 03): 3 at 16 rows, 0 beyond */
+    if (var < 0 || var >= W4_NV) var = 0;
     const w4_inst *v = &w4_tab[var][c];
     if (w->k % (128 * v->g) != 0) v = &w4_tab[0][c]; /* two groups per stage need k % 256 == 0 */
     const int BN = 64 * v->ct, S = w->k / (128 * v->g), tiles = (w->n + BN - 1) / BN;
