@@ -334,7 +334,7 @@ static void test_matmul_wg4(void **state) {
 }
 
 /* Decode batches of 65..256 rows on the other quantized formats: the 9..64-row kernels in equal launches of <= 64
- * rows (int4 groups of 128: tc_q8.cu; fp8 and the GGUF groups of 32: the staged kernel), against cuBLAS on a bf16
+ * rows (int4 groups of 128: tc_wg4.cu; fp8 and the GGUF groups of 32: the staged kernel), against cuBLAS on a bf16
  * copy before ($G3_CUDA_QBIG=0). Bounds as for those kernels at 9..64 rows (int8 / bf16 activations). */
 static void test_matmul_big_decode(void **state) {
     (void)state;

@@ -1,6 +1,7 @@
 /* Small-batch products (9..64 activation rows) on int8 and int4 weights with int8 tensor cores: y += x W^T, the
  * activations quantized to int8 by a small kernel first, then mma.sync m16n8k32 s8.s8.s32. Taken for int4 by default
- * and for int8 per channel too with $G3_CUDA_TCM=3 (tc_stage.cu decides; $G3_CUDA_TCM=1: never).
+ * at 17..32 rows (tc_wg4.cu at 9..16 and 33..64) and for int8 per channel too with $G3_CUDA_TCM=3 (tc_stage.cu
+ * decides; $G3_CUDA_TCM=1: never).
  * Measured on the H200 (27B, g3cuda_bench --profile 1, 32 rows; staged bf16 kernel -> this one): int4 gate/up 110 ->
  * 67 us, down 62 -> 40, qkv 30 -> 21, o 20 -> 17; int8 gate/up 120 -> 81 us; aggregate decode int4 32 seqs 2145 ->
  * 3115 tok/s, 64 seqs 2828 -> 3902; int8 32 seqs 1997 -> 2580, 64 seqs 2592 -> 3536.

@@ -1,7 +1,8 @@
-/* Hopper warpgroup MMA (wgmma) on int8 tiles in shared memory: the MMA instructions (m64n64k32, m64n128k32,
- * s8 x s8 -> s32), fence / commit / wait, the register fence that keeps the compiler off the accumulators while an MMA
- * is in flight, the 128-byte-swizzle descriptor, and the cp.async copies that fill the tiles. Used by tc_wg.cu and
- * its microbenchmark (dev/cuda/wg_bench.cu). Internal to src/backend/cuda; sm_90a only. */
+/* Hopper warpgroup MMA (wgmma) on int8 tiles: the MMA instructions (m64n64k32, m64n128k32 with A and B in shared
+ * memory; m64n16k32, m64n32k32, m64n64k32 with A in registers), s8 x s8 -> s32, fence / commit / wait, the register
+ * fence that keeps the compiler off the accumulators while an MMA is in flight, the 128-byte-swizzle descriptor, and
+ * the cp.async copies that fill the tiles. Used by tc_wg.cu, tc_wg4.cu and the microbenchmark dev/cuda/wg_bench.cu.
+ * Internal to src/backend/cuda; sm_90a only. */
 #ifndef G3_CUDA_WGMMA_CUH
 #define G3_CUDA_WGMMA_CUH
 
