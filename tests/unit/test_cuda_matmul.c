@@ -309,9 +309,8 @@ static void test_matmul_wg4(void **state) {
         run_wgq("int4", 45, 128, ms[i], 1);
     }
     run_mm("int4", 160, 512, 40, 1, 1, 7.0e-3, 2e-2); /* GeGLU after the product */
-    /* every tile shape ($G3_CUDA_WG4V; k = 384: two groups a stage fall back) */
-    const char *vs[] = {"0", "1", "2", "3", "4", "5"};
-    for (size_t v = 0; v < 6; v++) {
+    const char *vs[] = {"0", "1", "2", "3"}; /* every tile shape ($G3_CUDA_WG4V; k = 384: two groups a stage fall back) */
+    for (size_t v = 0; v < 4; v++) {
         setenv("G3_CUDA_WG4V", vs[v], 1);
         printf("  G3_CUDA_WG4V=%s\n", vs[v]);
         const int mv[] = {9, 24, 32, 40, 64};

@@ -1,16 +1,11 @@
-/* Batched products on int4 weights (affine groups of 128 * j) with Hopper's warpgroup MMA: y += x W^T for 9..16 and
- * 33..64 activation rows (g3c_tq_mm / g3c_tq_mm_pre; 65..256-row decode batches reach it in launches of <= 64 rows;
- * 17..32 rows stay on tc_q8.cu, measured faster there; $G3_CUDA_WG4=all: 9..64, 0: never).
+/* Batched products on int4 weights (affine groups of 128 * j) with Hopper's warpgroup MMA: y += x W^T for 9..64
+ * activation rows (g3c_tq_mm / g3c_tq_mm_pre; 65..256-row decode batches reach it in launches of <= 64 rows).
+ * $G3_CUDA_WG4=0: tc_q8.cu's mma.sync kernel, as before.
  *
  * Why: at 32 rows an int4 weight byte carries 2 x 32 multiply-adds, 128 int8 operations, which is about what
  * mma.sync issues on Hopper at the bandwidth: tc_q8.cu streamed int4 at ~0.45 of it (27B, 32 rows, CUPTI, session 8:
  * products 119 us per layer against 53 at the bandwidth). The asynchronous warpgroup MMA issues 64 x N x 32 per
  * instruction from one warpgroup and frees the warps for the nibble unpacking and the scaling.
- * Measured (H200, 27B int4, aggregate decode tok/s, session 9 run 04, against $G3_CUDA_WG4=0): 16 seqs 2023 / 1731,
- * 64 seqs 4309 / 3885, 256 seqs 4452 / 3927. What limits it is instruction issue, not bytes or MMAs (run 02: two
- * integer divisions per stage cost 15-20% of the decode step): per stage the unpacking and ~5 operations per
- * (channel, token) to scale the group's int32 sums, in one warpgroup that waits for its MMAs before scaling; two
- * units in flight (two accumulator sets) are serialized by ptxas (C7514 / C7515), so not done.
  *
  * Roles (the opposite of tc_wg.cu's): A = weights, M = 64 output channels per MMA, from registers (int4 nibbles
  * become int8 bytes 0..15 with one mask per 4 values, which wgmma can only take from registers, not shared memory);
@@ -27,9 +22,8 @@
  * a0 covers k 4t..4t+3 and a2 k 16+4t..16+4t+3, so byte 32j + 16h + 4t + i of an activation row holds value
  * 32t + 8j + 2i + h: the order g3c_tq_quant4 writes for il 2.
  *
- * Shared memory: a ring of ST stages of G groups (G = 1 or 2 int4 groups of 128 values a stage), each [G activation
- * tiles NP x 128 B, swizzled][weights: G x CT tiles x 2 halves x 128 threads x 16 B, each thread's own words][(s, z)
- * per group and channel][(d, d sum q) per group and token]. Weights and scales are
+ * Shared memory: a ring of ST stages, each [activation tile NP x 128 B, swizzled][weights: CT tiles x 2 halves x 128
+ * threads x 16 B, each thread's own words][(s, z) per channel][(d, d sum q) per token]. Weights and scales are
  * requested before the programmatic-launch wait (they do not depend on the previous kernel), ST - 1 stages ahead.
  * Work: units (channel tile of 64 CT, stage) in tile-major order split evenly over the blocks (stream-K: a tile's
  * share of each block is added into y with atomics; y holds zeros on entry). */
@@ -268,14 +262,13 @@ typedef struct w4_inst {
 /* [variant][NP 16, 32, 64]; variant ($G3_CUDA_WG4V, for measurements): 0 two channel tiles per block, one group per
  * stage; 1 two tiles, two groups (one tile at NP 64); 2 four tiles (two at NP 64), one group; 3 one tile, two groups.
  * Measured on the H200 (27B int4, aggregate decode tok/s at 16 / 32 / 64 seqs, session 9 run 03): 0: 1530 / 2843 /
- * 4321, 1: 1736 / 2375 / 3431, 2: 1604 / 2715 / 4323, 3: 2016 / 2457 / 3416. Default: 3 at 16 rows, 0 beyond.
- * 4: one tile, one group, more blocks per SM (6 / 5 / 3); 5: the same with three stages (7 / 6 / 4). */
-#define W4_NV 6
+ * 4321, 1: 1736 / 2375 / 3431, 2: 1604 / 2715 / 4323, 3: 2016 / 2457 / 3416. Default: 3 at 16 rows, 0 beyond. */
+#define W4_NV 4
 static w4_inst w4_tab[W4_NV][3];
 static int w4_ready;
 
-template <int NP, int CT, int G, int MINB, int ST = W4_ST> static w4_inst w4_mk(void) {
-    w4_inst r = {(void *)k_wg4<NP, CT, G, ST, MINB>, w4_cfg<NP, CT, G, ST>::SMEM, NP, CT, G, 0};
+template <int NP, int CT, int G, int MINB> static w4_inst w4_mk(void) {
+    w4_inst r = {(void *)k_wg4<NP, CT, G, W4_ST, MINB>, w4_cfg<NP, CT, G, W4_ST>::SMEM, NP, CT, G, 0};
     return r;
 }
 
@@ -285,9 +278,6 @@ static cudaError_t w4_setup(void) {
         w4_tab[1][0] = w4_mk<16, 2, 2, 2>(), w4_tab[1][1] = w4_mk<32, 2, 2, 2>(), w4_tab[1][2] = w4_mk<64, 1, 2, 2>();
         w4_tab[2][0] = w4_mk<16, 4, 1, 2>(), w4_tab[2][1] = w4_mk<32, 4, 1, 2>(), w4_tab[2][2] = w4_mk<64, 2, 1, 2>();
         w4_tab[3][0] = w4_mk<16, 1, 2, 3>(), w4_tab[3][1] = w4_mk<32, 1, 2, 3>(), w4_tab[3][2] = w4_mk<64, 1, 2, 2>();
-        w4_tab[4][0] = w4_mk<16, 1, 1, 6>(), w4_tab[4][1] = w4_mk<32, 1, 1, 5>(), w4_tab[4][2] = w4_mk<64, 1, 1, 3>();
-        w4_tab[5][0] = w4_mk<16, 1, 1, 7, 3>(), w4_tab[5][1] = w4_mk<32, 1, 1, 6, 3>();
-        w4_tab[5][2] = w4_mk<64, 1, 1, 4, 3>();
         w4_ready = 1;
     }
     for (int v = 0; v < W4_NV; v++)
