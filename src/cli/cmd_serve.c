@@ -62,7 +62,7 @@ int g3_cli_serve(int argc, char **argv) {
     int port = 8006, threads = 0, ctx_size = 0, max_seqs = 16, kv_blocks = 0, kv_block = 0, prefill_chunk = 0;
     int max_queue = 256, max_body_kb = 4096, grace_s = 10, quiet = 0, step_delay_ms = 0, no_gen_config = 0;
     int no_prefix_cache = 0, device = 0;
-    const char *quant = NULL, *gemm = NULL;
+    const char *quant = NULL, *gemm = NULL, *kv_cache = NULL;
     g3_arg args[] = {
         {"model", 'm', G3_ARG_STR, &model, "model: Hugging Face folder or .gguf file"},
         {"host", 0, G3_ARG_STR, &host, "address to listen on (0.0.0.0 = every interface)"},
@@ -74,6 +74,8 @@ int g3_cli_serve(int argc, char **argv) {
         {"quant", 0, G3_ARG_STR, &quant, "weights on the GPU: bf16, int8, int4 or fp8 (cuda backend)"},
         {"gemm", 0, G3_ARG_STR, &gemm, "cuda products of many rows: exact (bf16 hi+lo activations, the default) or "
                                        "fast (plain bf16: ~2x prefill, ~2^-9 rounding of activations)"},
+        {"kv-cache", 0, G3_ARG_STR, &kv_cache, "cuda K/V cache elements: f32 (the default) or bf16 (half the "
+                                               "memory and the attention reads)"},
         {"threads", 't', G3_ARG_INT, &threads, "CPU threads (0 = all cores)"},
         {"ctx-size", 'c', G3_ARG_INT, &ctx_size, "tokens per sequence, prompt + reply (0 = min(model, 4096))"},
         {"max-seqs", 0, G3_ARG_INT, &max_seqs, "sequences decoded together (continuous batching)"},
@@ -104,7 +106,7 @@ int g3_cli_serve(int argc, char **argv) {
     if (!api_key || !*api_key) api_key = getenv("GEMMA3_API_KEY");
     g3_cli_model_opts mo;
     g3_cli_model_opts_default(&mo);
-    mo.backend = backend, mo.quant = quant, mo.gemm = gemm;
+    mo.backend = backend, mo.quant = quant, mo.gemm = gemm, mo.kv_cache = kv_cache;
     if (device < 0 || !g3_cli_apply_quant("serve", &mo)) {
         if (device < 0) fprintf(stderr, "gemma3 serve: --device must be >= 0\n");
         return 2;

@@ -16,6 +16,7 @@ void g3_cli_model_opts_default(g3_cli_model_opts *o) {
     o->quant = NULL;
     o->device = 0;
     o->gemm = NULL;
+    o->kv_cache = NULL;
 }
 
 double g3_now(void) {
@@ -32,6 +33,13 @@ int g3_cli_apply_quant(const char *cmd, const g3_cli_model_opts *o) {
         }
         /* read by the CUDA backend at create: hi+lo split activations (exact) or plain bf16 (fast) */
         setenv("G3_CUDA_GEMM", strcmp(o->gemm, "fast") ? "split" : "bf16", 1);
+    }
+    if (o->kv_cache) {
+        if (strcmp(o->kv_cache, "f32") && strcmp(o->kv_cache, "bf16")) {
+            fprintf(stderr, "gemma3 %s: --kv-cache must be f32 or bf16 (got '%s')\n", cmd, o->kv_cache);
+            return 0;
+        }
+        setenv("G3_CUDA_KV", o->kv_cache, 1); /* read by the CUDA backend at create */
     }
     if (!o->quant) return 1;
     static const char *ok[] = {"bf16", "int8", "int4", "fp8"};

@@ -14,6 +14,7 @@ typedef struct g3_cli_model_opts {
     const char *quant;   /* GPU weight format: bf16, int8, int4, fp8 (cuda backend), or NULL */
     int device;          /* GPU index */
     const char *gemm;    /* CUDA products of many rows: "exact" (bf16 hi+lo activations) or "fast" (plain bf16), or NULL */
+    const char *kv_cache; /* CUDA K/V cache elements: "f32" (default) or "bf16", or NULL */
 } g3_cli_model_opts;
 
 void g3_cli_model_opts_default(g3_cli_model_opts *o);

@@ -2,6 +2,7 @@
  * and split keys (attention.cu), the decode kernels separate and fused (attention_dec.cu), and prefill attention with
  * the flash kernels, float32 and tensor-core (attention_prefill.cu, attention_tc.cu). Skipped without CUDA or a GPU. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,25 @@
 #include "backend/cuda/cuda_api.h"
 #include "backend/cuda/prefill_api.h"
 #include "cuda_testutil.h"
+
+/* bf16 K/V cache ($G3_CUDA_KV=bf16): set by test_attention_kv16; the references then round K (after QK-norm and
+ * RoPE) and V to bf16 as the cache write does, and the bound is KV16_TOL: the GPU's K can differ from the host's by
+ * a float ulp before rounding, which flips a bf16 rounding now and then (one score off by ~2^-8 relative: ~1e-3 of
+ * an output at worst in these shapes), while a wrong element, stride or key moves outputs by O(0.1). */
+static int g_kv16;
+#define KV16_TOL 5e-3
+static float bf16r(float x) { /* round to nearest even, as __float2bfloat16_rn (finite values) */
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+static void bf16r_all(float *v, size_t n) {
+    if (g_kv16)
+        for (size_t i = 0; i < n; i++) v[i] = bf16r(v[i]);
+}
+static double attn_tol(void) { return g_kv16 ? KV16_TOL : 1e-4; }
 
 /* ---- attention ------------------------------------------------------------------------------------------------ */
 static void rms_rope(float *v, int D, const float *w, float eps, int pos, const float *inv_freq) {
@@ -159,7 +179,7 @@ static void run_attention_decode_x(int NH, int NKV, int D, int kind, int window,
     g3_cuda_attn_test t = {.NH = NH, .NKV = NKV, .D = D, .kind = kind, .window = window, .kv_block = B, .mbps = mbps,
                            .n_blocks = n_blocks, .n_layers_kind = 3, .layer_in_kind = 2, .n_splits = n_splits,
                            .scale = 1.f / sqrtf(24.f), .softcap = softcap, .eps = 1e-6f, .inv_freq = inv_freq,
-                           .q_norm = qn, .k_norm = kn};
+                           .q_norm = qn, .k_norm = kn, .kv16 = g_kv16};
     /* reference: keys of row r are the history rows of its sequence plus its own */
     double *ref = calloc((size_t)m * NH * D, sizeof(double));
     float *qv = malloc(sizeof(float) * D), *kk = malloc(sizeof(float) * ((size_t)m_hist + m) * NKV * D);
@@ -174,6 +194,7 @@ static void run_attention_decode_x(int NH, int NKV, int D, int kind, int window,
             memcpy(kk + ((size_t)i * NKV + hh) * D, src + (NH + hh) * D, sizeof(float) * D);
             rms_rope(kk + ((size_t)i * NKV + hh) * D, D, kn, 1e-6f, kpos[i], inv_freq);
             memcpy(vv + ((size_t)i * NKV + hh) * D, src + (NH + NKV + hh) * D, sizeof(float) * D);
+            bf16r_all(kk + ((size_t)i * NKV + hh) * D, (size_t)D), bf16r_all(vv + ((size_t)i * NKV + hh) * D, (size_t)D);
         }
     }
     for (int r = 0; r < m; r++) {
@@ -209,6 +230,12 @@ static void run_attention_decode_x(int NH, int NKV, int D, int kind, int window,
         for (size_t i = 0; i < (size_t)m * NH * D; i++) o[i] = NAN;
         for (size_t i = 0; i < (size_t)m * NQKV; i++) ya[i] = NAN;
         g3_error err = {0};
+        if (g_kv16 && (fused & 2)) { /* the round-1 kernels read float32 caches only: a clear refusal */
+            assert_int_not_equal(g3_cuda_test_attention_decode(&t, fused, hq, hpos, huseq, m_hist, qkv, pos, useq, m, bt,
+                                                               n_u, o, ya, &err),
+                                 G3_OK);
+            continue;
+        }
         if (g3_cuda_test_attention_decode(&t, fused, hq, hpos, huseq, m_hist, qkv, pos, useq, m, bt, n_u, o, ya,
                                           &err) != G3_OK)
             fail_msg("%s", err.msg);
@@ -220,10 +247,10 @@ static void run_attention_decode_x(int NH, int NKV, int D, int kind, int window,
         }
         size_t nonzero = 0;
         for (size_t i = 0; i < (size_t)m * NQKV; i++) nonzero += ya[i] != 0.f;
-        printf("  decode attention %s NH=%d NKV=%d D=%d kind=%d window=%d splits=%d softcap=%g block=%d rows=%d%s: "
-               "max err %.2e, qkv left non-zero %zu\n", mode_name[mi], NH, NKV, D, kind, window,
-               n_splits, softcap, B, m, shared ? " (one sequence)" : "", worst, nonzero);
-        assert_true(worst < 1e-4);
+        printf("  decode attention %s%s NH=%d NKV=%d D=%d kind=%d window=%d splits=%d softcap=%g block=%d rows=%d%s: "
+               "max err %.2e, qkv left non-zero %zu\n", mode_name[mi], g_kv16 ? " (bf16 cache)" : "", NH, NKV, D,
+               kind, window, n_splits, softcap, B, m, shared ? " (one sequence)" : "", worst, nonzero);
+        assert_true(worst < attn_tol());
         assert_int_equal(nonzero, 0);
     }
     free(bt), free(pos), free(useq), free(hpos), free(huseq), free(hq), free(qkv), free(ref), free(qv), free(kk);
@@ -303,11 +330,12 @@ static void run_prefill_attention(int NH, int NKV, int D, int kind, int window, 
     g3_cuda_attn_test t = {.NH = NH, .NKV = NKV, .D = D, .kind = kind, .window = window, .kv_block = B, .mbps = mbps,
                            .n_blocks = n_blocks, .n_layers_kind = 2, .layer_in_kind = 1, .n_splits = 3,
                            .scale = 1.f / sqrtf(24.f), .softcap = softcap, .eps = 1e-6f, .inv_freq = inv_freq,
-                           .q_norm = qn, .k_norm = kn};
+                           .q_norm = qn, .k_norm = kn, .kv16 = g_kv16};
     /* reference q, k, v of every row */
     float *q = malloc(sizeof(float) * (size_t)m * NH * D), *k = malloc(sizeof(float) * (size_t)m * NKV * D);
     float *v = malloc(sizeof(float) * (size_t)m * NKV * D);
     ref_qkv(qkv, m, NH, NKV, D, pos, qn, kn, inv_freq, q, k, v);
+    bf16r_all(k, (size_t)m * NKV * D), bf16r_all(v, (size_t)m * NKV * D);
     double *sc = malloc(sizeof(double) * m);
     for (int flash = 0; flash < 2; flash++) {
         for (int i = 0; i < (m - m0) * NH * D; i++) o[i] = NAN;
@@ -343,11 +371,11 @@ static void run_prefill_attention(int NH, int NKV, int D, int kind, int window, 
                     worst = fmax(worst, e);
                 }
             }
-        printf("  prefill attention %s NH=%d NKV=%d D=%d kind=%d window=%d softcap=%g chunk %d at %d (+2 decode "
+        printf("  prefill attention %s%s NH=%d NKV=%d D=%d kind=%d window=%d softcap=%g chunk %d at %d (+2 decode "
                "rows): max err %.2e\n",
-               flash ? (getenv("G3_CUDA_FATC") ? "flash tc" : "flash ") : "decode", NH, NKV, D, kind, window, softcap, L,
-               P0, worst);
-        assert_true(worst < 1e-4);
+               flash ? (getenv("G3_CUDA_FATC") ? "flash tc" : "flash ") : "decode", g_kv16 ? " (bf16 cache)" : "", NH,
+               NKV, D, kind, window, softcap, L, P0, worst);
+        assert_true(worst < attn_tol());
     }
     free(pos), free(useq), free(bt), free(qkv), free(o), free(q), free(k), free(v), free(sc);
 }
@@ -388,6 +416,42 @@ static void test_prefill_attention_tc(void **state) {
     unsetenv("G3_CUDA_FATC");
     unsetenv("G3_CUDA_FA");
 }
+
+/* The bf16 K/V cache: QK-norm kernels writing bf16 (one row at a time and many), the cluster decode kernel separate
+ * and fused, the flash prefill kernel reading it (the 3xTF32 one falls back to it), against references that round K
+ * and V as the cache does; head dims 64, 128, 256 (the decode kernel's; the round-1 kernels refuse the cache). */
+static void test_attention_kv16(void **state) {
+    (void)state;
+    need_gpu();
+    g_kv16 = 1;
+    const int one[1] = {600};
+    run_attention_decode(32, 16, 128, 0, 1024, 33, 0, 16, 1, one, -1);
+    const int eight[8] = {0, 1, 15, 16, 17, 63, 200, 301};
+    run_attention_decode(8, 4, 128, 1, 37, 5, 50.f, 16, 8, eight, 3);
+    const int three[3] = {5, 130, 257};
+    run_attention_decode(4, 1, 256, 0, 1024, 7, 0, 16, 3, three, -1);
+    int many[40];
+    for (int i = 0; i < 40; i++) many[i] = (i * 37) % 90;
+    run_attention_decode(8, 1, 64, 1, 20, 2, 0, 8, 40, many, 39);
+    int many27[40];
+    for (int i = 0; i < 40; i++) many27[i] = (i * 53) % 300;
+    run_attention_decode(32, 16, 128, 1, 50, 16, 30.f, 16, 40, many27, 7);
+    const int hist[1] = {600};
+    run_attention_decode_x(32, 16, 128, 0, 1024, 33, 0, 16, 4, hist, -1, 1);
+    setenv("G3_CUDA_FA", "1", 1);
+    run_prefill_attention(4, 2, 128, 0, 1024, 0, 100, 300);
+    run_prefill_attention(4, 2, 128, 1, 64, 50.f, 70, 200);
+    run_prefill_attention(8, 1, 64, 1, 100, 0, 0, 90);
+    run_prefill_attention(8, 2, 256, 1, 40, 0, 33, 77);
+    setenv("G3_CUDA_FATC", "1", 1); /* asked for, not taken with a bf16 cache */
+    run_prefill_attention(4, 2, 128, 1, 64, 0, 3, 60);
+    unsetenv("G3_CUDA_FATC");
+    setenv("G3_CUDA_ROWK", "0", 1); /* the one-row QK-norm kernel writing the history */
+    run_prefill_attention(4, 2, 128, 1, 64, 0, 3, 60);
+    unsetenv("G3_CUDA_ROWK");
+    unsetenv("G3_CUDA_FA");
+    g_kv16 = 0;
+}
 #endif
 
 int main(void) {
@@ -397,6 +461,7 @@ int main(void) {
         cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_prefill_attention),
         cmocka_unit_test(test_prefill_attention_tc),
+        cmocka_unit_test(test_attention_kv16),
 #else
         cmocka_unit_test(tu_skip_no_cuda),
 #endif

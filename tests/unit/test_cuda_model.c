@@ -172,6 +172,19 @@ static void check_kl_paths(const char *dir, const tu_reference *r, const char *q
     unsetenv("G3_CUDA_QUANT");
 }
 
+/* The bf16 K/V cache ($G3_CUDA_KV=bf16; K and V rounded to bf16 once, ~2^-9 relative): judged as the plain-bf16
+ * activations are (KL and top-1 in one prefill chunk and one row at a time, where the decode kernel reads the
+ * cache), its logit error against the float32 references reported. */
+static void check_kv16(const char *dir, const tu_reference *r) {
+    setenv("G3_CUDA_KV", "bf16", 1);
+    check_kl(dir, r, "bf16 KV cache", 512, 0.002, 0.95);
+    check_kl(dir, r, "bf16 KV cache", 1, 0.002, 0.95);
+    const double pw = measure_exact(dir, r);
+    printf("  %s [bf16 KV cache]: max relative logit error %.3g\n", dir, pw);
+    assert_true(pw < 0.05); /* garbage guard */
+    unsetenv("G3_CUDA_KV");
+}
+
 static void test_tiny_gqa(void **state) {
     (void)state;
     const char *d0 = fixture_or_skip("tiny-gqa");
@@ -186,6 +199,7 @@ static void test_tiny_gqa(void **state) {
     snprintf(path, sizeof path, "%.1000s/model-q8_0.gguf", dir);
     check_kl(path, &r, "GGUF Q8_0 as int8/32", 512, 0.01, 0.95);
     check_kl(path, &r, "GGUF Q8_0 as int8/32", 1, 0.01, 0.95); /* decode path: CUDA-core GEMV */
+    check_kv16(dir, &r);
     tu_ref_free(&r);
 }
 
@@ -207,6 +221,7 @@ static void test_small_a(void **state) {
            pw <= 1e-3 ? "within" : "exceeded");
     assert_true(pw < 0.05); /* garbage guard */
     unsetenv("G3_CUDA_GEMM");
+    check_kv16(dir, &r);
     /* measured on the H200 (session 7, the first run of this test with small-a carried): 0.018 / 91% in one chunk
      * (cuBLAS, bf16 hi + lo activations), 0.017 / 95% one row at a time, 0.028 / 86% in 16-row steps (int8
      * activations per block of 128 on the int8 tensor cores: their rounding costs ~0.01 nats here) */

@@ -14,18 +14,23 @@
  * serve the other shapes. The fused launch is the default only with $G3_CUDA_ATTN2=0 (g3c_dfuse_enabled): with the
  * second kernel, the separate QK-norm launch plus attention measured faster on the H200.
  *
- * Cache block layout (float32): [n_layers_of_kind][2 (K, V)][NKV][kv_block][D]; a key at position p of sequence u
+ * Cache block layout (float32, or bf16 with a.kv16: the round-1 kernels here take float32 only, the QK-norm kernel
+ * both): [n_layers_of_kind][2 (K, V)][NKV][kv_block][D]; a key at position p of sequence u
  * lives in physical block bt[u][kind][p / kv_block], slot p % kv_block. Sliding layers see keys p-W+1..p. */
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_common.cuh"
 
-__device__ __forceinline__ float *kv_row(const g3c_attn_args &a, int u, int p, int kv, int h) {
+template <typename T = float>
+__device__ __forceinline__ T *kv_row(const g3c_attn_args &a, int u, int p, int kv, int h) {
     int blk = a.rows.bt[((size_t)u * 2 + a.kind) * a.rows.mbps + p / a.kv_block];
     if (blk < 0) return NULL;
     size_t off = (((size_t)blk * a.n_layers_kind + a.layer_in_kind) * 2 + kv) * a.NKV;
-    return a.pool + ((off + h) * a.kv_block + p % a.kv_block) * a.D;
+    return (T *)a.pool + ((off + h) * a.kv_block + p % a.kv_block) * a.D;
 }
+/* one cache element */
+static __device__ __forceinline__ void kv_put(float *p, float v) { *p = v; }
+static __device__ __forceinline__ void kv_put(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
 /* What the fused decode kernel needs of RoPE and the norm weights for lane `lane`'s values d = lane + 32e (and
  * their RoPE partners pd = d +- D/2): computed before the PDL wait, since it depends only on the position. */
@@ -86,7 +91,9 @@ __device__ __forceinline__ void zero_qkv(float *y, int ny, size_t sl, size_t row
     }
 }
 
-/* grid (m, ceil(heads/4)), block (32, 4): one warp per head of q, k or v. Reads (and zeroes) the ny slices of y. */
+/* grid (m, ceil(heads/4)), block (32, 4): one warp per head of q, k or v. Reads (and zeroes) the ny slices of y.
+ * T: the cache element (float, or __nv_bfloat16 with a.kv16). */
+template <typename T>
 __global__ void k_qkv_post(g3c_attn_args a, float *y, int ny, const float *qn, const float *kn, float *qout) {
     const int r = blockIdx.x, hh = blockIdx.y * 4 + threadIdx.y, lane = threadIdx.x;
     const int D = a.D, NHT = a.NH + 2 * a.NKV, half = D / 2;
@@ -94,7 +101,7 @@ __global__ void k_qkv_post(g3c_attn_args a, float *y, int ny, const float *qn, c
      * parameters and block tables are uploaded before the step): the cache slot, the norm weights, cos and sin */
     const int u = hh < NHT ? a.rows.useq[r] : -1, p = hh < NHT ? a.rows.pos[r] : 0;
     const bool qh = hh < a.NH, vh = hh >= a.NH + a.NKV;
-    float *slot = hh < NHT && !qh && u >= 0 ? kv_row(a, u, p, vh ? 1 : 0, vh ? hh - a.NH - a.NKV : hh - a.NH) : NULL;
+    T *slot = hh < NHT && !qh && u >= 0 ? kv_row<T>(a, u, p, vh ? 1 : 0, vh ? hh - a.NH - a.NKV : hh - a.NH) : NULL;
     const float *nw = qh ? qn : kn;
     float w0[4], w1[4], cs[4], sn[4];
 #pragma unroll
@@ -111,11 +118,10 @@ __global__ void k_qkv_post(g3c_attn_args a, float *y, int ny, const float *qn, c
     if (hh >= NHT) return;
     const size_t src = (size_t)r * NHT * D + (size_t)hh * D, sl = (size_t)a.m * NHT * D;
     if (vh) { /* v: straight into the cache */
-        float *dst = slot;
         for (int i = lane; i < D; i += 32) {
             float v = 0.f;
             for (int j = 0; j < ny; j++) v += y[j * sl + src + i], y[j * sl + src + i] = 0.f;
-            if (dst) dst[i] = v;
+            if (slot) kv_put(slot + i, v);
         }
         return;
     }
@@ -134,15 +140,16 @@ __global__ void k_qkv_post(g3c_attn_args a, float *y, int ny, const float *qn, c
     }
     for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float inv = 1.f / sqrtf(ss / (float)D + a.eps);
-    float *dst = qh ? qout + (size_t)r * a.NH * D + (size_t)hh * D : slot;
-    if (!dst) return;
+    float *qd = qh ? qout + (size_t)r * a.NH * D + (size_t)hh * D : NULL;
+    if (!qd && !slot) return;
 #pragma unroll
     for (int t = 0; t < 4; t++) {
         int i = lane + 32 * t;
         if (i < half) {
             float x0 = v0[t] * inv * w0[t], x1 = v1[t] * inv * w1[t];
-            dst[i] = x0 * cs[t] - x1 * sn[t];
-            dst[i + half] = x1 * cs[t] + x0 * sn[t];
+            const float r0 = x0 * cs[t] - x1 * sn[t], r1 = x1 * cs[t] + x0 * sn[t];
+            if (qd) qd[i] = r0, qd[i + half] = r1;
+            else kv_put(slot + i, r0), kv_put(slot + i + half, r1);
         }
     }
 }
@@ -394,7 +401,8 @@ cudaError_t g3c_qkv_post(const g3c_attn_args *a, float *y, int ny, const float *
                          cudaStream_t st) {
     if (a->D > 256 || a->D % 2) return cudaErrorInvalidValue;
     dim3 grid(a->m, (a->NH + 2 * a->NKV + 3) / 4), blk(32, 4);
-    return g3c_launch(k_qkv_post, grid, blk, 0, st, *a, y, ny, qn, kn, qout);
+    if (a->kv16) return g3c_launch(k_qkv_post<__nv_bfloat16>, grid, blk, 0, st, *a, y, ny, qn, kn, qout);
+    return g3c_launch(k_qkv_post<float>, grid, blk, 0, st, *a, y, ny, qn, kn, qout);
 }
 
 size_t g3c_attn_part_floats(int rows_x_splits, int NH, int D) { return (size_t)rows_x_splits * NH * (D + 2); }
@@ -434,6 +442,7 @@ static cudaError_t attention_any(const g3c_attn_args *a, const float *q, float *
 cudaError_t g3c_attention(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt, float *o,
                           __nv_bfloat16 *oh, int split, cudaStream_t st) {
     if (g3c_attn2_enabled() && g3c_attn2_supported(a)) return g3c_attn2(a, q, o, oh, split, st); /* attention_dec.cu */
+    if (a->kv16) return cudaErrorInvalidValue; /* the round-1 kernels read float32 caches only */
     return attention_any<false>(a, q, part, cnt, o, oh, split, NULL, 0, NULL, NULL, st);
 }
 
@@ -442,6 +451,7 @@ cudaError_t g3c_attention_fused(const g3c_attn_args *a, float *y, int ny, const 
     if (a->D > 256 || a->D % 2 || a->m > 64 || ny < 1) return cudaErrorInvalidValue;
     if (g3c_attn2_enabled() && g3c_attn2_supported(a)) /* attention_dec.cu */
         return g3c_attn2_fused(a, y, ny, qn, kn, o, oh, split, st);
+    if (a->kv16) return cudaErrorInvalidValue;
     return attention_any<true>(a, NULL, part, cnt, o, oh, split, y, ny, qn, kn, st);
 }
 
@@ -485,8 +495,8 @@ extern "C" g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, i
     AT_CK(cudaMalloc((void **)&douth, (size_t)2 * m * t->NH * D * 2), "alloc");
     AT_CK(cudaMalloc((void **)&dcnt, (size_t)m * t->NKV * 4), "alloc");
     AT_CK(cudaMemset(dcnt, 0, (size_t)m * t->NKV * 4), "clear");
-    AT_CK(cudaMalloc((void **)&pool, pool_floats * 4), "alloc");
-    AT_CK(cudaMemset(pool, 0xff, pool_floats * 4), "poison"); /* NaNs: reading an unwritten slot shows */
+    AT_CK(cudaMalloc((void **)&pool, pool_floats * (t->kv16 ? 2 : 4)), "alloc");
+    AT_CK(cudaMemset(pool, 0xff, pool_floats * (t->kv16 ? 2 : 4)), "poison"); /* NaNs: reading an unwritten slot shows */
     AT_CK(cudaMalloc((void **)&dnorm, (size_t)(3 * D) * 4), "alloc");
     AT_CK(cudaMalloc((void **)&dpar, ((size_t)2 * mh + 2 * m + (size_t)n_u * 2 * t->mbps) * 4), "alloc");
     AT_CK(cudaMemcpy(dnorm, t->q_norm, D * 4, cudaMemcpyHostToDevice), "upload");
@@ -503,6 +513,7 @@ extern "C" g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, i
     a.NH = t->NH, a.NKV = t->NKV, a.D = D, a.kind = t->kind, a.layer_in_kind = t->layer_in_kind;
     a.n_layers_kind = t->n_layers_kind, a.kv_block = t->kv_block, a.window = t->window, a.scale = t->scale;
     a.softcap = t->softcap, a.eps = t->eps, a.inv_freq = dnorm + 2 * D, a.pool = pool, a.n_splits = t->n_splits;
+    a.kv16 = t->kv16;
     a.min_keys = 1;
     if (m_hist > 0) AT_CK(cudaMemcpy(dy, hist_qkv, (size_t)m_hist * NQKV * 4, cudaMemcpyHostToDevice), "upload");
     /* the copies and memsets above ran on the legacy stream, which st (non-blocking) does not wait for; a copy from

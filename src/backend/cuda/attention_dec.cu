@@ -11,7 +11,7 @@
  * the cluster normalize and write o and its bf16 copy. No counters, no partials in global memory, one launch.
  *
  * Rows are read from device memory (position, sequence, block table), so graphs replay it; padding rows (useq < 0)
- * write zeros. Cache layout as in attention.cu. */
+ * write zeros. Cache layout as in attention.cu; float32 or bf16 elements (a.kv16). */
 #include <cooperative_groups.h>
 #include <stdlib.h>
 
@@ -39,14 +39,6 @@ template <int EPL, int MODE = A2_NC> __device__ __forceinline__ void a2_ld(float
             const float4 t = a2_ld1<MODE>((const float4 *)p + i);
             v[4 * i] = t.x, v[4 * i + 1] = t.y, v[4 * i + 2] = t.z, v[4 * i + 3] = t.w;
         }
-    }
-}
-template <int EPL> __device__ __forceinline__ void a2_st(float *p, const float (&v)[EPL]) {
-    if constexpr (EPL == 2) {
-        *(float2 *)p = make_float2(v[0], v[1]);
-    } else {
-#pragma unroll
-        for (int i = 0; i < EPL / 4; i++) ((float4 *)p)[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
     }
 }
 
@@ -79,7 +71,8 @@ __device__ __forceinline__ void a2_norm_rope(const float *y, int ny, size_t sl, 
     }
 }
 
-template <int G, int EPL, int WPB, bool FU, bool PIPE>
+/* T: the cache element (float, or __nv_bfloat16 with a.kv16) */
+template <int G, int EPL, int WPB, bool FU, bool PIPE, typename T>
 __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float *__restrict__ q,
                                                        float *__restrict__ o, __nv_bfloat16 *__restrict__ oh,
                                                        int split, float *y, int ny, const float *qn,
@@ -103,7 +96,7 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
     const int NG = (n + NKW - 1) / NKW, TW = C * WPB;
     const int32_t *bt = a.rows.bt + ((size_t)(u < 0 ? 0 : u) * 2 + a.kind) * a.rows.mbps;
     const size_t vstride = (size_t)a.NKV * a.kv_block * D; /* K slot -> V slot */
-    const float *pool = a.pool + lane * EPL;
+    const T *pool = (const T *)a.pool + lane * EPL;
     /* lane i: element offset of the K row of key i % NKW of group gi0 + (i / NKW) * TW (-1: none) */
     auto lookup = [&](int gi0) {
         const int gj = gi0 + (lane / NKW) * TW, key = lo + gj * NKW + lane % NKW;
@@ -125,8 +118,8 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
         for (int j = 0; j < NKW; j++) {
             const long long oj = __shfl_sync(0xffffffffu, off, sub * NKW + j);
             ok[j] = oj >= 0;
-            a2_ld<EPL>(kr[j], pool + (ok[j] ? oj : 0));
-            a2_ld<EPL>(vr[j], pool + (ok[j] ? oj + (long long)vstride : 0));
+            g3c_kv_ld<EPL>(kr[j], pool + (ok[j] ? oj : 0));
+            g3c_kv_ld<EPL>(vr[j], pool + (ok[j] ? oj + (long long)vstride : 0));
         }
     };
     /* early loads only where no other row of the step is of the same sequence (its key, written by the kernel
@@ -151,8 +144,8 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
 #pragma unroll
             for (int j = 0; j < NKW; j++)
                 if (j == jp && op >= 0) { /* L2 loads: L1 may hold the stale line of the load before the wait */
-                    a2_ld<EPL, A2_CG>(kr[j], a.pool + op + lane * EPL);
-                    a2_ld<EPL, A2_CG>(vr[j], a.pool + op + (long long)vstride + lane * EPL);
+                    g3c_kv_ld<EPL, true>(kr[j], pool + op);
+                    g3c_kv_ld<EPL, true>(vr[j], pool + op + (long long)vstride);
                 }
         }
     }
@@ -189,9 +182,13 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
             }
             const long long op = __shfl_sync(0xffffffffu, offc, sub * NKW + jp);
             if (op >= 0) {
-                a2_st<EPL>(a.pool + op + lane * EPL, kp);
-                a2_st<EPL>(a.pool + op + (long long)vstride + lane * EPL, vp);
+                g3c_kv_st<EPL>((T *)a.pool + op + lane * EPL, kp);
+                g3c_kv_st<EPL>((T *)a.pool + op + (long long)vstride + lane * EPL, vp);
             }
+            if constexpr (sizeof(T) == 2) /* this step uses the key as later steps will read it */
+#pragma unroll
+                for (int e = 0; e < EPL; e++)
+                    kp[e] = __bfloat162float(__float2bfloat16_rn(kp[e])), vp[e] = __bfloat162float(__float2bfloat16_rn(vp[e]));
 #pragma unroll
             for (int j = 0; j < NKW; j++)
                 if (j == jp)
@@ -382,7 +379,10 @@ static int a2_pipe(void) {
 template <int G, int EPL, int W, bool FU, bool PIPE>
 static cudaError_t a2_run(const cudaLaunchConfig_t *cfg, const g3c_attn_args *a, const float *q, float *o,
                           __nv_bfloat16 *oh, int split, const a2_fu &f) {
-    return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
+    if (a->kv16)
+        return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE, __nv_bfloat16>, *a, q, o, oh, split, f.y, f.ny,
+                                  f.qn, f.kn);
+    return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE, float>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
 }
 
 template <int G, int EPL, int W>

@@ -43,9 +43,11 @@ __global__ void k_fa_plan(const int32_t *useq, int m, int tq, int32_t *fa_useq) 
 }
 
 /* ---- QK-norm + RoPE + cache write, many rows ---------------------------------------------------------------- */
+static __device__ __forceinline__ void fa_put(float *p, float v) { *p = v; }
+static __device__ __forceinline__ void fa_put(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 /* A warp per (row, head) of q, k or v, 8 per block; every slice of the head is loaded before any is zeroed. T: pairs
  * (i, i + D/2) per lane, i = lane + 32t. Same arithmetic as k_qkv_post (attention.cu). */
-template <int T>
+template <int T, typename KT>
 __global__ void __launch_bounds__(256) k_qkv_rows(g3c_attn_args a, float *y, int ny, const float *qn,
                                                   const float *kn, float *qout, int flags) {
     g3c_pdl_wait();
@@ -72,18 +74,19 @@ __global__ void __launch_bounds__(256) k_qkv_rows(g3c_attn_args a, float *y, int
     }
     const int u = a.rows.useq[r], p = a.rows.pos[r];
     float *dst = NULL;
+    KT *kd = NULL; /* the cache row (k, v) */
     if (hh >= a.NH) { /* k or v: into the cache */
         if (u < 0) return;
         const int kv = hh >= a.NH + a.NKV, h = hh - a.NH - kv * a.NKV;
         const int blk = a.rows.bt[((size_t)u * 2 + a.kind) * a.rows.mbps + p / a.kv_block];
         if (blk < 0) return;
         const size_t off = (((size_t)blk * a.n_layers_kind + a.layer_in_kind) * 2 + kv) * a.NKV;
-        dst = a.pool + ((off + h) * a.kv_block + p % a.kv_block) * D;
+        kd = (KT *)a.pool + ((off + h) * a.kv_block + p % a.kv_block) * D;
         if (kv) {
 #pragma unroll
             for (int t = 0; t < T; t++) {
                 const int i = lane + 32 * t;
-                if (i < half) dst[i] = v0[t], dst[i + half] = v1[t];
+                if (i < half) fa_put(kd + i, v0[t]), fa_put(kd + i + half, v1[t]);
             }
             return;
         }
@@ -102,8 +105,9 @@ __global__ void __launch_bounds__(256) k_qkv_rows(g3c_attn_args a, float *y, int
         if (i < half) {
             const float x0 = v0[t] * inv * nw[i], x1 = v1[t] * inv * nw[i + half];
             const float ang = (float)p * a.inv_freq[i], c = cosf(ang), s = sinf(ang);
-            dst[i] = x0 * c - x1 * s;
-            dst[i + half] = x1 * c + x0 * s;
+            const float r0 = x0 * c - x1 * s, r1 = x1 * c + x0 * s;
+            if (kd) fa_put(kd + i, r0), fa_put(kd + i + half, r1);
+            else dst[i] = r0, dst[i + half] = r1;
         }
     }
 }
@@ -118,9 +122,14 @@ cudaError_t g3c_qkv_post_rows_f(const g3c_attn_args *a, float *y, int ny, const 
     if (a->D > 256 || a->D % 2) return cudaErrorInvalidValue;
     const int units = a->m * (a->NH + 2 * a->NKV), half = a->D / 2;
     dim3 grid((units + 7) / 8), blk(256);
-    if (half <= 32) return g3c_launch(k_qkv_rows<1>, grid, blk, 0, st, *a, y, ny, qn, kn, qout, flags);
-    if (half <= 64) return g3c_launch(k_qkv_rows<2>, grid, blk, 0, st, *a, y, ny, qn, kn, qout, flags);
-    return g3c_launch(k_qkv_rows<4>, grid, blk, 0, st, *a, y, ny, qn, kn, qout, flags);
+    if (a->kv16) {
+        if (half <= 32) return g3c_launch(k_qkv_rows<1, __nv_bfloat16>, grid, blk, 0, st, *a, y, ny, qn, kn, qout, flags);
+        if (half <= 64) return g3c_launch(k_qkv_rows<2, __nv_bfloat16>, grid, blk, 0, st, *a, y, ny, qn, kn, qout, flags);
+        return g3c_launch(k_qkv_rows<4, __nv_bfloat16>, grid, blk, 0, st, *a, y, ny, qn, kn, qout, flags);
+    }
+    if (half <= 32) return g3c_launch(k_qkv_rows<1, float>, grid, blk, 0, st, *a, y, ny, qn, kn, qout, flags);
+    if (half <= 64) return g3c_launch(k_qkv_rows<2, float>, grid, blk, 0, st, *a, y, ny, qn, kn, qout, flags);
+    return g3c_launch(k_qkv_rows<4, float>, grid, blk, 0, st, *a, y, ny, qn, kn, qout, flags);
 }
 
 /* ---- flash attention -------------------------------------------------------------------------------------- */
@@ -135,7 +144,7 @@ static size_t fa_smem(int dp) {
 }
 
 /* DP: D rounded up to 32, 64, 128 or 256 (padding columns hold zeros). Columns per thread: NC chunks of VW. */
-template <int DP>
+template <int DP, typename KT>
 __global__ void __launch_bounds__(256, 1) k_fa(g3c_attn_args a, const float *__restrict__ q,
                                             const int32_t *__restrict__ fa_useq, float *__restrict__ o,
                                             __nv_bfloat16 *__restrict__ oh, int split) {
@@ -144,7 +153,7 @@ __global__ void __launch_bounds__(256, 1) k_fa(g3c_attn_args a, const float *__r
     constexpr int NC = DP / (16 * VW);          /* chunks per thread */
     extern __shared__ __align__(16) float fsm[];
     float *Qs = fsm, *KPs = Qs + FA_QR * DP, *Vs = KPs + fa_kp_floats(DP);
-    const float **kptr = (const float **)(Vs + FA_TK * DP), **vptr = kptr + FA_TK;
+    const KT **kptr = (const KT **)(Vs + FA_TK * DP), **vptr = kptr + FA_TK;
     int *su = (int *)(vptr + FA_TK), *sp = su + FA_QR, *slo = sp + FA_QR;
     g3c_pdl_wait();
     const int tid = threadIdx.x, ty = tid >> 4, tx = tid & 15;
@@ -219,13 +228,13 @@ __global__ void __launch_bounds__(256, 1) k_fa(g3c_attn_args a, const float *__r
                 __syncthreads(); /* previous key tile fully consumed */
                 if (tid < FA_TK) {
                     const int kp = kb + tid;
-                    const float *kr = NULL, *vr = NULL;
+                    const KT *kr = NULL, *vr = NULL;
                     if (kp <= khi) {
                         const int blk = a.rows.bt[((size_t)u * 2 + a.kind) * a.rows.mbps + kp / a.kv_block];
                         if (blk >= 0) {
                             const size_t off = (((size_t)blk * a.n_layers_kind + a.layer_in_kind) * 2) * a.NKV;
-                            kr = a.pool + ((off + kh) * a.kv_block + kp % a.kv_block) * D;
-                            vr = a.pool + ((off + a.NKV + kh) * a.kv_block + kp % a.kv_block) * D;
+                            kr = (const KT *)a.pool + ((off + kh) * a.kv_block + kp % a.kv_block) * D;
+                            vr = (const KT *)a.pool + ((off + a.NKV + kh) * a.kv_block + kp % a.kv_block) * D;
                         }
                     }
                     kptr[tid] = kr, vptr[tid] = vr;
@@ -239,17 +248,21 @@ __global__ void __launch_bounds__(256, 1) k_fa(g3c_attn_args a, const float *__r
 #pragma unroll
                     for (int it = 0; it < NLG; it++) {
                         const int e = tid + 256 * (g0 + it), j = e / C4, c = e - j * C4;
-                        const float *kr = kptr[j], *vr = vptr[j];
+                        const KT *kr = kptr[j], *vr = vptr[j];
                         kl[it] = vl[it] = make_float4(0.f, 0.f, 0.f, 0.f);
                         if (kr && 4 * c < D) {
                             if (D % 4 == 0) {
-                                kl[it] = __ldcg((const float4 *)(kr + 4 * c));
-                                vl[it] = __ldcg((const float4 *)(vr + 4 * c));
+                                float w[4], z[4];
+                                g3c_kv_ld<4, true>(w, kr + 4 * c), g3c_kv_ld<4, true>(z, vr + 4 * c);
+                                kl[it] = make_float4(w[0], w[1], w[2], w[3]);
+                                vl[it] = make_float4(z[0], z[1], z[2], z[3]);
                             } else {
                                 float w[4], z[4];
                                 for (int k = 0; k < 4; k++) {
                                     const bool in = 4 * c + k < D;
-                                    w[k] = in ? __ldcg(kr + 4 * c + k) : 0.f, z[k] = in ? __ldcg(vr + 4 * c + k) : 0.f;
+                                    float t1[1] = {0.f}, t2[1] = {0.f};
+                                    if (in) g3c_kv_ld<1, true>(t1, kr + 4 * c + k), g3c_kv_ld<1, true>(t2, vr + 4 * c + k);
+                                    w[k] = t1[0], z[k] = t2[0];
                                 }
                                 kl[it] = make_float4(w[0], w[1], w[2], w[3]);
                                 vl[it] = make_float4(z[0], z[1], z[2], z[3]);
@@ -423,19 +436,19 @@ cudaError_t g3c_fa_plan(const g3c_rows *rows, int m, int NH, int NKV, int32_t *f
     return g3c_launch(k_fa_plan, dim3((m + 127) / 128), dim3(128), 0, st, rows->useq, m, FA_QR / (NH / NKV), fa_useq);
 }
 
-template <int DP>
+template <int DP, typename KT>
 static cudaError_t launch_fa(const g3c_attn_args *a, const float *q, const int32_t *fa_useq, float *o,
                              __nv_bfloat16 *oh, int split, cudaStream_t st) {
     static int attr_set = 0; /* dynamic shared memory beyond 48 KB, once per instantiation */
     const size_t sm = fa_smem(DP);
     if (!attr_set) {
-        cudaError_t e = cudaFuncSetAttribute(k_fa<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+        cudaError_t e = cudaFuncSetAttribute(k_fa<DP, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
         if (e != cudaSuccess) return e;
         attr_set = 1;
     }
     const int G = a->NH / a->NKV, tq = FA_QR / G, n_tiles = (a->m + tq - 1) / tq;
     dim3 grid((n_tiles + 1) / 2, a->NKV);
-    return g3c_launch(k_fa<DP>, grid, dim3(256), sm, st, *a, q, fa_useq, o, oh, split);
+    return g3c_launch(k_fa<DP, KT>, grid, dim3(256), sm, st, *a, q, fa_useq, o, oh, split);
 }
 
 cudaError_t g3c_attention_prefill(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt,
@@ -449,11 +462,18 @@ cudaError_t g3c_attention_prefill(const g3c_attn_args *a, const float *q, float 
         cudaError_t e = g3c_attention(&d, q, part, cnt, o, oh, split, st);
         if (e != cudaSuccess) return e;
     }
-    if (g3c_fatc_enabled() && a->D % 4 == 0 && a->D <= 128) return g3c_fa_tc(a, q, fa_useq, o, oh, split, st);
-    if (a->D <= 32) return launch_fa<32>(a, q, fa_useq, o, oh, split, st);
-    if (a->D <= 64) return launch_fa<64>(a, q, fa_useq, o, oh, split, st);
-    if (a->D <= 128) return launch_fa<128>(a, q, fa_useq, o, oh, split, st);
-    return launch_fa<256>(a, q, fa_useq, o, oh, split, st);
+    /* the 3xTF32 variant copies float32 cache rows as they are: not with a bf16 cache */
+    if (g3c_fatc_enabled() && !a->kv16 && a->D % 4 == 0 && a->D <= 128) return g3c_fa_tc(a, q, fa_useq, o, oh, split, st);
+    if (a->kv16) {
+        if (a->D <= 32) return launch_fa<32, __nv_bfloat16>(a, q, fa_useq, o, oh, split, st);
+        if (a->D <= 64) return launch_fa<64, __nv_bfloat16>(a, q, fa_useq, o, oh, split, st);
+        if (a->D <= 128) return launch_fa<128, __nv_bfloat16>(a, q, fa_useq, o, oh, split, st);
+        return launch_fa<256, __nv_bfloat16>(a, q, fa_useq, o, oh, split, st);
+    }
+    if (a->D <= 32) return launch_fa<32, float>(a, q, fa_useq, o, oh, split, st);
+    if (a->D <= 64) return launch_fa<64, float>(a, q, fa_useq, o, oh, split, st);
+    if (a->D <= 128) return launch_fa<128, float>(a, q, fa_useq, o, oh, split, st);
+    return launch_fa<256, float>(a, q, fa_useq, o, oh, split, st);
 }
 
 /* ---- test hooks (prefill_api.h) ------------------------------------------------------------------------------- */
@@ -480,8 +500,8 @@ extern "C" g3_status g3_cuda_test_prefill_attention(const g3_cuda_attn_test *t, 
     CKT(cudaMalloc((void **)&douth, (size_t)2 * m * t->NH * D * 2), "alloc");
     CKT(cudaMalloc((void **)&dcnt, (size_t)m * t->NKV * 4), "alloc");
     CKT(cudaMemset(dcnt, 0, (size_t)m * t->NKV * 4), "clear");
-    CKT(cudaMalloc((void **)&pool, pool_floats * 4), "alloc");
-    CKT(cudaMemset(pool, 0xff, pool_floats * 4), "poison"); /* NaNs: reading an unwritten slot shows */
+    CKT(cudaMalloc((void **)&pool, pool_floats * (t->kv16 ? 2 : 4)), "alloc");
+    CKT(cudaMemset(pool, 0xff, pool_floats * (t->kv16 ? 2 : 4)), "poison"); /* NaNs: reading an unwritten slot shows */
     CKT(cudaMalloc((void **)&dnorm, (size_t)(3 * D) * 4), "alloc");
     CKT(cudaMalloc((void **)&dpar, ni * 4), "alloc");
     CKT(cudaMalloc((void **)&dfa, (size_t)m * 4), "alloc");
@@ -519,6 +539,7 @@ extern "C" g3_status g3_cuda_test_prefill_attention(const g3_cuda_attn_test *t, 
         a.m = nr, a.NH = t->NH, a.NKV = t->NKV, a.D = D, a.kind = t->kind, a.layer_in_kind = t->layer_in_kind;
         a.n_layers_kind = t->n_layers_kind, a.kv_block = t->kv_block, a.window = t->window, a.scale = t->scale;
         a.softcap = t->softcap, a.eps = t->eps, a.inv_freq = dnorm + 2 * D, a.pool = pool, a.n_splits = t->n_splits;
+        a.kv16 = t->kv16;
         a.min_keys = 1;
         float *y = dqkv + (size_t)2 * ra * NQKV;
         CKT(g3c_qkv_post_rows(&a, y, 2, dnorm, dnorm + D, dq, 0), "qkv_post_rows");

@@ -139,8 +139,8 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
                         const int blk = a.rows.bt[((size_t)u * 2 + a.kind) * a.rows.mbps + kp / a.kv_block];
                         if (blk >= 0) {
                             const size_t off = (((size_t)blk * a.n_layers_kind + a.layer_in_kind) * 2) * a.NKV;
-                            kr = a.pool + ((off + kh) * a.kv_block + kp % a.kv_block) * D;
-                            vr = a.pool + ((off + a.NKV + kh) * a.kv_block + kp % a.kv_block) * D;
+                            kr = (const float *)a.pool + ((off + kh) * a.kv_block + kp % a.kv_block) * D;
+                            vr = (const float *)a.pool + ((off + a.NKV + kh) * a.kv_block + kp % a.kv_block) * D;
                         }
                     }
                     kptr[s * FT_TK + gt] = kr, vptr[s * FT_TK + gt] = vr;
@@ -152,8 +152,8 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
                     const int j = e / C4, c = e - j * C4;
                     const float *kr = kptr[s * FT_TK + j], *vr = vptr[s * FT_TK + j];
                     const bool ok = kr != NULL && 4 * c < D;
-                    cp16(kd + j * KS + 4 * c, ok ? kr + 4 * c : a.pool, ok ? 16 : 0);
-                    cp16(vd + j * VS + 4 * c, ok ? vr + 4 * c : a.pool, ok ? 16 : 0);
+                    cp16(kd + j * KS + 4 * c, ok ? kr + 4 * c : (const float *)a.pool, ok ? 16 : 0);
+                    cp16(vd + j * VS + 4 * c, ok ? vr + 4 * c : (const float *)a.pool, ok ? 16 : 0);
                 }
                 asm volatile("cp.async.commit_group;" ::: "memory");
             };
@@ -335,7 +335,8 @@ static cudaError_t launch_fa_tc(const g3c_attn_args *a, const float *q, const in
 cudaError_t g3c_fa_tc(const g3c_attn_args *a, const float *q, const int32_t *fa_useq, float *o, __nv_bfloat16 *oh,
                       int split, cudaStream_t st) {
     const int G = a->NKV > 0 && a->NH % a->NKV == 0 ? a->NH / a->NKV : 0;
-    if ((G != 1 && G != 2 && G != 4 && G != 8) || a->D > 128 || a->D % 4 || a->D < 4) return cudaErrorNotSupported;
+    if ((G != 1 && G != 2 && G != 4 && G != 8) || a->D > 128 || a->D % 4 || a->D < 4 || a->kv16)
+        return cudaErrorNotSupported; /* float32 caches only */
     if (g3c_fatc_enabled() == 2) {
         if (a->D <= 32) return launch_fa_tc<32, 2>(a, q, fa_useq, o, oh, split, st);
         if (a->D <= 64) return launch_fa_tc<64, 2>(a, q, fa_useq, o, oh, split, st);

@@ -85,6 +85,7 @@ typedef struct g3_cuda_attn_test {
     float scale, softcap, eps;
     const float *inv_freq; /* [D/2] */
     const float *q_norm, *k_norm; /* [D] */
+    int kv16;                     /* 1: bf16 K/V cache (the round-1 kernels refuse it) */
 } g3_cuda_attn_test;
 /* Runs QK-norm + RoPE + cache write, then attention, for m rows of qkv ([m][(NH+2NKV)*D]) with positions pos,
  * unique-sequence indices useq and block tables bt ([n_u][2][mbps]); o: [m][NH*D]. */

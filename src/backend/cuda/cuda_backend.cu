@@ -49,10 +49,16 @@ static void cuda_destroy(g3_backend *b) {
     free(b);
 }
 
+int g3c_kv16_requested(void) {
+    const char *e = getenv("G3_CUDA_KV");
+    return e && !strcmp(e, "bf16");
+}
+
 static size_t kv_block_bytes(const g3_config *c, const g3_backend_cfg *cfg, int kind) {
     int n = 0;
     for (int l = 0; l < c->n_layers; l++) n += (c->layer_global[l] ? 0 : 1) == kind;
-    return (size_t)n * 2 * c->n_kv_heads * cfg->kv_block * c->head_dim * sizeof(float);
+    const size_t el = g3c_kv16_requested() ? 2 : sizeof(float);
+    return (size_t)n * 2 * c->n_kv_heads * cfg->kv_block * c->head_dim * el;
 }
 
 static size_t cuda_block_bytes(const g3_model *m, const g3_backend_cfg *cfg, int kind) {
@@ -79,6 +85,20 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         cfg->n_blocks_global < 0 || cfg->n_blocks_local < 0)
         return g3c_fail(err, G3_ERR_ARG, "cuda: bad backend configuration (rows %d, seqs %d, block %d, width %d)",
                         cfg->max_rows, cfg->max_seqs, cfg->kv_block, cfg->max_blocks_per_seq);
+    const char *kve = getenv("G3_CUDA_KV");
+    if (kve && *kve && strcmp(kve, "f32") && strcmp(kve, "bf16"))
+        return g3c_fail(err, G3_ERR_ARG, "cuda: unknown KV cache type \"%s\" (f32 or bf16)", kve);
+    const int kv16 = g3c_kv16_requested();
+    if (kv16) { /* the decode attention kernel of attention_dec.cu is the one that reads bf16 caches */
+        g3c_attn_args probe;
+        memset(&probe, 0, sizeof probe);
+        probe.NH = c->n_heads, probe.NKV = c->n_kv_heads, probe.D = D, probe.m = 1;
+        if (!g3c_attn2_enabled() || !g3c_attn2_supported(&probe))
+            return g3c_fail(err, G3_ERR_ARG,
+                            "cuda: a bf16 KV cache needs the cluster decode attention (head_dim 64, 128 or 256, "
+                            "heads/kv_heads 1, 2, 4 or 8, G3_CUDA_ATTN2 not 0); this model: head_dim %d, %d/%d heads",
+                            D, c->n_heads, c->n_kv_heads);
+    }
     const char *qs = opts && opts->quant ? opts->quant : getenv("G3_CUDA_QUANT");
     int qt = parse_quant(qs);
     if (qt < 0) return g3c_fail(err, G3_ERR_ARG, "cuda: unknown quantization \"%s\" (bf16, int8, int4 or fp8)", qs);
@@ -86,14 +106,15 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
 
     g3_backend *b = (g3_backend *)calloc(1, sizeof *b);
     if (!b) return g3c_fail(err, G3_ERR_NOMEM, "cuda: out of memory");
-    b->c = *c, b->bc = *cfg, b->qt_req = qt;
+    b->c = *c, b->bc = *cfg, b->qt_req = qt, b->kv16 = kv16;
     const char *gm = getenv("G3_CUDA_GEMM");
     b->split = opts && opts->gemm ? opts->gemm == 1 : !(gm && !strcmp(gm, "bf16"));
     const char *amk = getenv("G3_CUDA_ATTN_MIN");
     b->attn_min_keys = amk && atoi(amk) > 0 ? atoi(amk) : 32;
     const char *gr = getenv("G3_CUDA_GRAPHS");
     b->graphs_on = !(opts && opts->no_graphs) && !(gr && !strcmp(gr, "0"));
-    snprintf(b->desc, sizeof b->desc, "%s, gemm %s", qs && *qs ? qs : "bf16", b->split ? "bf16x2" : "bf16");
+    snprintf(b->desc, sizeof b->desc, "%s%s, gemm %s", qs && *qs ? qs : "bf16", kv16 ? ", kv bf16" : "",
+             b->split ? "bf16x2" : "bf16");
     g3_status rc = G3_OK;
 #define CK(call, what) G3C_CK_GOTO(call, what, fail)
     {

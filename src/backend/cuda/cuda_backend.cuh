@@ -29,7 +29,8 @@ struct g3_backend {
     layer_dev *L;
     float *final_norm, *norms, *inv_freq; /* inv_freq: [2][D/2], kind 0 = global (scaled), 1 = sliding */
     int n_kind[2];
-    float *pool[2];
+    float *pool[2];  /* K/V pools (float32, or bf16 where kv16) */
+    int kv16;        /* bf16 K/V cache ($G3_CUDA_KV=bf16) */
     size_t block_bytes[2];
     int R;                                      /* rows per forward */
     float *x, *xn, *y, *q, *o, *a, *part, *hx, *logy, *logits;

@@ -313,10 +313,75 @@ struct g3c_attn_args {
     float softcap;    /* 0 = none */
     float eps;
     const float *inv_freq; /* [D/2] for this kind */
-    float *pool;      /* KV pool of this kind */
+    void *pool;       /* KV pool of this kind: float32, or bf16 where kv16 */
+    int kv16;         /* 1: the cache holds bf16 K/V (g3c_kv_ld / g3c_kv_st) */
     int n_splits;     /* blocks per (row, kv head), <= 64 */
     int min_keys;     /* fewest keys a split takes (fewer splits are used for short contexts) */
 };
+/* K/V cache elements: float32 (default) or bf16 ($G3_CUDA_KV=bf16, `--kv-cache bf16`): N consecutive values of a
+ * cache row as floats, and back (N = 1, 2, 4, 8; p aligned to N elements). CG: through L2 past L1 (a row written by
+ * the kernel before, whose stale line L1 may hold). */
+template <int N, bool CG = false> static __device__ __forceinline__ void g3c_kv_ld(float (&v)[N], const float *p) {
+    if constexpr (N == 1) v[0] = CG ? __ldcg(p) : __ldg(p);
+    else if constexpr (N == 2) {
+        const float2 t = CG ? __ldcg((const float2 *)p) : __ldg((const float2 *)p);
+        v[0] = t.x, v[1] = t.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < N / 4; i++) {
+            const float4 t = CG ? __ldcg((const float4 *)p + i) : __ldg((const float4 *)p + i);
+            v[4 * i] = t.x, v[4 * i + 1] = t.y, v[4 * i + 2] = t.z, v[4 * i + 3] = t.w;
+        }
+    }
+}
+static __device__ __forceinline__ float g3c_bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
+static __device__ __forceinline__ float g3c_bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+template <int N, bool CG = false>
+static __device__ __forceinline__ void g3c_kv_ld(float (&v)[N], const __nv_bfloat16 *p) {
+    if constexpr (N == 1) v[0] = __bfloat162float(CG ? __ldcg(p) : __ldg(p));
+    else if constexpr (N == 2) {
+        const uint32_t w = CG ? __ldcg((const unsigned *)p) : __ldg((const unsigned *)p);
+        v[0] = g3c_bf_lo(w), v[1] = g3c_bf_hi(w);
+    } else if constexpr (N == 4) {
+        const uint2 w = CG ? __ldcg((const uint2 *)p) : __ldg((const uint2 *)p);
+        v[0] = g3c_bf_lo(w.x), v[1] = g3c_bf_hi(w.x), v[2] = g3c_bf_lo(w.y), v[3] = g3c_bf_hi(w.y);
+    } else {
+#pragma unroll
+        for (int i = 0; i < N / 8; i++) {
+            const uint4 w = CG ? __ldcg((const uint4 *)p + i) : __ldg((const uint4 *)p + i);
+            float *o = v + 8 * i;
+            o[0] = g3c_bf_lo(w.x), o[1] = g3c_bf_hi(w.x), o[2] = g3c_bf_lo(w.y), o[3] = g3c_bf_hi(w.y);
+            o[4] = g3c_bf_lo(w.z), o[5] = g3c_bf_hi(w.z), o[6] = g3c_bf_lo(w.w), o[7] = g3c_bf_hi(w.w);
+        }
+    }
+}
+template <int N> static __device__ __forceinline__ void g3c_kv_st(float *p, const float (&v)[N]) {
+    if constexpr (N == 1) p[0] = v[0];
+    else if constexpr (N == 2) *(float2 *)p = make_float2(v[0], v[1]);
+    else
+#pragma unroll
+        for (int i = 0; i < N / 4; i++) ((float4 *)p)[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+}
+static __device__ __forceinline__ uint32_t g3c_bf_pack(float a, float b) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    uint32_t w;
+    memcpy(&w, &h, 4);
+    return w;
+}
+template <int N> static __device__ __forceinline__ void g3c_kv_st(__nv_bfloat16 *p, const float (&v)[N]) {
+    if constexpr (N == 1) p[0] = __float2bfloat16_rn(v[0]);
+    else if constexpr (N == 2) *(uint32_t *)p = g3c_bf_pack(v[0], v[1]);
+    else if constexpr (N == 4) *(uint2 *)p = make_uint2(g3c_bf_pack(v[0], v[1]), g3c_bf_pack(v[2], v[3]));
+    else
+#pragma unroll
+        for (int i = 0; i < N / 8; i++)
+            ((uint4 *)p)[i] = make_uint4(g3c_bf_pack(v[8 * i], v[8 * i + 1]), g3c_bf_pack(v[8 * i + 2], v[8 * i + 3]),
+                                         g3c_bf_pack(v[8 * i + 4], v[8 * i + 5]),
+                                         g3c_bf_pack(v[8 * i + 6], v[8 * i + 7]));
+}
+/* 1 where $G3_CUDA_KV=bf16 (read at create) */
+int g3c_kv16_requested(void);
+
 /* QK-norm + RoPE of q and k, and the K/V write into the paged cache, from qkv = the ny slices of y
  * [ny][m][(NH+2NKV)*D] (zeroed after reading);
  * q goes to qout [m][NH*D]. */

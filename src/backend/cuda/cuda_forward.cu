@@ -101,6 +101,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
         a.layer_in_kind = L->index_in_kind, a.n_layers_kind = b->n_kind[L->kind], a.kv_block = b->bc.kv_block;
         a.window = c->sliding_window, a.scale = 1.f / sqrtf(c->query_pre_attn_scalar), a.softcap = c->attn_softcap;
         a.eps = c->rms_eps, a.inv_freq = b->inv_freq + L->kind * (D / 2), a.pool = b->pool[L->kind];
+        a.kv16 = b->kv16;
         a.n_splits = g3cb_n_splits(b, m), a.min_keys = b->attn_min_keys;
         if (dfuse) { /* decode: one launch (attention.cu) */
             RUN(g3c_attention_fused(&a, yqkv, ny, L->q_norm, L->k_norm, b->part, b->acnt, b->o, b->oh, split, b->st));

@@ -206,8 +206,8 @@ extern "C" g3_status g3_cuda_test_attention(const g3_cuda_attn_test *t, const fl
     CKE(cudaMalloc((void **)&douth, (size_t)2 * m * t->NH * D * 2), "alloc");
     CKE(cudaMalloc((void **)&dcnt, (size_t)m * t->NKV * 4), "alloc");
     CKE(cudaMemset(dcnt, 0, (size_t)m * t->NKV * 4), "clear");
-    CKE(cudaMalloc((void **)&pool, pool_floats * 4), "alloc");
-    CKE(cudaMemset(pool, 0xff, pool_floats * 4), "poison"); /* NaNs: reading an unwritten slot shows */
+    CKE(cudaMalloc((void **)&pool, pool_floats * (t->kv16 ? 2 : 4)), "alloc");
+    CKE(cudaMemset(pool, 0xff, pool_floats * (t->kv16 ? 2 : 4)), "poison"); /* NaNs: reading an unwritten slot shows */
     CKE(cudaMalloc((void **)&dnorm, (size_t)(3 * D) * 4), "alloc");
     CKE(cudaMalloc((void **)&dpar, ni * 4), "alloc");
     CKE(cudaMemcpy(dqkv, qkv, (size_t)m * NQKV * 4, cudaMemcpyHostToDevice), "upload");
@@ -224,6 +224,7 @@ extern "C" g3_status g3_cuda_test_attention(const g3_cuda_attn_test *t, const fl
         a.m = m, a.NH = t->NH, a.NKV = t->NKV, a.D = D, a.kind = t->kind, a.layer_in_kind = t->layer_in_kind;
         a.n_layers_kind = t->n_layers_kind, a.kv_block = t->kv_block, a.window = t->window, a.scale = t->scale;
         a.softcap = t->softcap, a.eps = t->eps, a.inv_freq = dnorm + 2 * D, a.pool = pool, a.n_splits = t->n_splits;
+        a.kv16 = t->kv16;
         a.min_keys = 1;
         CKE(g3c_qkv_post(&a, dqkv, 1, dnorm, dnorm + D, dq, 0), "qkv_post");
         CKE(g3c_attention(&a, dq, dpart, dcnt, dout, douth, 1, 0), "attention");
