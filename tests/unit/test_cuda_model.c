@@ -175,7 +175,7 @@ static void check_kl_paths(const char *dir, const tu_reference *r, const char *q
 /* The bf16 K/V cache ($G3_CUDA_KV=bf16; K and V rounded to bf16 once, ~2^-9 relative): judged as the plain-bf16
  * activations are (KL and top-1 in one prefill chunk and one row at a time, where the decode kernel reads the
  * cache; where the reference has every position's logits), its logit error against the float32 references reported
- * and bounded against garbage. Models with head_dim 64, 128 or 256 only (the fixtures' 16 and 32 are refused at
+ * and bounded. Models with head_dim 64, 128 or 256 only (the fixtures' 16 and 32 are refused at
  * create): the demo model here, the 270M shape in test_kv16_random. */
 static void check_kv16(const char *dir, const tu_reference *r, int kl) {
     setenv("G3_CUDA_KV", "bf16", 1);
@@ -186,7 +186,7 @@ static void check_kv16(const char *dir, const tu_reference *r, int kl) {
     const double pw = measure_exact(dir, r);
     unsetenv("G3_CUDA_KV"); /* before the assert: a failure must not leave it set for the tests after */
     printf("  %s [bf16 KV cache]: max relative logit error %.3g\n", dir, pw);
-    assert_true(pw < 0.05); /* garbage guard */
+    assert_true(pw < 1e-2); /* H200, session 9 run 08: 2.3e-3 on the demo model */
 }
 
 static void test_tiny_gqa(void **state) {
@@ -354,8 +354,8 @@ static void test_kv16_random(void **state) {
         for (int p = 0; p < n; p++) worst = fmax(worst, tu_rel_err(b16 + (size_t)p * V, f32 + (size_t)p * V, V));
         printf("  270M shape, 2 layers, chunks of %d: bf16 K/V cache against float32: max relative logit difference "
                "%.2e\n", chunks[c], worst);
-        assert_true(worst < 1e-2);
-        assert_true(worst > 0); /* the cache did change */
+        assert_true(worst < 5e-3); /* H200, session 9 run 08: 7.7e-4 (chunks of 20), 7.9e-4 (single rows) */
+        assert_true(worst > 0);    /* the cache did change */
         free(f32), free(b16);
     }
     g3_model_free(m);
