@@ -366,13 +366,12 @@ struct a2_fu { /* fused inputs (y == NULL: q given) */
     const float *qn, *kn;
 };
 
-/* $G3_CUDA_ATTN2_PIPE=0: no double buffer of K/V groups (the default has one where the grid has clusters); 2: also
- * without clusters (many rows) */
+/* $G3_CUDA_ATTN2_PIPE=0: no double buffer of K/V groups (the default has one where the grid has clusters) */
 static int a2_pipe(void) {
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("G3_CUDA_ATTN2_PIPE");
-        on = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "2") ? 2 : 1;
+        on = !(e && !strcmp(e, "0"));
     }
     return on;
 }
@@ -408,7 +407,7 @@ static cudaError_t a2_launch(const g3c_attn_args *a, const float *q, float *o, _
     /* the double buffer where a grid of clusters (few rows: registers are plentiful, latency is what counts) and the
      * second K/V set fits the registers without spills */
     if constexpr (W == 4 && G * EPL <= 16) {
-        if ((C > 1 && a2_pipe()) || a2_pipe() == 2)
+        if (C > 1 && a2_pipe())
             return f.y ? a2_run<G, EPL, W, true, true>(&cfg, a, q, o, oh, split, f)
                        : a2_run<G, EPL, W, false, true>(&cfg, a, q, o, oh, split, f);
     }
