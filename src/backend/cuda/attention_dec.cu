@@ -71,10 +71,9 @@ __device__ __forceinline__ void a2_norm_rope(const float *y, int ny, size_t sl, 
     }
 }
 
-/* T: the cache element (float, or __nv_bfloat16 with a.kv16). MB: resident blocks per SM the registers are capped
- * for (1: uncapped) */
-template <int G, int EPL, int WPB, bool FU, bool PIPE, typename T, int MB = 1>
-__global__ void __launch_bounds__(WPB * 32, MB) k_attn2(g3c_attn_args a, const float *__restrict__ q,
+/* T: the cache element (float, or __nv_bfloat16 with a.kv16) */
+template <int G, int EPL, int WPB, bool FU, bool PIPE, typename T>
+__global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float *__restrict__ q,
                                                        float *__restrict__ o, __nv_bfloat16 *__restrict__ oh,
                                                        int split, float *y, int ny, const float *qn,
                                                        const float *kn) {
@@ -377,33 +376,13 @@ static int a2_pipe(void) {
     return on;
 }
 
-/* $G3_CUDA_ATTN2_LB=0: no register cap for four blocks per SM on the many-row launches (no clusters, not fused) of
- * the small variants (G * EPL <= 8: the 27B heads; uncapped they take 159 registers, three blocks per SM; capped at
- * 128 with ~26 bytes of spills) */
-static int a2_lb(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("G3_CUDA_ATTN2_LB");
-        on = !(e && !strcmp(e, "0"));
-    }
-    return on;
-}
-
-template <int G, int EPL, int W, bool FU, bool PIPE, int MB>
-static cudaError_t a2_run_mb(const cudaLaunchConfig_t *cfg, const g3c_attn_args *a, const float *q, float *o,
-                             __nv_bfloat16 *oh, int split, const a2_fu &f) {
-    if (a->kv16)
-        return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE, __nv_bfloat16, MB>, *a, q, o, oh, split, f.y,
-                                  f.ny, f.qn, f.kn);
-    return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE, float, MB>, *a, q, o, oh, split, f.y, f.ny, f.qn,
-                              f.kn);
-}
 template <int G, int EPL, int W, bool FU, bool PIPE>
 static cudaError_t a2_run(const cudaLaunchConfig_t *cfg, const g3c_attn_args *a, const float *q, float *o,
                           __nv_bfloat16 *oh, int split, const a2_fu &f) {
-    if constexpr (W == 4 && !PIPE && !FU && G * EPL <= 8)
-        if (cfg->gridDim.z == 1 && a2_lb()) return a2_run_mb<G, EPL, W, FU, PIPE, 4>(cfg, a, q, o, oh, split, f);
-    return a2_run_mb<G, EPL, W, FU, PIPE, 1>(cfg, a, q, o, oh, split, f);
+    if (a->kv16)
+        return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE, __nv_bfloat16>, *a, q, o, oh, split, f.y, f.ny,
+                                  f.qn, f.kn);
+    return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE, float>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
 }
 
 template <int G, int EPL, int W>
