@@ -208,8 +208,6 @@ int g3c_wg_min_rows(void);
 cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                       cudaStream_t st);
 cudaError_t g3c_wg_init(void);
-/* blocks for L units of a stream-K wgmma product given `slots` resident blocks ($G3_CUDA_WGMINU, tc_wg.cu) */
-long long g3c_wg_blocks(long long slots, long long L);
 /* tc_wg4.cu: int4 products (groups of 128 * j) of 9..16 and 33..64 rows on warpgroup MMA with the weights in
  * registers (activations quantized as for g3c_tq_mm_pre, value order 2); g3c_tq_mm and g3c_tq_mm_pre take it where
  * g3c_wg4_supported ($G3_CUDA_WG4=0: never; all: 9..64 rows). */

@@ -207,19 +207,6 @@ int g3c_wg_min_rows(void) { /* $G3_CUDA_WGMIN: fewest rows taken here from g3c_t
     return v < 9 ? 9 : v;
 }
 
-/* $G3_CUDA_WGMINU=u: at least u units (tile, stage) per block, fewer blocks for small matrices (fewer partial tiles
- * added into y with atomics); 0 (default): every resident slot */
-long long g3c_wg_blocks(long long slots, long long L) {
-    static int mu = -1;
-    if (mu < 0) {
-        const char *e = getenv("G3_CUDA_WGMINU");
-        mu = e && atoi(e) > 0 ? atoi(e) : 0;
-    }
-    long long b = slots < L ? slots : L;
-    if (mu > 0 && b > L / mu) b = L / mu > 0 ? L / mu : 1;
-    return b;
-}
-
 int g3c_wg_supported(const g3_dmat *w, int m) {
     return g3c_wg_enabled() && w->qt == G3Q_INT8 && w->g == w->k && w->k % 128 == 0 && w->n >= 1 && m >= 1 &&
            m <= 128;
@@ -264,7 +251,7 @@ cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int 
     const wg_inst *v = &wg_tab[big][wg_stages() == 3][!wg_pf()];
     const long long L = (long long)tiles * S;
     long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * v->bps;
-    blocks = g3c_wg_blocks(blocks, L);
+    if (blocks > L) blocks = L;
     typedef void (*kfn)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long);
     return g3c_launch((kfn)v->k, dim3((unsigned)blocks), dim3(WG_T), v->smem, st, *w, xq, xd, m, y, S, L);
 }

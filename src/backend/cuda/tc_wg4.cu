@@ -315,7 +315,8 @@ cudaError_t g3c_wg4_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int
     if (w->k % (128 * v->g) != 0) v = &w4_tab[0][c]; /* two groups per stage need k % 256 == 0 */
     const int BN = 64 * v->ct, S = w->k / (128 * v->g), tiles = (w->n + BN - 1) / BN;
     const long long L = (long long)tiles * S;
-    const long long blocks = g3c_wg_blocks((long long)(n_sm > 0 ? n_sm : 1) * v->bps, L);
+    long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * v->bps;
+    if (blocks > L) blocks = L;
     typedef void (*kfn)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long);
     return g3c_launch((kfn)v->k, dim3((unsigned)blocks), dim3(W4_T), (size_t)v->smem, st, *w, xq, xd, m, y, S, L);
 }
