@@ -289,18 +289,27 @@ static float *cuda_logits(g3_model *m, const int32_t *prompt, int n, int chunk, 
  * make them unrelated; and against bf16 activations ($G3_CUDA_TCM=1, no int8 activation rounding) the producer-
  * quantized run is about as far off as the other. (Random weights give near-ties at the top of 262k logits: argmax
  * agreement says nothing here.) */
-static void test_tq_producers(void **state) {
-    (void)state;
+/* The 270M shape with 2 layers of random bf16 weights (seed) and a prompt of n ids spread over the vocabulary (from
+ * `add`); skips the test without a CUDA device. */
+static g3_model *random_270m(uint64_t seed, unsigned add, int32_t *prompt, int n) {
     if (g3_cuda_device_count() == 0) {
         printf("  no CUDA device: skipped\n");
         skip();
     }
     g3_model *m = NULL;
     g3_error err = {0};
-    if (g3_model_random("270m", G3_DTYPE_BF16, 99, 2, &m, &err) != G3_OK) fail_msg("%s", err.msg);
-    const int n = 40, V = m->cfg.vocab;
+    if (g3_model_random("270m", G3_DTYPE_BF16, seed, 2, &m, &err) != G3_OK) fail_msg("%s", err.msg);
+    for (int i = 0; i < n; i++)
+        prompt[i] = (int32_t)((unsigned)(i * 2654435761u + add) % (unsigned)m->cfg.vocab);
+    return m;
+}
+
+static void test_tq_producers(void **state) {
+    (void)state;
+    const int n = 40;
     int32_t prompt[40];
-    for (int i = 0; i < n; i++) prompt[i] = (int32_t)((unsigned)(i * 2654435761u + 11) % (unsigned)V);
+    g3_model *m = random_270m(99, 11, prompt, n);
+    const int V = m->cfg.vocab;
     static const char *const quants[] = {"int8", "int4"};
     for (int qi = 0; qi < 2; qi++) {
         const char *on_env[] = {"G3_CUDA_QUANT", quants[qi], NULL};
@@ -335,16 +344,10 @@ static void test_tq_producers(void **state) {
  * ~1e-3 of the largest; a wrong element size, stride or key would make them unrelated. */
 static void test_kv16_random(void **state) {
     (void)state;
-    if (g3_cuda_device_count() == 0) {
-        printf("  no CUDA device: skipped\n");
-        skip();
-    }
-    g3_model *m = NULL;
-    g3_error err = {0};
-    if (g3_model_random("270m", G3_DTYPE_BF16, 7, 2, &m, &err) != G3_OK) fail_msg("%s", err.msg);
-    const int n = 40, V = m->cfg.vocab;
+    const int n = 40;
     int32_t prompt[40];
-    for (int i = 0; i < n; i++) prompt[i] = (int32_t)((unsigned)(i * 2246822519u + 5) % (unsigned)V);
+    g3_model *m = random_270m(7, 5, prompt, n);
+    const int V = m->cfg.vocab;
     const char *kv_env[] = {"G3_CUDA_KV", "bf16", NULL}, *f32_env[] = {"G3_CUDA_KV", "f32", NULL};
     static const int chunks[] = {20, 1};
     for (int c = 0; c < 2; c++) {
