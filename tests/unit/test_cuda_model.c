@@ -357,7 +357,7 @@ static void test_kv16_random(void **state) {
         for (int p = 0; p < n; p++) worst = fmax(worst, tu_rel_err(b16 + (size_t)p * V, f32 + (size_t)p * V, V));
         printf("  270M shape, 2 layers, chunks of %d: bf16 K/V cache against float32: max relative logit difference "
                "%.2e\n", chunks[c], worst);
-        assert_true(worst < 5e-3); /* H200, session 9 run 08: 7.7e-4 (chunks of 20), 7.9e-4 (single rows) */
+        assert_true(worst < 5e-3); /* H200, session 9 run 12: 1.0e-3 (chunks of 20 and single rows) */
         assert_true(worst > 0);    /* the cache did change */
         free(f32), free(b16);
     }
