@@ -2,11 +2,11 @@
  * and split keys (attention.cu), the decode kernels separate and fused (attention_dec.cu), and prefill attention with
  * the flash kernels, float32 and tensor-core (attention_prefill.cu, attention_tc.cu). Skipped without CUDA or a GPU. */
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fp16.h"
 #include "testutil.h"
 
 #ifdef G3_HAVE_CUDA
@@ -20,16 +20,9 @@
  * an output at worst in these shapes), while a wrong element, stride or key moves outputs by O(0.1). */
 static int g_kv16;
 #define KV16_TOL 5e-3
-static float bf16r(float x) { /* round to nearest even, as __float2bfloat16_rn (finite values) */
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
-static void bf16r_all(float *v, size_t n) {
+static void bf16r_all(float *v, size_t n) { /* round to nearest even, as __float2bfloat16_rn */
     if (g_kv16)
-        for (size_t i = 0; i < n; i++) v[i] = bf16r(v[i]);
+        for (size_t i = 0; i < n; i++) v[i] = g3_bf16_to_f32(g3_f32_to_bf16(v[i]));
 }
 static double attn_tol(void) { return g_kv16 ? KV16_TOL : 1e-4; }
 

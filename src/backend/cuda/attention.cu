@@ -28,9 +28,6 @@ __device__ __forceinline__ T *kv_row(const g3c_attn_args &a, int u, int p, int k
     size_t off = (((size_t)blk * a.n_layers_kind + a.layer_in_kind) * 2 + kv) * a.NKV;
     return (T *)a.pool + ((off + h) * a.kv_block + p % a.kv_block) * a.D;
 }
-/* one cache element */
-static __device__ __forceinline__ void kv_put(float *p, float v) { *p = v; }
-static __device__ __forceinline__ void kv_put(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
 /* What the fused decode kernel needs of RoPE and the norm weights for lane `lane`'s values d = lane + 32e (and
  * their RoPE partners pd = d +- D/2): computed before the PDL wait, since it depends only on the position. */
@@ -121,7 +118,7 @@ __global__ void k_qkv_post(g3c_attn_args a, float *y, int ny, const float *qn, c
         for (int i = lane; i < D; i += 32) {
             float v = 0.f;
             for (int j = 0; j < ny; j++) v += y[j * sl + src + i], y[j * sl + src + i] = 0.f;
-            if (slot) kv_put(slot + i, v);
+            if (slot) g3c_kv_put(slot + i, v);
         }
         return;
     }
@@ -149,7 +146,7 @@ __global__ void k_qkv_post(g3c_attn_args a, float *y, int ny, const float *qn, c
             float x0 = v0[t] * inv * w0[t], x1 = v1[t] * inv * w1[t];
             const float r0 = x0 * cs[t] - x1 * sn[t], r1 = x1 * cs[t] + x0 * sn[t];
             if (qd) qd[i] = r0, qd[i + half] = r1;
-            else kv_put(slot + i, r0), kv_put(slot + i + half, r1);
+            else g3c_kv_put(slot + i, r0), g3c_kv_put(slot + i + half, r1);
         }
     }
 }
@@ -477,7 +474,8 @@ extern "C" g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, i
                                                    g3_error *err) {
     g3_status rc = G3_OK;
     const int D = t->D, NQKV = (t->NH + 2 * t->NKV) * D;
-    const size_t pool_floats = (size_t)t->n_blocks * t->n_layers_kind * 2 * t->NKV * t->kv_block * D;
+    const size_t pool_elems = (size_t)t->n_blocks * t->n_layers_kind * 2 * t->NKV * t->kv_block * D;
+    const size_t pool_bytes = pool_elems * (t->kv16 ? 2 : 4); /* bf16 or float32 elements */
     const int mh = m_hist > 0 ? m_hist : 1, mx = mh > m ? mh : m;
     float *dy = NULL, *dq = NULL, *dpart = NULL, *dout = NULL, *pool = NULL, *dnorm = NULL;
     __nv_bfloat16 *douth = NULL;
@@ -495,8 +493,8 @@ extern "C" g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, i
     AT_CK(cudaMalloc((void **)&douth, (size_t)2 * m * t->NH * D * 2), "alloc");
     AT_CK(cudaMalloc((void **)&dcnt, (size_t)m * t->NKV * 4), "alloc");
     AT_CK(cudaMemset(dcnt, 0, (size_t)m * t->NKV * 4), "clear");
-    AT_CK(cudaMalloc((void **)&pool, pool_floats * (t->kv16 ? 2 : 4)), "alloc");
-    AT_CK(cudaMemset(pool, 0xff, pool_floats * (t->kv16 ? 2 : 4)), "poison"); /* NaNs: reading an unwritten slot shows */
+    AT_CK(cudaMalloc((void **)&pool, pool_bytes), "alloc");
+    AT_CK(cudaMemset(pool, 0xff, pool_bytes), "poison"); /* NaNs: reading an unwritten slot shows */
     AT_CK(cudaMalloc((void **)&dnorm, (size_t)(3 * D) * 4), "alloc");
     AT_CK(cudaMalloc((void **)&dpar, ((size_t)2 * mh + 2 * m + (size_t)n_u * 2 * t->mbps) * 4), "alloc");
     AT_CK(cudaMemcpy(dnorm, t->q_norm, D * 4, cudaMemcpyHostToDevice), "upload");

@@ -43,8 +43,6 @@ __global__ void k_fa_plan(const int32_t *useq, int m, int tq, int32_t *fa_useq) 
 }
 
 /* ---- QK-norm + RoPE + cache write, many rows ---------------------------------------------------------------- */
-static __device__ __forceinline__ void fa_put(float *p, float v) { *p = v; }
-static __device__ __forceinline__ void fa_put(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 /* A warp per (row, head) of q, k or v, 8 per block; every slice of the head is loaded before any is zeroed. T: pairs
  * (i, i + D/2) per lane, i = lane + 32t. Same arithmetic as k_qkv_post (attention.cu). */
 template <int T, typename KT>
@@ -86,7 +84,7 @@ __global__ void __launch_bounds__(256) k_qkv_rows(g3c_attn_args a, float *y, int
 #pragma unroll
             for (int t = 0; t < T; t++) {
                 const int i = lane + 32 * t;
-                if (i < half) fa_put(kd + i, v0[t]), fa_put(kd + i + half, v1[t]);
+                if (i < half) g3c_kv_put(kd + i, v0[t]), g3c_kv_put(kd + i + half, v1[t]);
             }
             return;
         }
@@ -106,7 +104,7 @@ __global__ void __launch_bounds__(256) k_qkv_rows(g3c_attn_args a, float *y, int
             const float x0 = v0[t] * inv * nw[i], x1 = v1[t] * inv * nw[i + half];
             const float ang = (float)p * a.inv_freq[i], c = cosf(ang), s = sinf(ang);
             const float r0 = x0 * c - x1 * s, r1 = x1 * c + x0 * s;
-            if (kd) fa_put(kd + i, r0), fa_put(kd + i + half, r1);
+            if (kd) g3c_kv_put(kd + i, r0), g3c_kv_put(kd + i + half, r1);
             else dst[i] = r0, dst[i + half] = r1;
         }
     }
@@ -489,7 +487,8 @@ extern "C" g3_status g3_cuda_test_prefill_attention(const g3_cuda_attn_test *t, 
     __nv_bfloat16 *douth = NULL;
     unsigned *dcnt = NULL;
     int32_t *dpar = NULL, *dfa = NULL, *hfa = NULL;
-    const size_t pool_floats = (size_t)t->n_blocks * t->n_layers_kind * 2 * t->NKV * t->kv_block * D;
+    const size_t pool_elems = (size_t)t->n_blocks * t->n_layers_kind * 2 * t->NKV * t->kv_block * D;
+    const size_t pool_bytes = pool_elems * (t->kv16 ? 2 : 4); /* bf16 or float32 elements */
     const size_t nbt = (size_t)n_u * 2 * t->mbps, ni = (size_t)3 * m + 2 * nbt;
     *n_flash = 0;
     if (m0 < 0 || m1 < 1) return g3c_fail(err, G3_ERR_ARG, "cuda test: rows %d of %d", m0, m);
@@ -500,8 +499,8 @@ extern "C" g3_status g3_cuda_test_prefill_attention(const g3_cuda_attn_test *t, 
     CKT(cudaMalloc((void **)&douth, (size_t)2 * m * t->NH * D * 2), "alloc");
     CKT(cudaMalloc((void **)&dcnt, (size_t)m * t->NKV * 4), "alloc");
     CKT(cudaMemset(dcnt, 0, (size_t)m * t->NKV * 4), "clear");
-    CKT(cudaMalloc((void **)&pool, pool_floats * (t->kv16 ? 2 : 4)), "alloc");
-    CKT(cudaMemset(pool, 0xff, pool_floats * (t->kv16 ? 2 : 4)), "poison"); /* NaNs: reading an unwritten slot shows */
+    CKT(cudaMalloc((void **)&pool, pool_bytes), "alloc");
+    CKT(cudaMemset(pool, 0xff, pool_bytes), "poison"); /* NaNs: reading an unwritten slot shows */
     CKT(cudaMalloc((void **)&dnorm, (size_t)(3 * D) * 4), "alloc");
     CKT(cudaMalloc((void **)&dpar, ni * 4), "alloc");
     CKT(cudaMalloc((void **)&dfa, (size_t)m * 4), "alloc");

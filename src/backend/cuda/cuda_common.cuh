@@ -355,8 +355,11 @@ static __device__ __forceinline__ void g3c_kv_ld(float (&v)[N], const __nv_bfloa
         }
     }
 }
+/* one cache element */
+static __device__ __forceinline__ void g3c_kv_put(float *p, float v) { *p = v; }
+static __device__ __forceinline__ void g3c_kv_put(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 template <int N> static __device__ __forceinline__ void g3c_kv_st(float *p, const float (&v)[N]) {
-    if constexpr (N == 1) p[0] = v[0];
+    if constexpr (N == 1) g3c_kv_put(p, v[0]);
     else if constexpr (N == 2) *(float2 *)p = make_float2(v[0], v[1]);
     else
 #pragma unroll
@@ -369,7 +372,7 @@ static __device__ __forceinline__ uint32_t g3c_bf_pack(float a, float b) {
     return w;
 }
 template <int N> static __device__ __forceinline__ void g3c_kv_st(__nv_bfloat16 *p, const float (&v)[N]) {
-    if constexpr (N == 1) p[0] = __float2bfloat16_rn(v[0]);
+    if constexpr (N == 1) g3c_kv_put(p, v[0]);
     else if constexpr (N == 2) *(uint32_t *)p = g3c_bf_pack(v[0], v[1]);
     else if constexpr (N == 4) *(uint2 *)p = make_uint2(g3c_bf_pack(v[0], v[1]), g3c_bf_pack(v[2], v[3]));
     else
@@ -443,7 +446,8 @@ int g3c_attn2_cluster(int m, int NKV, int *wpb); /* blocks per (row, kv head); *
  * weights loaded before the PDL wait. g3c_dnorm_enabled: 1 unless $G3_CUDA_DNORM=0 (also selects g3c_argmax_dec). */
 cudaError_t g3c_add_norm_dec(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m, int H,
                              float *xn, __nv_bfloat16 *xh, int split, cudaStream_t st);
-/* The same, xn also quantized into xq / xd for g3c_tq_mm_pre (H % 128 == 0; il: the int4 value order); xn and xh
+/* The same, xn also quantized into xq / xd for g3c_tq_mm_pre (H % 128 == 0; il: the value order of tq_act.cuh, from
+ * g3c_tq_order); xn and xh
  * may be NULL when the product reads only the quantized copy. */
 cudaError_t g3c_add_norm_dec_tq(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m,
                                 int H, float *xn, __nv_bfloat16 *xh, int split, int8_t *xq, float2 *xd, int il,

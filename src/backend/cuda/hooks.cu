@@ -197,7 +197,8 @@ extern "C" g3_status g3_cuda_test_attention(const g3_cuda_attn_test *t, const fl
     __nv_bfloat16 *douth = NULL;
     unsigned *dcnt = NULL;
     int32_t *dpar = NULL;
-    size_t pool_floats = (size_t)t->n_blocks * t->n_layers_kind * 2 * t->NKV * t->kv_block * D;
+    size_t pool_elems = (size_t)t->n_blocks * t->n_layers_kind * 2 * t->NKV * t->kv_block * D;
+    const size_t pool_bytes = pool_elems * (t->kv16 ? 2 : 4); /* bf16 or float32 elements */
     size_t ni = (size_t)3 * m + (size_t)n_u * 2 * t->mbps;
     CKE(cudaMalloc((void **)&dqkv, (size_t)m * NQKV * 4), "alloc");
     CKE(cudaMalloc((void **)&dq, (size_t)m * t->NH * D * 4), "alloc");
@@ -206,8 +207,8 @@ extern "C" g3_status g3_cuda_test_attention(const g3_cuda_attn_test *t, const fl
     CKE(cudaMalloc((void **)&douth, (size_t)2 * m * t->NH * D * 2), "alloc");
     CKE(cudaMalloc((void **)&dcnt, (size_t)m * t->NKV * 4), "alloc");
     CKE(cudaMemset(dcnt, 0, (size_t)m * t->NKV * 4), "clear");
-    CKE(cudaMalloc((void **)&pool, pool_floats * (t->kv16 ? 2 : 4)), "alloc");
-    CKE(cudaMemset(pool, 0xff, pool_floats * (t->kv16 ? 2 : 4)), "poison"); /* NaNs: reading an unwritten slot shows */
+    CKE(cudaMalloc((void **)&pool, pool_bytes), "alloc");
+    CKE(cudaMemset(pool, 0xff, pool_bytes), "poison"); /* NaNs: reading an unwritten slot shows */
     CKE(cudaMalloc((void **)&dnorm, (size_t)(3 * D) * 4), "alloc");
     CKE(cudaMalloc((void **)&dpar, ni * 4), "alloc");
     CKE(cudaMemcpy(dqkv, qkv, (size_t)m * NQKV * 4, cudaMemcpyHostToDevice), "upload");

@@ -46,11 +46,6 @@ template <int NP, int CT, int G, int ST> struct w4_cfg {
     static constexpr int SMEM = ST * SB + 1024; /* + alignment slack */
 };
 
-static __device__ __forceinline__ void w4_cp8(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(d), "l"(src) : "memory");
-}
-
 /* A fragments of one channel tile from this thread's words (rows g, g + 8): k step j = word j, low nibbles then high */
 template <int CT>
 static __device__ __forceinline__ void w4_unpack(const uint4 *ws, int tid, uint32_t (&a)[CT][4][4]) {
@@ -156,7 +151,7 @@ __global__ void __launch_bounds__(W4_T, MINB) k_wg4(g3_dmat w, const int8_t *__r
         if (tid < m) /* m <= NP <= W4_T */
 #pragma unroll
             for (int gi = 0; gi < G; gi++)
-                w4_cp8(b + XB + WB + SCB + 8 * (gi * NP + tid), xd + (size_t)tid * nb + st * G + gi);
+                wg_cp8(b + XB + WB + SCB + 8 * (gi * NP + tid), xd + (size_t)tid * nb + st * G + gi);
     };
     /* token rows m..NP-1 of every stage: zeros (activations and their d), never loaded */
     for (int idx = tid; idx < ST * G * (NP - m) * 8; idx += W4_T) {
