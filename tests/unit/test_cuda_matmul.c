@@ -471,10 +471,22 @@ static void test_qgemv(void **state) {
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 2), 3);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 3), 1);
     unsetenv("G3_CUDA_QGEMV");
-    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 8), 3); /* default: on up to 8 */
+    /* defaults: dp4a up to 4 rows for per-channel int8, up to 8 for int4 and the GGUF groups; tensor cores beyond */
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 4), 3);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 5), 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 8), 3);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_Q8_0, 45, 4096, "bf16", 1, 8), 3);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 9), 1);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "fp8", 1, 1), 1); /* fp8 stays on tensor cores */
+    /* bf16 weights: the CUDA-core GEMV up to 4 rows, the tensor-core kernel at 5..8 ($G3_CUDA_BF16TC), cuBLAS beyond */
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, 1), 0);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, 4), 0);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, 5), 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, 8), 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, 9), 2);
+    setenv("G3_CUDA_BF16TC", "9", 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, 8), 0);
+    unsetenv("G3_CUDA_BF16TC");
 }
 
 /* The dp4a product with the decode add-norm in its prologue (g3c_qgemv_pn, the batch-1 decode of int8/int4 weights):
@@ -546,12 +558,16 @@ static void test_qgemv_pn(void **state) {
 static void test_gemv_pipelined(void **state) {
     (void)state;
     need_gpu();
-    unsetenv("G3_CUDA_GEMVPF"); /* a failed test may have left it */
+    unsetenv("G3_CUDA_GEMVPF"), unsetenv("G3_CUDA_GEMVPRE"); /* a failed test may have left them */
+    setenv("G3_CUDA_BF16TC", "9", 1); /* the GEMV at every row count here (default: tensor cores from 5 rows) */
     const int ms[] = {1, 2, 3, 8};
-    /* pipelined, persistent, the first GEMV (defaults: 0 at one row, 1 beyond) */
-    static const char *modes[] = {"1", "2", "0"};
-    for (int mi = 0; mi < 3; mi++) {
+    /* pipelined, persistent, the first GEMV (defaults: 0 at one row, 1 beyond) with 1 (default), 0 and 2 of its
+     * first chunks loaded before the launch wait ($G3_CUDA_GEMVPRE) */
+    static const char *modes[] = {"1", "2", "0", "0", "0"}, *pre[] = {"1", "1", "1", "0", "2"};
+    for (int mi = 0; mi < 5; mi++) {
         setenv("G3_CUDA_GEMVPF", modes[mi], 1);
+        setenv("G3_CUDA_GEMVPRE", pre[mi], 1);
+        printf("  G3_CUDA_GEMVPF=%s G3_CUDA_GEMVPRE=%s\n", modes[mi], pre[mi]);
         for (size_t i = 0; i < 4; i++) {
             assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, ms[i]), 0);
             run_mm("bf16", 45, 5376, ms[i], 1, 0, 3.0e-4, 2e-5);
@@ -566,7 +582,7 @@ static void test_gemv_pipelined(void **state) {
         run_mm("bf16", 9001, 264, 3, 1, 0, 3.0e-4, 2e-5);
         run_mm("bf16", 9002, 128, 2, 1, 1, 3.0e-4, 2e-5);
     }
-    unsetenv("G3_CUDA_GEMVPF");
+    unsetenv("G3_CUDA_GEMVPF"), unsetenv("G3_CUDA_GEMVPRE"), unsetenv("G3_CUDA_BF16TC");
 }
 #endif
 

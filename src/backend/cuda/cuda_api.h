@@ -21,7 +21,7 @@
  * K/V cache: G3_CUDA_KV=bf16 (bf16 elements, read at create; `--kv-cache bf16`), f32 (the default)
  * Batches of 9..64 rows on quantized weights: G3_CUDA_TCM=0 (warp kernel), 1 (staged bf16 kernel for all; default: int8 tensor cores, tc_q8.cu, for per-channel int8 and int4), G3_CUDA_TQOCC=1|2 (int8-core kernel at 1 or 2 blocks/SM; default 2 for int8, 1 for int4), G3_CUDA_TQPRE=0 (each int8-core product quantizes its input in a launch of its own, instead of the add-norm / GeGLU before it)
  * Decode: G3_CUDA_ATTN2=0 (round-1 attention kernels; G3_CUDA_ATTN2_C/_W: cluster size, warps), G3_CUDA_DFUSE=0|1 (QK-norm/RoPE/cache write fused into attention: default 1 only with ATTN2=0), G3_CUDA_DNORM=0 (old add-norm, argmax)
- * dp4a decode (int8/int4): G3_CUDA_QGEMV=n (rows, 8; 0 off), G3_CUDA_Q8LO=n (lo plane, 2), G3_CUDA_QGEMVP=0 (k_q8 + k_qgemv at 1-2 rows too), G3_CUDA_PNORM=0 (the decode add-norm as its own kernel, not in the qkv and gate/up products' prologue); G3_CUDA_GEMVPF=0|1|2 (bf16 GEMV: first, pipelined, persistent; default 0 at 1 row, 1 beyond) */
+ * dp4a decode (int8/int4): G3_CUDA_QGEMV=n (rows; default 4 for per-channel int8, 8 for the rest; 0 off), G3_CUDA_Q8LO=n (lo plane, 2), G3_CUDA_QGEMVP=0 (k_q8 + k_qgemv at 1-2 rows too), G3_CUDA_PNORM=0 (the decode add-norm as its own kernel, not in the qkv and gate/up products' prologue); G3_CUDA_GEMVPF=0|1|2 (bf16 GEMV: first, pipelined, persistent; default 0 at 1 row, 1 beyond), G3_CUDA_GEMVPRE=0|1|2 (chunks per lane and row the first bf16 GEMV loads before its launch wait; default 1), G3_CUDA_BF16TC=n (fewest rows, up to 8, at which bf16 weights take the tensor-core kernel; default 5, 9 never) */
 #ifndef G3_BACKEND_CUDA_API_H
 #define G3_BACKEND_CUDA_API_H
 

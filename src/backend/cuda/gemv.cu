@@ -7,9 +7,10 @@
  * Work split: a block of 4 warps; KS of them (1, 2 or 4, by row length) form a row group that owns R consecutive
  * output rows and takes interleaved 16-byte chunks of each row (lane l of warp j of the group reads chunk
  * l + 32*j + 32*KS*i); the group's partial sums are combined in shared memory.
- * bf16 weights ($G3_CUDA_GEMVPF, see gemv_mode): k_gemv_pf keeps the next step's weight loads in flight during the
- * current step's math and issues the first step before the programmatic-dependent-launch wait (default from 2 rows);
- * k_gemv_p is a persistent variant (one block per SM, equal step ranges per warp). */
+ * bf16 weights ($G3_CUDA_GEMVPF, see gemv_mode): k_gemv (the default at one row) loads its first chunk of each row
+ * before the programmatic-dependent-launch wait ($G3_CUDA_GEMVPRE, see gemv_pre); k_gemv_pf keeps the next step's
+ * weight loads in flight during the current step's math and issues the first step before the wait (default from 2
+ * rows); k_gemv_p is a persistent variant (one block per SM, equal step ranges per warp). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,13 +91,14 @@ __device__ __forceinline__ void finish(const float (&acc)[R][M], int lane, int w
     }
 }
 
-template <int QT, int M, int R>
+/* PRE (0..2): the first PRE chunks of each lane's rows are loaded before the programmatic-dependent-launch wait
+ * ($G3_CUDA_GEMVPRE), so that the first wave's weights are in flight while the kernel before finishes. */
+template <int QT, int M, int R, int PRE>
 __global__ void __launch_bounds__(128) k_gemv(g3_dmat w, const float *__restrict__ x, int ldx, int m,
                                               float *__restrict__ y, int ldy, int geglu, int KS) {
     constexpr int C = qtraits<QT>::C;
-    g3c_pdl_wait();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = warp / KS, ks = warp % KS;
-    const int n0 = (blockIdx.x * (4 / KS) + grp) * R, K = w.k, nch = K / C;
+    const int n0 = (blockIdx.x * (4 / KS) + grp) * R, K = w.k, nch = K / C, cstep = 32 * KS;
     const size_t row_bytes = QT == G3Q_BF16 ? (size_t)K * 2 : QT == G3Q_INT4 ? (size_t)K / 2 : (size_t)K;
     const uint4 *wr[R];
 #pragma unroll
@@ -104,6 +106,13 @@ __global__ void __launch_bounds__(128) k_gemv(g3_dmat w, const float *__restrict
         int nr = min(n0 + r, w.n - 1);
         wr[r] = (const uint4 *)((const uint8_t *)w.q + (size_t)nr * row_bytes);
     }
+    const int c0 = lane + 32 * ks;
+    uint4 pre[PRE > 0 ? PRE : 1][R];
+#pragma unroll
+    for (int u = 0; u < PRE; u++)
+#pragma unroll
+        for (int r = 0; r < R; r++) pre[u][r] = c0 + u * cstep < nch ? __ldg(wr[r] + c0 + u * cstep) : make_uint4(0, 0, 0, 0);
+    g3c_pdl_wait();
     const float *xr[M];
 #pragma unroll
     for (int i = 0; i < M; i++) xr[i] = x + (size_t)min(i, m - 1) * ldx;
@@ -114,11 +123,7 @@ __global__ void __launch_bounds__(128) k_gemv(g3_dmat w, const float *__restrict
 #pragma unroll
         for (int i = 0; i < M; i++) acc[r][i] = 0.f;
 
-#pragma unroll 2
-    for (int c = lane + 32 * ks; c < nch; c += 32 * KS) {
-        uint4 wv[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) wv[r] = __ldg(wr[r] + c);
+    auto chunk = [&](int c, const uint4 (&wv)[R]) {
         float part[R][M], sx[M];
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -163,6 +168,17 @@ __global__ void __launch_bounds__(128) k_gemv(g3_dmat w, const float *__restrict
                 }
             }
         }
+    };
+    int c = c0;
+#pragma unroll
+    for (int u = 0; u < PRE; u++, c += cstep)
+        if (c < nch) chunk(c, pre[u]);
+#pragma unroll 2
+    for (; c < nch; c += cstep) {
+        uint4 wv[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) wv[r] = __ldg(wr[r] + c);
+        chunk(c, wv);
     }
     finish<R, M>(acc, lane, warp, ks, KS, n0, w.n, m, y, ldy, geglu);
 }
@@ -331,6 +347,22 @@ static int gemv_mode(int m) {
     return v < 0 || v > 2 ? 0 : v;
 }
 
+/* $G3_CUDA_GEMVPRE = 0 | 1 | 2: k_gemv's first 0, 1 (default) or 2 chunks per lane and row loaded before the launch
+ * wait; read at every call (launches are captured once). Measured on the H200 (27B bf16, batch-1 decode, argmax on
+ * the GPU; session 10): 72.8 tok/s with 1 against 70.3 with 0 (run 01; 69.7 with 2 and the kernels before letting
+ * it launch early), 70.7 / 70.6 against 68.8 / 69.0 on a second machine (run 02); 4B 381 against 361, 1B 796 against
+ * 722. CUPTI per layer (27B, run 02): gate/up 109.0 -> 104.9 us, down 57.3 -> 55.0, qkv 23.8 -> 22.7, o 13.1 -> 12.3
+ * (the big products gain most, so it is not only the first wave's head start). Also measured (run 03, 72.0 / 71.5
+ * with 1 against 69.5 / 69.7 with 0): unroll 4 instead of 2 the same (72.0 / 72.1); one row per row group (R = 1,
+ * twice the blocks, 16 per SM) slower (69.6 / 69.6; 4B 366 against 381); run 04: every chunk of the row before
+ * the wait where a lane has at most 6 (72 registers) slower (70.1 / 70.1 against 71.4 / 71.3). PRE = 2 takes 48
+ * registers against 40 (10 blocks per SM instead of 12). */
+static int gemv_pre(void) {
+    const char *e = getenv("G3_CUDA_GEMVPRE");
+    const int v = e && *e ? atoi(e) : 1;
+    return v < 0 || v > 2 ? 1 : v;
+}
+
 template <int QT, int M> static cudaError_t launch(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy,
                                             int geglu, cudaStream_t st) {
     constexpr int R = M <= 2 ? 2 : 4;
@@ -347,8 +379,13 @@ template <int QT, int M> static cudaError_t launch(const g3_dmat *w, const float
             return g3c_launch(k_gemv_pf<M, R, M <= 2 ? 3 : 1>, dim3((w->n + rows_blk - 1) / rows_blk), dim3(128), 0, st,
                               *w, x, ldx, m, y, ldy, geglu, KS);
     }
-    return g3c_launch(k_gemv<QT, M, R>, dim3((w->n + rows_blk - 1) / rows_blk), dim3(128), 0, st, *w, x, ldx, m, y, ldy,
-                      geglu, KS);
+    const dim3 grid((w->n + rows_blk - 1) / rows_blk);
+    if constexpr (QT == G3Q_BF16) { /* the quantized formats keep PRE = 0 (their decode kernels are elsewhere) */
+        const int pre = gemv_pre();
+        if (pre == 1) return g3c_launch(k_gemv<QT, M, R, 1>, grid, dim3(128), 0, st, *w, x, ldx, m, y, ldy, geglu, KS);
+        if (pre == 2) return g3c_launch(k_gemv<QT, M, R, 2>, grid, dim3(128), 0, st, *w, x, ldx, m, y, ldy, geglu, KS);
+    }
+    return g3c_launch(k_gemv<QT, M, R, 0>, grid, dim3(128), 0, st, *w, x, ldx, m, y, ldy, geglu, KS);
 }
 
 template <int QT> static cudaError_t launch_m(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy,

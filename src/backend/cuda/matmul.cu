@@ -6,10 +6,11 @@
  * of one GEMM, so the weights are read once and the product keeps ~16 bits of each activation.
  * Measured on the H200 (bench/RESULTS.md): for bf16 weights at batch 1 the CUDA-core GEMV streams faster than the
  * tensor-core kernel (27B: 64 against 53 tok/s), for int4 the tensor-core kernel wins (92 against 53).
- * Decode on int8/int4 weights (m <= 8): the dp4a kernels of qgemv.cu on q8-quantized activations; $G3_CUDA_QGEMV=n
- * takes them up to n rows only (0: never, i.e. the choice below).
- * $G3_CUDA_TC: 0 = the previous choice (GEMV up to 8 rows for bf16 and 16 for quantized, cuBLAS beyond),
- * all = tensor cores for bf16 weights too; $G3_CUDA_FUSE=1 fuses GeGLU into the tensor-core product (measured
+ * Decode on int8/int4 weights (m <= 8; per-channel int8 m <= 4): the dp4a kernels of qgemv.cu on q8-quantized
+ * activations; $G3_CUDA_QGEMV=n takes them up to n rows only (0: never, i.e. the choice below).
+ * bf16 weights take the tensor-core kernel from 5 rows ($G3_CUDA_BF16TC, below: the GEMV is bound by its float32
+ * arithmetic there). $G3_CUDA_TC: 0 = the previous choice (GEMV up to 8 rows for bf16 and 16 for quantized, cuBLAS
+ * beyond), all = tensor cores for bf16 weights at every row count; $G3_CUDA_FUSE=1 fuses GeGLU into the tensor-core product (measured
  * slightly slower). Read at every call, so tests and benchmarks can switch. */
 #include <stdlib.h>
 #include <string.h>
@@ -21,11 +22,24 @@ static int tc_mode(void) { /* 0 off, 1 quantized weights (default), 2 all */
     return e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "all") ? 2 : 1;
 }
 
-static int qgemv_rows(void) { /* $G3_CUDA_QGEMV: most rows on the dp4a path (qgemv.cu), 0 = off; default 8 */
+/* $G3_CUDA_QGEMV: most rows on the dp4a path (qgemv.cu), 0 = off. Default 4 for per-channel int8, 8 for the rest:
+ * measured on the H200 (27B, aggregate decode tok/s, argmax on the GPU; session 10 run 05), the tensor-core kernel
+ * (tc_gemv.cu, hi + lo activations) against dp4a: int8 8 seqs 669 against 605, 4 seqs 369 against 397; int4 8 seqs
+ * 593 against 620, 4 seqs 405 against 481. */
+static int qgemv_rows(const g3_dmat *w) {
     const char *e = getenv("G3_CUDA_QGEMV");
-    if (!e || !*e) return 8;
+    if (!e || !*e) return w->qt == G3Q_INT8 && w->g == w->k ? 4 : 8;
     int v = atoi(e);
     return v < 0 ? 0 : v > 8 ? 8 : v;
+}
+
+/* $G3_CUDA_BF16TC: fewest rows (up to 8) at which bf16 weights take the tensor-core kernel (tc_gemv.cu, hi + lo
+ * activations) instead of the CUDA-core GEMV; default 5, 9 = never. Measured on the H200 (session 10 run 05, aggregate
+ * decode tok/s, argmax on the GPU, tensor cores against GEMV): 27B 8 seqs 425 against 333, 4 seqs 222 against 224, 2
+ * seqs 115 against 123, batch 1 58.1 against 73.2; 4B 8 seqs 2084 against 1753; 1B 5484 against 4416. */
+static int bf16_tc_rows(void) {
+    const char *e = getenv("G3_CUDA_BF16TC");
+    return e && *e ? atoi(e) : 5;
 }
 
 static int qbig_enabled(void) { /* $G3_CUDA_QBIG=0: quantized decode batches beyond 64 rows on cuBLAS */
@@ -35,13 +49,15 @@ static int qbig_enabled(void) { /* $G3_CUDA_QBIG=0: quantized decode batches bey
 
 int g3c_mm_path(const g3c_mm_ctx *c, const g3_dmat *w, int m) {
     const int quant = w->qt != G3Q_BF16;
-    if (m <= qgemv_rows() && g3c_qgemv_supported(w, m)) return G3C_PATH_QGEMV;
+    if (m <= qgemv_rows(w) && g3c_qgemv_supported(w, m)) return G3C_PATH_QGEMV;
     const int tc = tc_mode();
     if (!tc) {
         int lim = quant ? 16 : 8;
         return m <= lim || (quant && !c->wscratch) ? G3C_PATH_GEMV : G3C_PATH_CUBLAS;
     }
-    if (m <= 8) return (quant || tc == 2) && g3c_tc_supported(w, m, c->split) ? G3C_PATH_TC : G3C_PATH_GEMV;
+    if (m <= 8)
+        return (quant || tc == 2 || m >= bf16_tc_rows()) && g3c_tc_supported(w, m, c->split) ? G3C_PATH_TC
+                                                                                             : G3C_PATH_GEMV;
     if (quant && (m <= 64 || !c->wscratch) && g3c_tc_supported(w, 64, 0)) return G3C_PATH_TC;
     /* decode batches of 65..256 distinct sequences: per-channel int8 on wgmma (tc_wg.cu, launches of <= 128 rows),
      * the other quantized formats on the 9..64-row kernels in launches of 64 rather than cuBLAS on a bf16 copy of
