@@ -561,7 +561,7 @@ static void test_gemv_pipelined(void **state) {
     unsetenv("G3_CUDA_GEMVPF"), unsetenv("G3_CUDA_GEMVPRE"); /* a failed test may have left them */
     setenv("G3_CUDA_BF16TC", "9", 1); /* the GEMV at every row count here (default: tensor cores from 5 rows) */
     const int ms[] = {1, 2, 3, 8};
-    /* pipelined, persistent, the first GEMV (defaults: 0 at one row, 1 beyond) with 1 (default), 0 and 2 of its
+    /* pipelined, persistent, the first GEMV (defaults: 0 at 1-2 rows, 1 at 3-4) with 1 (default), 0 and 2 of its
      * first chunks loaded before the launch wait ($G3_CUDA_GEMVPRE) */
     static const char *modes[] = {"1", "2", "0", "0", "0"}, *pre[] = {"1", "1", "1", "0", "2"};
     for (int mi = 0; mi < 5; mi++) {

@@ -338,11 +338,14 @@ static int gp_n_sm(void) {
 
 /* $G3_CUDA_GEMVPF for bf16 weights: 0 k_gemv, 1 k_gemv_pf, 2 k_gemv_p (persistent). Default, measured on the H200
  * (27B, tok/s): k_gemv at one row (69.8 against 66.9 pipelined and 67.5 persistent), the pipelined kernel from 2
- * rows (8 rows: 327 aggregate against 282 and 307). Also measured slower at one row: k_gemv forced to 16 blocks per
- * SM (32 registers, spills: 59.2), k_gemv with its first chunks prefetched into L2 before the wait (68.1). */
+ * rows (8 rows: 327 aggregate against 282 and 307; since session 10, 5..8 rows go to the tensor cores, matmul.cu).
+ * Session 10 run 07, with k_gemv's first chunk before the wait (gemv_pre): k_gemv at 2 rows too (27B 135 / 134
+ * against 124 / 123 aggregate, 4B 779 against 648), the pipelined kernel at 3..4 (27B 171 / 225 against 159 / 210).
+ * Also measured slower at one row: k_gemv forced to 16 blocks per SM (32 registers, spills: 59.2), k_gemv with its
+ * first chunks prefetched into L2 before the wait (68.1). */
 static int gemv_mode(int m) {
     const char *e = getenv("G3_CUDA_GEMVPF");
-    if (!e || !*e) return m <= 1 ? 0 : 1;
+    if (!e || !*e) return m <= 2 ? 0 : 1;
     const int v = atoi(e);
     return v < 0 || v > 2 ? 0 : v;
 }
