@@ -433,14 +433,14 @@ static void test_qgemv(void **state) {
     need_gpu();
     /* a failed test may have left them set */
     unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV");
-    const int ms[] = {1, 2, 3, 8};
+    const int ms[] = {1, 2, 3, 4, 8}; /* 1-2: the persistent kernel (passes 0, 1), else two launches */
     for (int pass = 0; pass < 4; pass++) {
         /* pass 0: default residual plane up to 2 rows; pass 1: q alone at every m (the faster variant); passes 2, 3:
          * the same with $G3_CUDA_QGEMVP=0 (two launches, not the persistent kernel at 1-2 rows) */
         setenv("G3_CUDA_QGEMV", "8", 1);
         if (pass & 1) setenv("G3_CUDA_Q8LO", "0", 1);
         if (pass & 2) setenv("G3_CUDA_QGEMVP", "0", 1);
-        for (size_t i = 0; i < 4; i++) {
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
             /* n = 45: not a multiple of any row tile (8 rows per block at short rows, 2-4 at long ones) */
             run_qgemv(G3_DTYPE_F32, "int8", 45, 5376, ms[i], 0);  /* per channel, 2 warps per row */
             run_qgemv(G3_DTYPE_F32, "int8", 45, 21504, ms[i], 0); /* 4 warps per row */

@@ -149,7 +149,7 @@ static void check_kl(const char *path, const tu_reference *r, const char *what, 
 }
 
 /* Resident `quant` weights through every product path: prefill in 512-row chunks (cuBLAS), 16-row steps (the 9..64-row
- * tensor-core kernels) and single rows (the decode kernels); int8 also with $G3_CUDA_TCM=1 (the staged bf16 kernel
+ * tensor-core kernels), 4- and 7-row steps (the small-batch decode paths) and single rows (the decode kernels); int8 also with $G3_CUDA_TCM=1 (the staged bf16 kernel
  * that the int8 tensor cores replaced as default), both occupancies of the mma.sync int8-core kernel (16 rows) and
  * 48-row steps (the wgmma kernel, tc_wg.cu, from 33 rows). */
 /* q_kl, q_top1: the bounds of the int8 tensor-core steps (9..64 rows, per-channel int8 and int4), whose activations
@@ -160,6 +160,11 @@ static void check_kl_paths(const char *dir, const tu_reference *r, const char *q
     setenv("G3_CUDA_QUANT", quant, 1);
     for (int i = 0; i < 2; i++) check_kl(dir, r, what, chunks[i], max_kl, min_top1);
     check_kl(dir, r, what, 16, q_kl, q_top1);
+    /* 4-row steps: the persistent dp4a kernel (one int8 activation plane from 3 rows); 7-row steps: per-channel int8
+     * on the tensor-core decode kernel (hi + lo bf16 activations), int4 on the two-launch dp4a path */
+    check_kl(dir, r, what, 4, q_kl, q_top1);
+    if (!strcmp(quant, "int8")) check_kl(dir, r, what, 7, max_kl, min_top1);
+    else check_kl(dir, r, what, 7, q_kl, q_top1);
     if (!strcmp(quant, "int8")) {
         setenv("G3_CUDA_TCM", "1", 1); /* the staged kernel: bf16 activations */
         check_kl(dir, r, "int8 per channel, TCM=1", 16, max_kl, min_top1);
@@ -259,7 +264,9 @@ static void test_own_models(void **state) {
         unsetenv("G3_CUDA_NOZERO");
         if (!names[i]) check_kv16(dir, &r, 0); /* the demo model: head_dim 64; last-position logits only */
         if (r.n_prompts > 3 && r.p[3].all) { /* the demo model's reference keeps last-position logits only */
-            check_kl_paths(dir, &r, "int8", "int8 per channel", 0.03, 0.9, 0.03, 0.9);
+            /* int8 activations (one plane from 3 rows, per 128 from 9): t-softcap 0.015 nats / 89% in 4-row steps,
+             * 0.012 / 90% in 16-row steps (H200, session 10 run 09) */
+            check_kl_paths(dir, &r, "int8", "int8 per channel", 0.03, 0.9, 0.03, 0.85);
             /* a guard (garbage gives ~ln(512) = 6.2 nats), as for small-a */
             check_kl_paths(dir, &r, "int4", "int4 group 128", 4.0, 0.1, 4.0, 0.1);
         }
