@@ -324,12 +324,8 @@ static void test_tq_producers(void **state) {
         const char *ref_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_TCM", "1", NULL}; /* bf16 activations */
         float *on = cuda_logits(m, prompt, n, 20, on_env), *off = cuda_logits(m, prompt, n, 20, off_env);
         float *ref = cuda_logits(m, prompt, n, 20, ref_env);
-        double worst = 0, e_on = 0, e_off = 0;
-        for (int p = 0; p < n; p++) {
-            const size_t o = (size_t)p * V;
-            worst = fmax(worst, tu_rel_err(on + o, off + o, V));
-            e_on = fmax(e_on, tu_rel_err(on + o, ref + o, V)), e_off = fmax(e_off, tu_rel_err(off + o, ref + o, V));
-        }
+        const double worst = tu_rel_err_rows(on, off, n, V), e_on = tu_rel_err_rows(on, ref, n, V);
+        const double e_off = tu_rel_err_rows(off, ref, n, V);
         printf("  270M shape, 2 layers, %s, prefill chunks of 20: producer-quantized vs own launch: max relative "
                "logit difference %.2e; vs bf16 activations (staged kernel): %.2e, own launch %.2e\n", quants[qi],
                worst, e_on, e_off);
@@ -360,8 +356,7 @@ static void test_kv16_random(void **state) {
     for (int c = 0; c < 2; c++) {
         float *f32 = cuda_logits(m, prompt, n, chunks[c], f32_env);
         float *b16 = cuda_logits(m, prompt, n, chunks[c], kv_env);
-        double worst = 0;
-        for (int p = 0; p < n; p++) worst = fmax(worst, tu_rel_err(b16 + (size_t)p * V, f32 + (size_t)p * V, V));
+        const double worst = tu_rel_err_rows(b16, f32, n, V);
         printf("  270M shape, 2 layers, chunks of %d: bf16 K/V cache against float32: max relative logit difference "
                "%.2e\n", chunks[c], worst);
         assert_true(worst < 5e-3); /* H200, session 9 run 12: 1.0e-3 (chunks of 20 and single rows) */

@@ -151,6 +151,12 @@ double tu_rel_err(const float *ours, const float *ref, int n) {
     return d / mx;
 }
 
+double tu_rel_err_rows(const float *ours, const float *ref, int rows, int n) {
+    double worst = 0;
+    for (int r = 0; r < rows; r++) worst = fmax(worst, tu_rel_err(ours + (size_t)r * n, ref + (size_t)r * n, n));
+    return worst;
+}
+
 double tu_ref_logit_error(g3_engine *e, const tu_reference *r, int steps, double tol, const char *what) {
     int V = r->vocab, max_n = 0;
     for (int i = 0; i < r->n_prompts; i++) max_n = r->p[i].n > max_n ? r->p[i].n : max_n;

@@ -57,6 +57,8 @@ void tu_row_from_json(const cJSON *arr, float *out, int n);
 double tu_kl(const float *ref, const float *ours, int n, int *same_top1);
 /* max |ours - ref| / max(1, max |ref|) over one row (NaN counts as infinite). */
 double tu_rel_err(const float *ours, const float *ref, int n);
+/* The largest tu_rel_err over `rows` consecutive rows of n values each. */
+double tu_rel_err_rows(const float *ours, const float *ref, int rows, int n);
 /* Logits of every reference prompt through the engine e (each prompt in a fresh sequence): every position that has
  * reference logits, and with steps also the decode-step logits (prompt + generated_ids[:k]). Fails the test naming
  * `what`, the prompt and the position when one differs by more than tol (relative, as tu_rel_err); tol < 0 only

@@ -92,7 +92,8 @@ __device__ __forceinline__ void finish(const float (&acc)[R][M], int lane, int w
 }
 
 /* PRE (0..2): the first PRE chunks of each lane's rows are loaded before the programmatic-dependent-launch wait
- * ($G3_CUDA_GEMVPRE), so that the first wave's weights are in flight while the kernel before finishes. */
+ * ($G3_CUDA_GEMVPRE): the first wave's weights are in flight while the kernel before finishes, and every later block
+ * starts with one more chunk per row in flight (see gemv_pre for what that measured). */
 template <int QT, int M, int R, int PRE>
 __global__ void __launch_bounds__(128) k_gemv(g3_dmat w, const float *__restrict__ x, int ldx, int m,
                                               float *__restrict__ y, int ldy, int geglu, int KS) {

@@ -10,8 +10,8 @@
  * activations; $G3_CUDA_QGEMV=n takes them up to n rows only (0: never, i.e. the choice below).
  * bf16 weights take the tensor-core kernel from 5 rows ($G3_CUDA_BF16TC, below: the GEMV is bound by its float32
  * arithmetic there). $G3_CUDA_TC: 0 = the previous choice (GEMV up to 8 rows for bf16 and 16 for quantized, cuBLAS
- * beyond), all = tensor cores for bf16 weights at every row count; $G3_CUDA_FUSE=1 fuses GeGLU into the tensor-core product (measured
- * slightly slower). Read at every call, so tests and benchmarks can switch. */
+ * beyond), all = tensor cores for bf16 weights at every row count; $G3_CUDA_FUSE=1 fuses GeGLU into the tensor-core
+ * product (measured slightly slower). Read at every call, so tests and benchmarks can switch. */
 #include <stdlib.h>
 #include <string.h>
 
