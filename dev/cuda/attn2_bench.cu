@@ -10,14 +10,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 
-#define CK(x)                                                                                                          \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                       \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
+#include "dev_check.cuh"
 
 enum { NH = 32, NKV = 16, D = 128, BLK = 16, NL = 62, MAXB = 448 };
 

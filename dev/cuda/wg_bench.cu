@@ -30,14 +30,7 @@
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/wgmma.cuh"
 
-#define CK(x)                                                                                                          \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                         \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
-    } while (0)
+#include "dev_check.cuh"
 
 #define T 128
 

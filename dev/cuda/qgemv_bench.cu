@@ -1,0 +1,234 @@
+/* Microbenchmark of the one-row decode products as the batch-1 forward launches them (g3c_gemv for bf16, g3c_qgemv
+ * for int8 per channel and int4 groups of 128: the persistent dp4a kernel), to split each product's time into a fixed
+ * cost per launch and a streaming rate. A CUDA graph of N back-to-back launches of one product on one stream, with
+ * programmatic dependent launch as in the forward (each launch waits for the one before, as a product waits for its
+ * input), replayed several times; per launch: us, GB/s of weight bytes (payload + scales), ratio to the streaming read
+ * of the same run. Shapes: the 27B decode products (qkv 8192 x 5376, o 5376 x 4096, gate/up 43008 x 5376 with GeGLU,
+ * down 5376 x 21504) and the same row lengths with 4x the rows, so that the fixed cost t0 and the streaming time per
+ * byte can be solved from each pair: t = t0 + bytes / rate. First, for scale: what a kernel boundary costs by itself
+ * (a graph of empty kernels of the persistent kernel's shape, with and without programmatic dependent launch) and a
+ * grid-wide barrier inside one kernel (the alternative a fused chain of products would pay).
+ * Findings on the H200 (session 11, bench/logs/2026-11-22-session11/, bench/RESULTS.md): once running, the bf16 GEMV
+ * and the int8 / int4 dp4a kernel stream at 0.95-1.0 of the read bandwidth; each launch pays a fixed ~4 us (~8 us at
+ * k = 21504) on top, of which an empty boundary is 0.6 us; a grid barrier costs 1.9 us. The small shapes partly read
+ * from L2 here (one matrix 20 times in a row), which the forward never does for weights.
+ *   g3qgemv_bench [quants, bf16,int8,int4] [launches per graph, 20] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "model/dtype.h"
+
+#include "dev_check.cuh"
+
+__global__ void k_read_all(const uint4 *p, size_t n, unsigned *sink) {
+    uint32_t acc = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint4 v = __ldg(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x12345678u) *sink = acc; /* keeps the loads alive */
+}
+
+/* What a kernel boundary costs by itself: a persistent-shaped kernel (one 512-thread block per SM, kept alone on its
+ * SM by its shared memory) that only waits for the kernel before (programmatic dependent launch) */
+__global__ void __launch_bounds__(512, 1) k_empty_p(unsigned *sink) {
+    extern __shared__ unsigned char sm_pad[];
+    g3c_pdl_wait();
+    if (threadIdx.x == 0 && blockIdx.x == 0) sm_pad[0] = 1, *sink += sm_pad[0];
+}
+
+/* ... and what a grid-wide barrier inside one such kernel costs instead: every block arrives on a counter (the last
+ * one resets it and bumps the generation), the others spin on the generation; n barriers in a row. All blocks must be
+ * resident (grid <= SMs, one block per SM). */
+__global__ void __launch_bounds__(512, 1) k_barriers_p(unsigned *count, volatile unsigned *gen, int n) {
+    extern __shared__ unsigned char sm_pad[];
+    for (int i = 0; i < n; i++) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const unsigned g = *gen;
+            __threadfence();
+            if (atomicAdd(count, 1u) == gridDim.x - 1) {
+                *count = 0;
+                __threadfence();
+                atomicAdd((unsigned *)gen, 1u);
+            } else {
+                for (long long spin = 0; *gen == g; spin++)
+                    if (spin > (1ll << 16)) { /* not all blocks resident: report instead of hanging */
+                        atomicAdd(count + 32, 1u);
+                        break;
+                    }
+            }
+            __threadfence();
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0 && blockIdx.x == 0 && n < 0) sm_pad[0] = 1;
+}
+
+/* Ends the capture on st, replays its graph 6 times and returns the best of the last 5 in us per launch (nl launches
+ * per graph). */
+static double replay_us(cudaStream_t st, int nl) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    double best = 1e30;
+    for (int r = 0; r < 6; r++) {
+        CK(cudaEventRecord(e0, st));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0.f;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r > 0 && ms * 1e3 / nl < best) best = ms * 1e3 / nl;
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
+    return best;
+}
+
+static void time_boundaries(int sms, int nl, cudaStream_t st) {
+    unsigned *buf;
+    CK(cudaMalloc((void **)&buf, 256));
+    CK(cudaMemset(buf, 0, 256));
+    const int smem = 120 << 10;
+    CK(cudaFuncSetAttribute(k_empty_p, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CK(cudaFuncSetAttribute(k_barriers_p, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const int nb = 50;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    k_barriers_p<<<sms, 512, smem, st>>>(buf, buf + 8, nb);
+    const double best = replay_us(st, 1) / nb;
+    unsigned timeouts = 0;
+    CK(cudaMemcpy(&timeouts, buf + 32, 4, cudaMemcpyDeviceToHost));
+    printf("grid barrier (%d blocks, counter + generation in global memory): %.2f us per barrier%s\n", sms, best,
+           timeouts ? " (INVALID: blocks gave up waiting)" : "");
+    for (int pdl = 1; pdl >= 0; pdl--) {
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        for (int i = 0; i < nl; i++) {
+            cudaLaunchConfig_t cfg;
+            memset(&cfg, 0, sizeof cfg);
+            cudaLaunchAttribute at[1];
+            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            at[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.gridDim = dim3(sms), cfg.blockDim = dim3(512), cfg.dynamicSmemBytes = smem, cfg.stream = st;
+            cfg.attrs = at, cfg.numAttrs = pdl;
+            CK(cudaLaunchKernelEx(&cfg, k_empty_p, buf));
+        }
+        const double us = replay_us(st, nl);
+        printf("kernel boundary (empty %d x 512-thread kernels in a graph, %s): %.2f us per launch\n", sms,
+               pdl ? "programmatic dependent launch" : "plain stream order", us);
+    }
+    cudaFree(buf);
+}
+
+static int qt_of(const char *s) {
+    return !strcmp(s, "bf16") ? G3Q_BF16 : !strcmp(s, "int8") ? G3Q_INT8 : !strcmp(s, "int4") ? G3Q_INT4 : -1;
+}
+
+/* us per launch of the product (graph of nl launches, best of 5 replays after a warm-up) */
+static double time_product(const g3_dmat *w, const float *x, float *y, int geglu, int nl, cudaStream_t st) {
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < nl; i++) {
+        const int ldy = geglu ? w->n / 2 : w->n;
+        if (w->qt == G3Q_BF16) CK(g3c_gemv(w, x, w->k, 1, y, ldy, geglu, st));
+        else CK(g3c_qgemv(w, x, w->k, 1, y, ldy, geglu, NULL, 0, st));
+    }
+    return replay_us(st, nl);
+}
+
+int main(int argc, char **argv) {
+    const char *qs = argc > 1 ? argv[1] : "bf16,int8,int4";
+    const int nl = argc > 2 ? atoi(argv[2]) : 20;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CK(g3c_qgemv_init());
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+
+    /* streaming read of 2 GB, the limit the products are compared with */
+    const size_t rb = (size_t)2 << 30;
+    void *rbuf;
+    unsigned *sink;
+    CK(cudaMalloc(&rbuf, rb));
+    CK(cudaMalloc((void **)&sink, 4));
+    CK(cudaMemset(rbuf, 1, rb));
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    k_read_all<<<sms * 8, 512, 0, st>>>((const uint4 *)rbuf, rb / 16, sink);
+    const double bw = (double)rb / (replay_us(st, 1) * 1e-6) / 1e9;
+    CK(cudaFree(rbuf));
+    printf("streaming read: %.0f GB/s; %d launches per graph, best of 5 replays\n", bw, nl);
+    printf("| weights | product | n x k | MB | us per launch | GB/s | of read | fixed cost t0 (us) | rate GB/s |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+
+    struct shape { const char *name; int n, k, geglu; } sh[] = {
+        {"qkv", 8192, 5376, 0},       {"qkv x4", 32768, 5376, 0},  {"o", 5376, 4096, 0},
+        {"o x4", 21504, 4096, 0},     {"gate/up", 43008, 5376, 1}, {"gate/up x4", 172032, 5376, 1},
+        {"down", 5376, 21504, 0},     {"down x4", 21504, 21504, 0},
+    };
+    const int nsh = (int)(sizeof sh / sizeof sh[0]);
+    float *x, *y;
+    CK(cudaMalloc((void **)&x, 21504 * 4));
+    CK(cudaMalloc((void **)&y, (size_t)172032 * 4));
+    {
+        __nv_bfloat16 *xb;
+        CK(cudaMalloc((void **)&xb, 21504 * 2));
+        CK(g3c_fill_random_bf16(xb, 21504, 1.f, 7, st));
+        float *hx = (float *)malloc(21504 * 4);
+        __nv_bfloat16 *hb = (__nv_bfloat16 *)malloc(21504 * 2);
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(hb, xb, 21504 * 2, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < 21504; i++) hx[i] = __bfloat162float(hb[i]);
+        CK(cudaMemcpy(x, hx, 21504 * 4, cudaMemcpyHostToDevice));
+        free(hx), free(hb), cudaFree(xb);
+    }
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", qs);
+    for (char *q = strtok(buf, ","); q; q = strtok(NULL, ",")) {
+        const int want = qt_of(q);
+        if (want < 0) { fprintf(stderr, "unknown type %s\n", q); return 2; }
+        double t_prev = 0, b_prev = 0;
+        for (int i = 0; i < nsh; i++) {
+            g3_dmat w;
+            memset(&w, 0, sizeof w);
+            int g = 0;
+            const int qt = g3c_target_format(G3_DTYPE_BF16, want, sh[i].k, &g);
+            w.qt = qt, w.n = sh[i].n, w.k = sh[i].k, w.g = g;
+            const size_t nk = (size_t)w.n * w.k, ng = (size_t)w.n * (w.k / g);
+            __nv_bfloat16 *src;
+            CK(cudaMalloc((void **)&src, nk * 2));
+            CK(g3c_fill_random_bf16(src, nk, 0.02f, 11 + i, st));
+            CK(cudaMalloc(&w.q, qt == G3Q_BF16 ? nk * 2 : qt == G3Q_INT4 ? nk / 2 : nk));
+            CK(cudaMalloc((void **)&w.s, ng * 4));
+            CK(cudaMalloc((void **)&w.z, ng * 4));
+            if (qt == G3Q_BF16) CK(cudaMemcpyAsync(w.q, src, nk * 2, cudaMemcpyDeviceToDevice, st));
+            else CK(g3c_convert_rows(src, G3_DTYPE_BF16, w.n, &w, 0, 1, st));
+            CK(cudaStreamSynchronize(st));
+            CK(cudaFree(src));
+            CK(cudaMemsetAsync(y, 0, (size_t)172032 * 4, st));
+            const double bytes = (double)g3c_dmat_bytes(qt, w.n, w.k, g);
+            const double us = time_product(&w, x, y, sh[i].geglu, nl, st);
+            const double gbs = bytes / (us * 1e-6) / 1e9;
+            if (i % 2 == 0) {
+                printf("| %s | %s | %d x %d | %.1f | %.2f | %.0f | %.2f | | |\n", q, sh[i].name, w.n, w.k, bytes / 1e6,
+                       us, gbs, gbs / bw);
+                t_prev = us, b_prev = bytes;
+            } else { /* t = t0 + bytes / rate through this shape and the one before (same row length) */
+                const double rate = (bytes - b_prev) / ((us - t_prev) * 1e-6) / 1e9;
+                const double t0 = t_prev - b_prev / (rate * 1e9) * 1e6;
+                printf("| %s | %s | %d x %d | %.1f | %.2f | %.0f | %.2f | %.2f | %.0f (%.2f) |\n", q, sh[i].name, w.n,
+                       w.k, bytes / 1e6, us, gbs, gbs / bw, t0, rate, rate / bw);
+            }
+            cudaFree(w.q), cudaFree(w.s), cudaFree(w.z);
+        }
+    }
+    time_boundaries(sms, nl, st);
+    cudaFree(x), cudaFree(y), cudaFree(sink);
+    cudaStreamDestroy(st);
+    return 0;
+}
