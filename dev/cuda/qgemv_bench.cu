@@ -44,52 +44,8 @@ __global__ void __launch_bounds__(512, 1) k_empty_p(unsigned *sink) {
  * resident (grid <= SMs, one block per SM). */
 __global__ void __launch_bounds__(512, 1) k_barriers_p(unsigned *count, volatile unsigned *gen, int n) {
     extern __shared__ unsigned char sm_pad[];
-    for (int i = 0; i < n; i++) {
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            const unsigned g = *gen;
-            __threadfence();
-            if (atomicAdd(count, 1u) == gridDim.x - 1) {
-                *count = 0;
-                __threadfence();
-                atomicAdd((unsigned *)gen, 1u);
-            } else {
-                for (long long spin = 0; *gen == g; spin++)
-                    if (spin > (1ll << 16)) { /* not all blocks resident: report instead of hanging */
-                        atomicAdd(count + 32, 1u);
-                        break;
-                    }
-            }
-            __threadfence();
-        }
-        __syncthreads();
-    }
+    for (int i = 0; i < n; i++) dev_grid_barrier(count, gen);
     if (threadIdx.x == 0 && blockIdx.x == 0 && n < 0) sm_pad[0] = 1;
-}
-
-/* Ends the capture on st, replays its graph 6 times and returns the best of the last 5 in us per launch (nl launches
- * per graph). */
-static double replay_us(cudaStream_t st, int nl) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamEndCapture(st, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    double best = 1e30;
-    for (int r = 0; r < 6; r++) {
-        CK(cudaEventRecord(e0, st));
-        CK(cudaGraphLaunch(ge, st));
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0.f;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r > 0 && ms * 1e3 / nl < best) best = ms * 1e3 / nl;
-    }
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
-    return best;
 }
 
 static void time_boundaries(int sms, int nl, cudaStream_t st) {
