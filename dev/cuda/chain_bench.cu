@@ -10,9 +10,11 @@
  *   barriers, regs     all phases in one kernel with grid barriers; the next phase's first step is loaded before the
  *                      barrier
  *   barriers, ring D   all phases in one kernel, the ring running D steps ahead through the barriers
+ *   ..., dp4a          with the dp4a kernel's work per 16-byte chunk (4 activation loads from shared memory, 16 dp4a)
  * us per phase at two phase sizes, and the fixed cost per phase t0 from t = t0 + bytes / rate. Findings on the H200
  * (session 11 run 08, bench/RESULTS.md): kernels with registers t0 2.4 us at 0.86 of the bandwidth, kernels with a
- * 4-step ring t0 2.2 us at 1.0; grid barriers t0 ~4 us with either.
+ * 4-step ring t0 2.2 us at 1.0; grid barriers t0 ~4 us with either. With the dp4a work (run 10): registers t0 2.5 us
+ * at 0.83, ring of 4 t0 4.1 at 1.02, ring of 2 t0 3.1 at 0.95.
  *   g3chain_bench [phases, 16] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +27,7 @@
 #define CH_W 16  /* warps per block */
 #define CH_K 5376 /* activation values read by each phase's prologue */
 
-template <int D>
+template <int D, bool ACT>
 __global__ void __launch_bounds__(CH_W * 32, 1) k_chain(const uint4 *__restrict__ W, long long S16, int P,
                                                         const float *x, unsigned *out, unsigned *count,
                                                         volatile unsigned *gen) {
@@ -72,7 +74,25 @@ __global__ void __launch_bounds__(CH_W * 32, 1) k_chain(const uint4 *__restrict_
                     for (int u = 0; u < 3; u++) cur[u] = g3c_ld_stream(src(j + 1, u));
             }
 #pragma unroll
-            for (int u = 0; u < 3; u++) acc ^= (v[u].x + v[u].y) ^ (v[u].z * 3u + v[u].w) ^ xv;
+            for (int u = 0; u < 3; u++) {
+                if constexpr (ACT) { /* the dp4a kernel's work per chunk: 4 activation loads from shared memory (two
+                                      * int8 planes of 32 values), 16 dp4a */
+                    const int c = (int)((s0 + j + 32 * u + lane) % (CH_K / 8 - 4));
+                    const uint4 a0 = ((const uint4 *)xs)[c], a1 = ((const uint4 *)xs)[c + 1];
+                    const uint4 l0 = ((const uint4 *)xs)[c + 2], l1 = ((const uint4 *)xs)[c + 3];
+                    int t = __dp4a((int)v[u].x, (int)a0.x, 0);
+                    t = __dp4a((int)v[u].y, (int)a0.y, t), t = __dp4a((int)v[u].z, (int)a0.z, t);
+                    t = __dp4a((int)v[u].w, (int)a0.w, t), t = __dp4a((int)v[u].x, (int)a1.x, t);
+                    t = __dp4a((int)v[u].y, (int)a1.y, t), t = __dp4a((int)v[u].z, (int)a1.z, t);
+                    t = __dp4a((int)v[u].w, (int)a1.w, t), t = __dp4a((int)v[u].x, (int)l0.x, t);
+                    t = __dp4a((int)v[u].y, (int)l0.y, t), t = __dp4a((int)v[u].z, (int)l0.z, t);
+                    t = __dp4a((int)v[u].w, (int)l0.w, t), t = __dp4a((int)v[u].x, (int)l1.x, t);
+                    t = __dp4a((int)v[u].y, (int)l1.y, t), t = __dp4a((int)v[u].z, (int)l1.z, t);
+                    acc ^= (unsigned)__dp4a((int)v[u].w, (int)l1.w, t);
+                } else {
+                    acc ^= (v[u].x + v[u].y) ^ (v[u].z * 3u + v[u].w) ^ xv;
+                }
+            }
             if constexpr (D > 0) issue(j + D); /* after v is used: the slot is free */
         }
         if (lane == 0) atomicXor(out + (p & 63), acc);
@@ -80,20 +100,20 @@ __global__ void __launch_bounds__(CH_W * 32, 1) k_chain(const uint4 *__restrict_
 }
 
 static const int smem_max = 224 << 10;
-template <int D> static int smem_of(void) {
+template <int D> static int smem_of(void) { /* with or without ACT */
     const int need = CH_W * (D > 0 ? D : 1) * 96 * 16 + CH_K * 4;
     return need > (120 << 10) ? need : 120 << 10; /* at least 120 KB: one block per SM in every variant */
 }
 
 /* us per phase: the chain of P phases of S16 uint4 each, as `kernels` launches of P / kernels phases */
-template <int D>
+template <int D, bool ACT>
 static double run_chain(const uint4 *W, long long S16, int P, int kernels, const float *x, unsigned *buf, int sms,
                         cudaStream_t st) {
-    CK(cudaFuncSetAttribute(k_chain<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
+    CK(cudaFuncSetAttribute(k_chain<D, ACT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
     const int per = P / kernels;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
     for (int i = 0; i < kernels; i++)
-        CK(g3c_launch(k_chain<D>, dim3(sms), dim3(CH_W * 32), (size_t)smem_of<D>(), st, W + (size_t)i * per * S16,
+        CK(g3c_launch(k_chain<D, ACT>, dim3(sms), dim3(CH_W * 32), (size_t)smem_of<D>(), st, W + (size_t)i * per * S16,
                       S16, per, x, buf, buf + 64, (volatile unsigned *)(buf + 72)));
     return replay_us(st, P);
 }
@@ -117,17 +137,24 @@ int main(int argc, char **argv) {
     CK(cudaMemset(buf, 0, 512));
     printf("%d phases per chain; us per phase (GB/s); t0 and rate from the two sizes\n", P);
     printf("| variant | 12.4 MB | 65 MB | t0 (us) | rate GB/s |\n|---|---|---|---|---|\n");
-    struct { const char *name; int d, kernels; } vs[] = {
-        {"kernels, regs", 0, P}, {"kernels, ring 4", 4, P}, {"barriers, regs", 0, 1},
-        {"barriers, ring 4", 4, 1}, {"barriers, ring 8", 8, 1},
+    struct { const char *name; int d, kernels, act; } vs[] = {
+        {"kernels, regs", 0, P, 0},         {"kernels, ring 4", 4, P, 0},          {"barriers, regs", 0, 1, 0},
+        {"barriers, ring 4", 4, 1, 0},      {"barriers, ring 8", 8, 1, 0},         {"kernels, regs, dp4a", 0, P, 1},
+        {"kernels, ring 4, dp4a", 4, P, 1}, {"kernels, ring 2, dp4a", 2, P, 1},
     };
     for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
         double us[2];
         for (int i = 0; i < 2; i++) {
             const long long S16 = sizes[i];
-            us[i] = vs[v].d == 0   ? run_chain<0>(W, S16, P, vs[v].kernels, x, buf, sms, st)
-                    : vs[v].d == 4 ? run_chain<4>(W, S16, P, vs[v].kernels, x, buf, sms, st)
-                                   : run_chain<8>(W, S16, P, vs[v].kernels, x, buf, sms, st);
+            const int k = vs[v].kernels;
+            if (vs[v].act)
+                us[i] = vs[v].d == 0   ? run_chain<0, true>(W, S16, P, k, x, buf, sms, st)
+                        : vs[v].d == 2 ? run_chain<2, true>(W, S16, P, k, x, buf, sms, st)
+                                       : run_chain<4, true>(W, S16, P, k, x, buf, sms, st);
+            else
+                us[i] = vs[v].d == 0   ? run_chain<0, false>(W, S16, P, k, x, buf, sms, st)
+                        : vs[v].d == 4 ? run_chain<4, false>(W, S16, P, k, x, buf, sms, st)
+                                       : run_chain<8, false>(W, S16, P, k, x, buf, sms, st);
         }
         const double b0 = sizes[0] * 16.0, b1 = sizes[1] * 16.0;
         const double rate = (b1 - b0) / ((us[1] - us[0]) * 1e-6) / 1e9, t0 = us[0] - b0 / (rate * 1e9) * 1e6;
