@@ -78,17 +78,15 @@ __global__ void __launch_bounds__(CH_W * 32, 1) k_chain(const uint4 *__restrict_
                 if constexpr (ACT) { /* the dp4a kernel's work per chunk: 4 activation loads from shared memory (two
                                       * int8 planes of 32 values), 16 dp4a */
                     const int c = (int)((s0 + j + 32 * u + lane) % (CH_K / 8 - 4));
-                    const uint4 a0 = ((const uint4 *)xs)[c], a1 = ((const uint4 *)xs)[c + 1];
-                    const uint4 l0 = ((const uint4 *)xs)[c + 2], l1 = ((const uint4 *)xs)[c + 3];
-                    int t = __dp4a((int)v[u].x, (int)a0.x, 0);
-                    t = __dp4a((int)v[u].y, (int)a0.y, t), t = __dp4a((int)v[u].z, (int)a0.z, t);
-                    t = __dp4a((int)v[u].w, (int)a0.w, t), t = __dp4a((int)v[u].x, (int)a1.x, t);
-                    t = __dp4a((int)v[u].y, (int)a1.y, t), t = __dp4a((int)v[u].z, (int)a1.z, t);
-                    t = __dp4a((int)v[u].w, (int)a1.w, t), t = __dp4a((int)v[u].x, (int)l0.x, t);
-                    t = __dp4a((int)v[u].y, (int)l0.y, t), t = __dp4a((int)v[u].z, (int)l0.z, t);
-                    t = __dp4a((int)v[u].w, (int)l0.w, t), t = __dp4a((int)v[u].x, (int)l1.x, t);
-                    t = __dp4a((int)v[u].y, (int)l1.y, t), t = __dp4a((int)v[u].z, (int)l1.z, t);
-                    acc ^= (unsigned)__dp4a((int)v[u].w, (int)l1.w, t);
+                    const uint4 *a = (const uint4 *)xs + c; /* q and q_lo of 32 values: 4 x 16 bytes */
+                    int t = 0;
+#pragma unroll
+                    for (int h = 0; h < 4; h++) {
+                        const uint4 av = a[h];
+                        t = __dp4a((int)v[u].x, (int)av.x, t), t = __dp4a((int)v[u].y, (int)av.y, t);
+                        t = __dp4a((int)v[u].z, (int)av.z, t), t = __dp4a((int)v[u].w, (int)av.w, t);
+                    }
+                    acc ^= (unsigned)t;
                 } else {
                     acc ^= (v[u].x + v[u].y) ^ (v[u].z * 3u + v[u].w) ^ xv;
                 }
@@ -157,7 +155,8 @@ int main(int argc, char **argv) {
                                        : run_chain<8, false>(W, S16, P, k, x, buf, sms, st);
         }
         const double b0 = sizes[0] * 16.0, b1 = sizes[1] * 16.0;
-        const double rate = (b1 - b0) / ((us[1] - us[0]) * 1e-6) / 1e9, t0 = us[0] - b0 / (rate * 1e9) * 1e6;
+        double t0, rate;
+        dev_fit(b0, us[0], b1, us[1], &t0, &rate);
         printf("| %s | %.2f (%.0f) | %.2f (%.0f) | %.2f | %.0f |\n", vs[v].name, us[0], b0 / us[0] / 1e3, us[1],
                b1 / us[1] / 1e3, t0, rate);
     }

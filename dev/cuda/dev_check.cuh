@@ -1,5 +1,6 @@
 /* For the device microbenchmarks in dev/cuda: CK(call) prints the failing CUDA call with its place and exits;
- * replay_us, the time of a captured graph per launch; dev_grid_barrier, a barrier of all blocks of a grid. */
+ * replay_us, the time of a captured graph per launch; dev_fit, a fixed cost and a rate from two timings;
+ * dev_grid_barrier, a barrier of all blocks of a grid. */
 #ifndef G3_DEV_CUDA_DEV_CHECK_CUH
 #define G3_DEV_CUDA_DEV_CHECK_CUH
 
@@ -62,6 +63,12 @@ static inline double replay_us(cudaStream_t st, int nl) {
     cudaEventDestroy(e0), cudaEventDestroy(e1);
     cudaGraphExecDestroy(ge), cudaGraphDestroy(g);
     return best;
+}
+
+/* t = t0 + bytes / rate through (b0 bytes, us0) and (b1 bytes, us1): *t0 in us, *gbs the rate in GB/s */
+static inline void dev_fit(double b0, double us0, double b1, double us1, double *t0, double *gbs) {
+    *gbs = (b1 - b0) / ((us1 - us0) * 1e-6) / 1e9;
+    *t0 = us0 - b0 / (*gbs * 1e9) * 1e6;
 }
 
 #endif

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "model/dtype.h"
 
@@ -66,14 +67,8 @@ static void time_boundaries(int sms, int nl, cudaStream_t st) {
     for (int pdl = 1; pdl >= 0; pdl--) {
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
         for (int i = 0; i < nl; i++) {
-            cudaLaunchConfig_t cfg;
-            memset(&cfg, 0, sizeof cfg);
-            cudaLaunchAttribute at[1];
-            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            at[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.gridDim = dim3(sms), cfg.blockDim = dim3(512), cfg.dynamicSmemBytes = smem, cfg.stream = st;
-            cfg.attrs = at, cfg.numAttrs = pdl;
-            CK(cudaLaunchKernelEx(&cfg, k_empty_p, buf));
+            if (pdl) CK(g3c_launch(k_empty_p, dim3(sms), dim3(512), smem, st, buf));
+            else k_empty_p<<<sms, 512, smem, st>>>(buf);
         }
         const double us = replay_us(st, nl);
         printf("kernel boundary (empty %d x 512-thread kernels in a graph, %s): %.2f us per launch\n", sms,
@@ -131,17 +126,15 @@ int main(int argc, char **argv) {
     float *x, *y;
     CK(cudaMalloc((void **)&x, 21504 * 4));
     CK(cudaMalloc((void **)&y, (size_t)172032 * 4));
-    {
-        __nv_bfloat16 *xb;
-        CK(cudaMalloc((void **)&xb, 21504 * 2));
-        CK(g3c_fill_random_bf16(xb, 21504, 1.f, 7, st));
-        float *hx = (float *)malloc(21504 * 4);
-        __nv_bfloat16 *hb = (__nv_bfloat16 *)malloc(21504 * 2);
+    { /* random bf16 values as floats */
+        g3_dmat xd;
+        memset(&xd, 0, sizeof xd);
+        xd.qt = G3Q_BF16, xd.n = 1, xd.k = xd.g = 21504;
+        CK(cudaMalloc(&xd.q, 21504 * 2));
+        CK(g3c_fill_random_bf16((__nv_bfloat16 *)xd.q, 21504, 1.f, 7, st));
+        CK(g3c_dequant_f32(&xd, x, st));
         CK(cudaStreamSynchronize(st));
-        CK(cudaMemcpy(hb, xb, 21504 * 2, cudaMemcpyDeviceToHost));
-        for (int i = 0; i < 21504; i++) hx[i] = __bfloat162float(hb[i]);
-        CK(cudaMemcpy(x, hx, 21504 * 4, cudaMemcpyHostToDevice));
-        free(hx), free(hb), cudaFree(xb);
+        cudaFree(xd.q);
     }
     char buf[64];
     snprintf(buf, sizeof buf, "%s", qs);
@@ -151,23 +144,21 @@ int main(int argc, char **argv) {
         double t_prev = 0, b_prev = 0;
         for (int i = 0; i < nsh; i++) {
             g3_dmat w;
-            memset(&w, 0, sizeof w);
+            g3_error err = {};
             int g = 0;
             const int qt = g3c_target_format(G3_DTYPE_BF16, want, sh[i].k, &g);
-            w.qt = qt, w.n = sh[i].n, w.k = sh[i].k, w.g = g;
-            const size_t nk = (size_t)w.n * w.k, ng = (size_t)w.n * (w.k / g);
+            if (g3cb_alloc_dmat(&w, qt, sh[i].n, sh[i].k, g, &err) != G3_OK) {
+                fprintf(stderr, "%s\n", err.msg);
+                return 1;
+            }
             __nv_bfloat16 *src;
-            CK(cudaMalloc((void **)&src, nk * 2));
-            CK(g3c_fill_random_bf16(src, nk, 0.02f, 11 + i, st));
-            CK(cudaMalloc(&w.q, qt == G3Q_BF16 ? nk * 2 : qt == G3Q_INT4 ? nk / 2 : nk));
-            CK(cudaMalloc((void **)&w.s, ng * 4));
-            CK(cudaMalloc((void **)&w.z, ng * 4));
-            if (qt == G3Q_BF16) CK(cudaMemcpyAsync(w.q, src, nk * 2, cudaMemcpyDeviceToDevice, st));
-            else CK(g3c_convert_rows(src, G3_DTYPE_BF16, w.n, &w, 0, 1, st));
+            CK(cudaMalloc((void **)&src, (size_t)w.n * w.k * 2));
+            CK(g3c_fill_random_bf16(src, (size_t)w.n * w.k, 0.02f, 11 + i, st));
+            CK(g3c_convert_rows(src, G3_DTYPE_BF16, w.n, &w, 0, 1, st));
             CK(cudaStreamSynchronize(st));
             CK(cudaFree(src));
             CK(cudaMemsetAsync(y, 0, (size_t)172032 * 4, st));
-            const double bytes = (double)g3c_dmat_bytes(qt, w.n, w.k, g);
+            const double bytes = (double)w.bytes;
             const double us = time_product(&w, x, y, sh[i].geglu, nl, st);
             const double gbs = bytes / (us * 1e-6) / 1e9;
             if (i % 2 == 0) {
@@ -175,12 +166,12 @@ int main(int argc, char **argv) {
                        us, gbs, gbs / bw);
                 t_prev = us, b_prev = bytes;
             } else { /* t = t0 + bytes / rate through this shape and the one before (same row length) */
-                const double rate = (bytes - b_prev) / ((us - t_prev) * 1e-6) / 1e9;
-                const double t0 = t_prev - b_prev / (rate * 1e9) * 1e6;
+                double t0, rate;
+                dev_fit(b_prev, t_prev, bytes, us, &t0, &rate);
                 printf("| %s | %s | %d x %d | %.1f | %.2f | %.0f | %.2f | %.2f | %.0f (%.2f) |\n", q, sh[i].name, w.n,
                        w.k, bytes / 1e6, us, gbs, gbs / bw, t0, rate, rate / bw);
             }
-            cudaFree(w.q), cudaFree(w.s), cudaFree(w.z);
+            g3cb_free_dmat(&w);
         }
     }
     time_boundaries(sms, nl, st);

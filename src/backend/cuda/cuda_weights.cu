@@ -17,7 +17,7 @@ void *g3cb_dalloc(size_t bytes, int *ok) {
 /* ---- weights ---------------------------------------------------------------------------------------------------- */
 typedef struct src_mat { const g3_weight *w; int n; } src_mat; /* w NULL: random */
 
-static g3_status alloc_dmat(g3_dmat *d, int qt, int n, int k, int g, g3_error *err) {
+g3_status g3cb_alloc_dmat(g3_dmat *d, int qt, int n, int k, int g, g3_error *err) {
     memset(d, 0, sizeof *d);
     d->qt = qt, d->n = n, d->k = k, d->g = g;
     size_t nk = (size_t)n * k, ng = (size_t)n * (k / g);
@@ -55,7 +55,7 @@ static g3_status load_mat(g3_backend *b, g3_dmat *d, const src_mat *src, int nsr
         n += src[j].n;
     }
     if (mixed) qt = G3Q_BF16, g = k; /* e.g. Q4_K q/k with Q6_K v: a common lossless format */
-    G3_TRY(alloc_dmat(d, qt, n, k, g, err));
+    G3_TRY(g3cb_alloc_dmat(d, qt, n, k, g, err));
     int row0 = 0;
     for (int j = 0; j < nsrc; j++) {
         uint32_t t = src[j].w ? src[j].w->type : (uint32_t)G3_DTYPE_BF16;
