@@ -12,6 +12,7 @@
 
 #include "gemma3.h"
 #include "model/model.h"
+#include "sample/dev_sample.h"
 
 typedef struct g3_backend g3_backend;
 
@@ -55,6 +56,12 @@ typedef struct g3_backend_ops {
      * tokens[i] = argmax of the logits of out_rows[i] (ties -> lowest id). Used when every sampled row is greedy
      * with no penalties, bias or logprobs. */
     g3_status (*forward_argmax)(g3_backend *b, const g3_batch *batch, int32_t *tokens, g3_error *err);
+    /* Optional (NULL = absent): the forward with the whole sampling chain on the device: tokens[i] drawn for
+     * out_rows[i] with smp->row[i] (sampler.h's steps and edge cases; the draw walks the kept tokens in id order,
+     * so a given u may pick another token than the host sampler's walk, from the same distribution). Used when no
+     * sampled row asks for logprobs and each has at most G3_DEV_ADJ_PER_ROW adjustments. */
+    g3_status (*forward_sample)(g3_backend *b, const g3_batch *batch, const g3_dev_sampling *smp, int32_t *tokens,
+                                g3_error *err);
 } g3_backend_ops;
 
 /* Finds a backend by name ("cpu", "cuda", "vulkan"); NULL name = best available. */

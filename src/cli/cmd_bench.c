@@ -143,8 +143,8 @@ int g3_cli_bench(int argc, char **argv) {
     g3_cli_model_opts_default(&mo);
     const char *random = NULL, *type_s = "q8_0", *batches_s = "1";
     int n_prompt = 512, n_gen = 128, layers = 0, reps = 3; /* best of 3: the first also warms up (lazy driver work) */
-    float bw = 0;
-    int profile = 0;
+    float bw = 0, temperature = 0, top_p = 1;
+    int profile = 0, top_k = 0;
     g3_arg args[] = {
         {"model", 'm', G3_ARG_STR, &mo.model, "model: Hugging Face folder or .gguf file"},
         {"random-weights", 0, G3_ARG_STR, &random, "random weights of a released shape: 270m, 1b, 4b, 12b, 27b"},
@@ -163,6 +163,10 @@ int g3_cli_bench(int argc, char **argv) {
         {"kv-cache", 0, G3_ARG_STR, &mo.kv_cache, "cuda K/V cache elements: f32 (the default) or bf16 (half the "
                                                   "memory and the attention reads)"},
         {"threads", 't', G3_ARG_INT, &mo.threads, "CPU threads (0 = all cores)"},
+        {"temperature", 0, G3_ARG_FLOAT, &temperature, "decode by sampling at this temperature (0 = greedy, the "
+                                                        "default); $G3_HOST_SAMPLING=1 samples on the host"},
+        {"top-k", 0, G3_ARG_INT, &top_k, "with --temperature: keep the k most probable tokens (0 = off)"},
+        {"top-p", 0, G3_ARG_FLOAT, &top_p, "with --temperature: nucleus sampling (1 = off)"},
         {"profile", 0, G3_ARG_FLAG, &profile, "then time each kind of dispatch of one decode step at batch 1 and at "
                                               "the largest --batch (vulkan, cuda backends)"},
     };
@@ -257,6 +261,11 @@ int g3_cli_bench(int argc, char **argv) {
     }
     printf("prefill  %5d tokens: %9.1f tok/s  (%.1f ms; %.1f GFLOP/s)\n", n_prompt, n_prompt / best, 1e3 * best,
            2.0 * (double)m->n_params * n_prompt / best / 1e9);
+    if (temperature > 0) {
+        const char *hs = getenv("G3_HOST_SAMPLING");
+        printf("decode sampling: temperature %g, top-k %d, top-p %g, seeds 1..B%s\n", temperature, top_k, top_p,
+               hs && !strcmp(hs, "1") ? " (G3_HOST_SAMPLING=1: on the host)" : "");
+    }
     /* decode: B sequences, each a short prompt then n_gen tokens; rate measured after every first token */
     for (int bi = 0; bi < n_batches; bi++) {
         int B = batches[bi];
@@ -265,6 +274,8 @@ int g3_cli_bench(int argc, char **argv) {
         for (int i = 0; i < B; i++) {
             g3_request rq = {.prompt = prompt, .n_prompt = short_prompt, .max_tokens = n_gen, .ignore_eos = 1};
             g3_sampling_default(&rq.sampling);
+            rq.sampling.temperature = temperature, rq.sampling.top_k = top_k, rq.sampling.top_p = top_p;
+            rq.sampling.seed = (uint64_t)i + 1;
             if (g3_engine_submit(e, &rq, NULL, &err) != G3_OK) {
                 free(prompt), free(lg);
                 goto fail;

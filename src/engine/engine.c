@@ -55,7 +55,10 @@ struct g3_engine {
     int32_t *b_token, *b_pos, *b_seq, *b_out;
     req **b_out_req;
     float *logits;        /* [max_seqs][vocab] */
-    int32_t *picked;      /* [max_rows] tokens picked by the backend (forward_argmax) */
+    int32_t *picked;      /* [max_rows] tokens picked by the backend (forward_argmax, forward_sample) */
+    g3_dev_sample *dev_row; /* [max_seqs] sampling rows for forward_sample (NULL: the backend has none) */
+    g3_dev_adjust *dev_adj; /* [max_seqs * G3_DEV_ADJ_PER_ROW] their logit adjustments */
+    int host_sampling;    /* $G3_HOST_SAMPLING=1 at create: never forward_sample (for comparisons) */
     int *cache_refs[2];   /* [n_blocks] scratch for the stats: references held by the prefix cache */
     g3_token_logprob top[64];
     g3_engine_stats stats;
@@ -140,6 +143,16 @@ g3_status g3_engine_create(g3_model *m, const g3_engine_opts *opts, g3_engine **
         g3_engine_free(e);
         return rc;
     }
+    if (e->ops->forward_sample) {
+        e->dev_row = malloc(sizeof *e->dev_row * (size_t)o->max_seqs);
+        e->dev_adj = malloc(sizeof *e->dev_adj * (size_t)o->max_seqs * G3_DEV_ADJ_PER_ROW);
+        if (!e->dev_row || !e->dev_adj) {
+            g3_engine_free(e);
+            return g3_fail(err, G3_ERR_NOMEM, "out of memory for engine buffers");
+        }
+    }
+    const char *hs = getenv("G3_HOST_SAMPLING");
+    e->host_sampling = hs && !strcmp(hs, "1");
     e->stats.kv_blocks_total = n_global + n_local;
     e->next_id = 1;
     *out = e;
@@ -167,6 +180,7 @@ void g3_engine_free(g3_engine *e) {
     free(e->slots), free(e->b_token), free(e->b_pos), free(e->b_seq), free(e->b_out), free(e->b_out_req);
     free(e->logits);
     free(e->picked);
+    free(e->dev_row), free(e->dev_adj);
     free(e->cache_refs[0]), free(e->cache_refs[1]);
     free(e);
 }
@@ -356,6 +370,16 @@ static void admit(g3_engine *e, g3_event_fn fn, void *ctx) {
 
 static int is_stop_token(const g3_config *c, int32_t t) { return t == 1 || t == c->eos_id || t == c->eot_id; }
 
+/* Whether this step's out rows can all be sampled on the device (backend.h's forward_sample). */
+static int device_sampling(const g3_engine *e, int n_out) {
+    if (!e->dev_row || e->host_sampling) return 0;
+    for (int i = 0; i < n_out; i++) {
+        int n = g3_sampler_device_entries(e->b_out_req[i]->sampler);
+        if (n < 0 || n > G3_DEV_ADJ_PER_ROW) return 0;
+    }
+    return 1;
+}
+
 g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active, g3_error *err) {
     const g3_config *c = &e->model->cfg;
     /* cancelled running requests go first: their blocks are free for this very step */
@@ -425,7 +449,17 @@ g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active,
         int on_device = e->ops->forward_argmax != NULL;
         for (int i = 0; i < n_out && on_device; i++) on_device = e->b_out_req[i]->pure_greedy;
         if (on_device) G3_TRY(e->ops->forward_argmax(e->be, &b, e->picked, err));
-        else G3_TRY(e->ops->forward(e->be, &b, e->logits, err));
+        else if (device_sampling(e, n_out)) {
+            on_device = 1;
+            int n_adj = 0;
+            for (int i = 0; i < n_out; i++) {
+                int k = g3_sampler_device_row(e->b_out_req[i]->sampler, &e->dev_row[i], e->dev_adj + n_adj);
+                e->dev_row[i].adj0 = n_adj, n_adj += k;
+            }
+            g3_dev_sampling ds = {.row = e->dev_row, .adj = e->dev_adj, .n_adj = n_adj};
+            G3_TRY(e->ops->forward_sample(e->be, &b, &ds, e->picked, err));
+        } else
+            G3_TRY(e->ops->forward(e->be, &b, e->logits, err));
         for (int i = 0; i < n_out; i++) {
             req *r = e->b_out_req[i];
             float *lg = e->logits + (size_t)i * (size_t)c->vocab;

@@ -96,6 +96,31 @@ static g3_status check_settings(const g3_sampling *p, int vocab, g3_error *err) 
     return G3_OK;
 }
 
+/* The biases by token, ascending, one entry per token: a token's biases summed in the order given (so "duplicates
+ * add up" costs one addition per token in the chain, and the device sampler applies the same sums). Returns the
+ * number of distinct tokens, -1 when out of memory. */
+typedef struct bias_ix {
+    int32_t token, ix;
+} bias_ix;
+static int cmp_bias_ix(const void *a, const void *b) {
+    const bias_ix *x = a, *y = b;
+    if (x->token != y->token) return x->token < y->token ? -1 : 1;
+    return (x->ix > y->ix) - (x->ix < y->ix);
+}
+static int merge_bias(const g3_logit_bias *in, int n, g3_logit_bias *out) {
+    bias_ix *o = malloc((size_t)n * sizeof *o);
+    if (!o) return -1;
+    for (int i = 0; i < n; i++) o[i].token = in[i].token, o[i].ix = i;
+    qsort(o, (size_t)n, sizeof *o, cmp_bias_ix);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (k > 0 && out[k - 1].token == o[i].token) out[k - 1].bias += in[o[i].ix].bias;
+        else out[k].token = o[i].token, out[k++].bias = in[o[i].ix].bias;
+    }
+    free(o);
+    return k;
+}
+
 g3_sampler *g3_sampler_create(const g3_sampling *settings, int vocab, g3_error *err) {
     g3_sampling def;
     if (!settings) {
@@ -114,7 +139,8 @@ g3_sampler *g3_sampler_create(const g3_sampling *settings, int vocab, g3_error *
     if (s->p.n_logit_bias > 0) {
         s->bias = malloc((size_t)s->p.n_logit_bias * sizeof *s->bias);
         if (!s->bias) goto out_free;
-        memcpy(s->bias, settings->logit_bias, (size_t)s->p.n_logit_bias * sizeof *s->bias);
+        s->p.n_logit_bias = merge_bias(settings->logit_bias, s->p.n_logit_bias, s->bias);
+        if (s->p.n_logit_bias < 0) goto out_free;
     }
     s->p.logit_bias = s->bias;
     if (s->penalties) {
@@ -289,4 +315,55 @@ int g3_sampler_candidates(g3_sampler *s, float *logits, int32_t *ids, float *pro
     g3_dist d;
     g3_dist_build(s, logits, &d);
     return g3_dist_export(s, &d, ids, probs);
+}
+
+/* ---- the chain on a device (backend.h's forward_sample) ---------------------------------------------------------- */
+
+/* Index of token t in the merged biases, -1 if it has none (binary search: they are sorted by token). */
+static int bias_index(const g3_sampler *s, int32_t t) {
+    int lo = 0, hi = s->p.n_logit_bias - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (s->bias[mid].token == t) return mid;
+        if (s->bias[mid].token < t) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+int g3_sampler_device_entries(const g3_sampler *s) {
+    if (!s || s->p.n_logprobs > 0) return -1;
+    int n = s->p.n_logit_bias;
+    if (s->penalties)
+        for (int i = 0; i < s->n_list; i++) {
+            int32_t t = s->list[i];
+            if (s->count[t] > 0 && bias_index(s, t) < 0) n++;
+        }
+    return n;
+}
+
+int g3_sampler_device_row(g3_sampler *s, g3_dev_sample *row, g3_dev_adjust *adj) {
+    memset(row, 0, sizeof *row);
+    row->temperature = s->p.temperature;
+    row->top_k = s->p.top_k < s->vocab ? s->p.top_k : 0;
+    row->top_p = s->p.top_p;
+    row->min_p = s->p.min_p;
+    row->repetition_penalty = s->p.repetition_penalty;
+    row->presence_penalty = s->p.presence_penalty;
+    row->frequency_penalty = s->p.frequency_penalty;
+    int n = 0;
+    for (int i = 0; i < s->p.n_logit_bias; i++) {
+        adj[n].token = s->bias[i].token;
+        adj[n].bias = s->bias[i].bias;
+        adj[n++].count = s->penalties ? s->count[s->bias[i].token] : 0;
+    }
+    if (s->penalties)
+        for (int i = 0; i < s->n_list; i++) {
+            int32_t t = s->list[i];
+            if (s->count[t] > 0 && bias_index(s, t) < 0)
+                adj[n].token = t, adj[n].bias = 0.0f, adj[n++].count = s->count[t];
+        }
+    row->n_adj = n;
+    if (s->p.temperature > 0.0f) row->u = rng_uniform53(s->rng); /* as g3_sampler_sample: one per stochastic token */
+    return n;
 }

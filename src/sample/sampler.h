@@ -50,6 +50,7 @@
 #define G3_SAMPLE_SAMPLER_H
 
 #include "gemma3.h"
+#include "sample/dev_sample.h"
 
 typedef struct g3_sampler g3_sampler;
 
@@ -74,6 +75,13 @@ void g3_sampler_apply_penalties(g3_sampler *s, float *logits);
  * order; both arrays must hold vocab entries) and returns n. Temperature 0 gives the argmax with probability 1.
  * For tests and diagnostics; consumes no random number. */
 int g3_sampler_candidates(g3_sampler *s, float *logits, int32_t *ids, float *probs);
+/* The chain on a device (backend.h's forward_sample). g3_sampler_device_entries: the adjustment entries this
+ * request's next token needs (biased tokens plus penalized ones), or -1 if it must be sampled on the host
+ * (logprobs). g3_sampler_device_row: fills row and adj[0..n) (adj must hold g3_sampler_device_entries() entries;
+ * row->adj0 is left 0 for the caller to set), draws the row's uniform as g3_sampler_sample would (one per
+ * stochastic token) and returns n. Call it once per token, instead of g3_sampler_sample. */
+int g3_sampler_device_entries(const g3_sampler *s);
+int g3_sampler_device_row(g3_sampler *s, g3_dev_sample *row, g3_dev_adjust *adj);
 /* Draws a uniform float in [0,1) from the sampler's seeded generator (exposed for tests). */
 float g3_sampler_uniform(g3_sampler *s);
 

@@ -434,6 +434,79 @@ static void test_validation(void **state) {
     g3_sampler_free(s);
 }
 
+/* ---- the export for a device sampler (g3_sampler_device_row) ---------------------------------------------------- */
+
+/* One entry per distinct token with a bias (its biases summed, in order) or a count in the window (the count), the
+ * window sliding as tokens are accepted; the row's uniform is the draw g3_sampler_sample makes, so a request's
+ * random stream is the same whichever side samples it; logprobs keep a request on the host. */
+static void test_device_export(void **state) {
+    (void)state;
+    const int V = 1000;
+    const g3_logit_bias bias[] = {{17, 2.5f}, {900, -INFINITY}, {17, 1.25f}, {5, 0.5f}};
+    g3_sampling p;
+    g3_sampling_default(&p);
+    p.temperature = 0.9f, p.top_k = 40, p.top_p = 0.95f, p.min_p = 0.02f, p.seed = 77;
+    p.repetition_penalty = 1.2f, p.presence_penalty = 0.3f, p.frequency_penalty = 0.1f, p.penalty_last_n = 8;
+    p.logit_bias = bias, p.n_logit_bias = 4;
+    g3_sampler *a = make(&p, V), *b = make(&p, V);
+    const int32_t hist[] = {5, 3, 3, 9, 17, 3, 600, 601, 602, 603, 604}; /* 5, 3, 3 leave the window of 8 */
+    for (size_t i = 0; i < sizeof hist / sizeof hist[0]; i++)
+        g3_sampler_accept(a, hist[i]), g3_sampler_accept(b, hist[i]);
+    /* window: 9, 17, 3, 600..604; biased: 5, 17, 900 -> distinct: 3 5 9 17 600 601 602 603 604 900 */
+    assert_int_equal(g3_sampler_device_entries(a), 10);
+    g3_dev_sample row;
+    g3_dev_adjust adj[16];
+    int n = g3_sampler_device_row(a, &row, adj);
+    assert_int_equal(n, 10);
+    assert_int_equal(row.n_adj, 10);
+    int seen[1000] = {0};
+    for (int i = 0; i < n; i++) {
+        const g3_dev_adjust *e = &adj[i];
+        assert_true(e->token >= 0 && e->token < V);
+        assert_int_equal(seen[e->token]++, 0);
+        const int want_count = e->token == 3 || e->token == 9 || e->token == 17 || (e->token >= 600 && e->token <= 604);
+        assert_int_equal(e->count, want_count);
+        const float want_bias =
+            e->token == 17 ? 2.5f + 1.25f : e->token == 5 ? 0.5f : e->token == 900 ? -INFINITY : 0.0f;
+        assert_true(e->bias == want_bias);
+    }
+    assert_true(row.temperature == 0.9f && row.top_k == 40 && row.top_p == 0.95f && row.min_p == 0.02f);
+    assert_true(row.repetition_penalty == 1.2f && row.presence_penalty == 0.3f && row.frequency_penalty == 0.1f);
+    assert_true(row.u >= 0.0 && row.u < 1.0);
+    /* b samples on the host: one draw; both streams continue in step */
+    float *l = malloc(sizeof(float) * V);
+    for (int i = 0; i < V; i++) l[i] = (float)trand(-3, 3);
+    g3_sampler_sample(b, l, NULL, NULL, NULL);
+    assert_true(g3_sampler_uniform(a) == g3_sampler_uniform(b));
+    /* the host applies the summed biases: l[17] + (2.5 + 1.25), then the penalties */
+    float l2[1000];
+    for (int i = 0; i < V; i++) l2[i] = 1.0f;
+    g3_sampler_apply_penalties(a, l2);
+    float x = 1.0f + (2.5f + 1.25f);
+    x = x / 1.2f - (1.0f * 0.1f + 0.3f);
+    assert_true(l2[17] == x);
+    assert_true(l2[900] == -INFINITY);
+    assert_true(l2[4] == 1.0f);
+    /* a greedy row draws nothing */
+    p.temperature = 0.0f;
+    g3_sampler *g = make(&p, V), *h = make(&p, V);
+    g3_sampler_device_row(g, &row, adj);
+    assert_true(row.u == 0.0);
+    assert_true(g3_sampler_uniform(g) == g3_sampler_uniform(h));
+    /* logprobs stay on the host */
+    p.n_logprobs = 3;
+    g3_sampler *lp = make(&p, V);
+    assert_int_equal(g3_sampler_device_entries(lp), -1);
+    /* top-k at or beyond the vocabulary is off */
+    p.n_logprobs = 0, p.top_k = V;
+    g3_sampler *k = make(&p, V);
+    g3_sampler_device_row(k, &row, adj);
+    assert_int_equal(row.top_k, 0);
+    g3_sampler_free(a), g3_sampler_free(b), g3_sampler_free(g), g3_sampler_free(h), g3_sampler_free(lp);
+    g3_sampler_free(k);
+    free(l);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_penalties_each_kind),
@@ -444,6 +517,7 @@ int main(void) {
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_edge_logits),
         cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_device_export),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

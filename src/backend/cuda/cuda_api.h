@@ -11,6 +11,7 @@
  *   G3_CUDA_TC = 0 | all                       no tensor-core decode kernels (CUDA-core GEMV up to 8/16 rows), or
  *                                              tensor cores for bf16 weights too (default: quantized weights only)
  *   G3_CUDA_PDL = 0                            no programmatic dependent launch
+ *   G3_HOST_SAMPLING = 1                       (the engine's, read at create) sample on the host, not sample.cu
  * For comparisons: G3_CUDA_TCPF=1 (L2 prefetch in the tensor-core kernels), G3_CUDA_FUSE=1 (GeGLU fused into the
  * tensor-core product), G3_CUDA_NORM=loop|reg (add-norm kernel; default by batch size), G3_CUDA_ATTN_MIN=n (fewest
  * keys per attention split, 32).
@@ -109,6 +110,13 @@ g3_status g3_cuda_test_add_norm(int variant, int m, int H, int ny, const float *
 
 /* Argmax of m rows of V logits (variant 0: g3c_argmax, 1: the decode kernel) into ids. */
 g3_status g3_cuda_test_argmax(int variant, const float *logits, int m, int V, int32_t *ids, g3_error *err);
+/* The device sampling chain (sample.cu) over m rows of V logits with rows[m] and adj[n_adj]: ids[m]; adjusted
+ * (optional, [m][V]): the logits after the adjustments. */
+g3_status g3_cuda_test_sample(const float *logits, int m, int V, const g3_dev_sample *rows, const g3_dev_adjust *adj,
+                              int n_adj, int32_t *ids, float *adjusted, g3_error *err);
+/* The forward with the sampling chain on the device (backend.h's forward_sample). */
+g3_status g3_cuda_forward_sample(g3_backend *b, const g3_batch *batch, const g3_dev_sampling *smp, int32_t *ids,
+                                 g3_error *err);
 
 #ifdef __cplusplus
 }

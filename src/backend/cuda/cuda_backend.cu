@@ -39,7 +39,7 @@ static void cuda_destroy(g3_backend *b) {
                 g3cb_free_dmat(&b->L[l].down);
     free(b->L);
     void *dev[] = {b->norms, b->inv_freq, b->pool[0], b->pool[1], b->x, b->xn, b->y, b->pnb, b->q, b->o, b->a, b->part,
-                   b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->cub_ws,
+                   b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->d_srow, b->d_sadj, b->cub_ws,
                    b->tq8, b->acnt, b->tcnt, b->q8, b->fa_useq};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     cudaFreeHost(b->h_par);
@@ -212,6 +212,9 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         b->par_ints = off_bt(b) + (size_t)R * 2 * cfg->max_blocks_per_seq;
         b->d_par = (int32_t *)g3cb_dalloc(b->par_ints * 4, &ok);
         b->d_ids = (int32_t *)g3cb_dalloc((size_t)R * 4, &ok);
+        b->d_srow = (g3_dev_sample *)g3cb_dalloc((size_t)cfg->max_seqs * sizeof(g3_dev_sample), &ok);
+        b->d_sadj = (g3_dev_adjust *)g3cb_dalloc((size_t)cfg->max_seqs * G3_DEV_ADJ_PER_ROW * sizeof(g3_dev_adjust),
+                                                 &ok);
         if (!ok) { rc = g3c_fail(err, G3_ERR_NOMEM, "cuda: out of device memory for the KV cache or buffers"); goto fail; }
         /* product outputs start (and stay, between uses) at zero */
         CK(cudaMemsetAsync(b->y, 0, (size_t)2 * R * maxN * 4, b->st), "clearing buffers");
@@ -329,6 +332,26 @@ extern "C" g3_status g3_cuda_forward_argmax(g3_backend *b, const g3_batch *batch
     return G3_OK;
 }
 
+/* The forward with the sampling chain on the device (sample.cu): settings and adjustments up, token ids down. */
+extern "C" g3_status g3_cuda_forward_sample(g3_backend *b, const g3_batch *batch, const g3_dev_sampling *smp,
+                                            int32_t *ids, g3_error *err) {
+    if (batch->n_out > b->bc.max_seqs || smp->n_adj > b->bc.max_seqs * G3_DEV_ADJ_PER_ROW)
+        return g3c_fail(err, G3_ERR_ARG, "cuda: %d sampled rows with %d adjustments (room for %d rows, %d each)",
+                        batch->n_out, smp->n_adj, b->bc.max_seqs, G3_DEV_ADJ_PER_ROW);
+    G3_TRY(run_step(b, batch, err));
+    if (batch->n_out > 0) {
+        G3C_CK(cudaMemcpyAsync(b->d_srow, smp->row, (size_t)batch->n_out * sizeof *smp->row, cudaMemcpyHostToDevice,
+                               b->st), "sampling rows upload");
+        if (smp->n_adj > 0)
+            G3C_CK(cudaMemcpyAsync(b->d_sadj, smp->adj, (size_t)smp->n_adj * sizeof *smp->adj, cudaMemcpyHostToDevice,
+                                   b->st), "sampling adjustments upload");
+        G3C_CK(g3c_sample(b->logits, batch->n_out, b->c.vocab, b->d_srow, b->d_sadj, b->d_ids, b->st), "sampling");
+        G3C_CK(cudaMemcpyAsync(ids, b->d_ids, (size_t)batch->n_out * 4, cudaMemcpyDeviceToHost, b->st), "ids download");
+    }
+    G3C_CK(cudaStreamSynchronize(b->st), "forward");
+    return G3_OK;
+}
+
 static g3_status cuda_copy_block(g3_backend *b, int kind, int src, int dst, g3_error *err) {
     int nb = kind == 0 ? b->bc.n_blocks_global : b->bc.n_blocks_local;
     if (kind < 0 || kind > 1 || src < 0 || dst < 0 || src >= nb || dst >= nb)
@@ -409,4 +432,5 @@ extern "C" int g3_cuda_device_count(void) {
 
 extern "C" const g3_backend_ops g3_backend_cuda = {
     "cuda", cuda_create, cuda_destroy, cuda_forward, cuda_copy_block, cuda_block_bytes, g3_cuda_forward_argmax,
+    g3_cuda_forward_sample,
 };

@@ -43,6 +43,8 @@ struct g3_backend {
     size_t q8_bytes;
     int HC;                                     /* head chunk rows */
     int32_t *d_par, *h_par, *d_ids, *seq_map;
+    g3_dev_sample *d_srow;                      /* [max_seqs] sampling rows of forward_sample (sample.cu) */
+    g3_dev_adjust *d_sadj;                      /* [max_seqs * G3_DEV_ADJ_PER_ROW] their logit adjustments */
     unsigned *acnt, *tcnt;                      /* attention split counters [R][NKV]; GeGLU tile counters */
     int attn_min_keys;                          /* $G3_CUDA_ATTN_MIN, default 32 */
     int distinct;                               /* this step's rows are all of different sequences (decode) */

@@ -27,6 +27,7 @@
 
 extern "C" {
 #include "gemma3.h"
+#include "sample/dev_sample.h"
 }
 
 enum { G3Q_BF16 = 0, G3Q_INT8 = 1, G3Q_INT4 = 2, G3Q_FP8 = 3 };
@@ -455,5 +456,9 @@ cudaError_t g3c_add_norm_dec_tq(float *x, float *y, int ny, const float *w1, con
 /* g3c_argmax with one 1024-thread block per row and float4 loads (V % 4 == 0; else g3c_argmax). */
 cudaError_t g3c_argmax_dec(const float *logits, int m, int V, int32_t *ids, cudaStream_t st);
 int g3c_dnorm_enabled(void);
+/* The sampling chain of sample/sampler.h for m rows of V logits (modified in place by the adjustments), one token id
+ * per row (sample.cu). */
+cudaError_t g3c_sample(float *logits, int m, int V, const g3_dev_sample *rows, const g3_dev_adjust *adj, int32_t *ids,
+                       cudaStream_t st);
 
 #endif
