@@ -331,14 +331,14 @@ static int bias_index(const g3_sampler *s, int32_t t) {
     return -1;
 }
 
+/* Token t is in the penalty window but has no bias (so it needs an entry of its own). */
+static int window_only(const g3_sampler *s, int32_t t) { return s->count[t] > 0 && bias_index(s, t) < 0; }
+
 int g3_sampler_device_entries(const g3_sampler *s) {
     if (!s || s->p.n_logprobs > 0) return -1;
     int n = s->p.n_logit_bias;
     if (s->penalties)
-        for (int i = 0; i < s->n_list; i++) {
-            int32_t t = s->list[i];
-            if (s->count[t] > 0 && bias_index(s, t) < 0) n++;
-        }
+        for (int i = 0; i < s->n_list; i++) n += window_only(s, s->list[i]);
     return n;
 }
 
@@ -360,8 +360,7 @@ int g3_sampler_device_row(g3_sampler *s, g3_dev_sample *row, g3_dev_adjust *adj)
     if (s->penalties)
         for (int i = 0; i < s->n_list; i++) {
             int32_t t = s->list[i];
-            if (s->count[t] > 0 && bias_index(s, t) < 0)
-                adj[n].token = t, adj[n].bias = 0.0f, adj[n++].count = s->count[t];
+            if (window_only(s, t)) adj[n].token = t, adj[n].bias = 0.0f, adj[n++].count = s->count[t];
         }
     row->n_adj = n;
     if (s->p.temperature > 0.0f) row->u = rng_uniform53(s->rng); /* as g3_sampler_sample: one per stochastic token */

@@ -39,8 +39,8 @@ static void cuda_destroy(g3_backend *b) {
                 g3cb_free_dmat(&b->L[l].down);
     free(b->L);
     void *dev[] = {b->norms, b->inv_freq, b->pool[0], b->pool[1], b->x, b->xn, b->y, b->pnb, b->q, b->o, b->a, b->part,
-                   b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->d_srow, b->d_sadj, b->cub_ws,
-                   b->tq8, b->acnt, b->tcnt, b->q8, b->fa_useq};
+                   b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->d_srow,
+                   b->d_sadj, b->cub_ws, b->tq8, b->acnt, b->tcnt, b->q8, b->fa_useq};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     cudaFreeHost(b->h_par);
     free(b->seq_map);

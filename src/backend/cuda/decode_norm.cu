@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/device_util.cuh"
 #include "backend/cuda/tq_act.cuh"
 extern "C" {
 #include "backend/cuda/cuda_api.h"
@@ -140,20 +141,12 @@ __global__ void __launch_bounds__(AM_T) k_argmax_dec(const float *__restrict__ l
             if (v[h].w > best) best = v[h].w, idx = i + 3;
         }
     }
-    for (int o = 16; o; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (ov > best || (ov == best && oi < idx)) best = ov, idx = oi;
-    }
+    g3c_warp_argmax(best, idx);
     if ((threadIdx.x & 31) == 0) bv[threadIdx.x >> 5] = best, bi[threadIdx.x >> 5] = idx;
     __syncthreads();
     if (threadIdx.x < 32) {
         best = bv[threadIdx.x], idx = bi[threadIdx.x];
-        for (int o = 16; o; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-            if (ov > best || (ov == best && oi < idx)) best = ov, idx = oi;
-        }
+        g3c_warp_argmax(best, idx);
         if (threadIdx.x == 0) ids[blockIdx.x] = idx == 0x7fffffff ? 0 : idx;
     }
 }

@@ -1,13 +1,24 @@
 /* Small device helpers shared by several kernel files (gemv.cu, qgemv.cu, qgemv_p.cu, kernels.cu, tc_gemv.cu,
  * tc_stage.cu, tc_q8.cu, tc_wg.cu): the tanh-approximated GELU of GeGLU, the streaming 16-byte weight load, the
- * 16-byte cp.async copy, the exact int32 -> float of the int8 tensor-core sums, and the step schedule and output
- * stage of the persistent GEMV kernels.
+ * 16-byte cp.async copy, the exact int32 -> float of the int8 tensor-core sums, the step schedule and output stage
+ * of the persistent GEMV kernels, and the warp argmax (kernels.cu, decode_norm.cu, sample.cu).
  * Internal to src/backend/cuda. */
 #ifndef G3_CUDA_DEVICE_UTIL_CUH
 #define G3_CUDA_DEVICE_UTIL_CUH
 
 #include <cuda_runtime.h>
 #include <stdint.h>
+
+/* The warp's largest v and its lowest index i (v NaN never wins over a number): every lane gets them. The reduction of
+ * the argmax kernels and of the device sampler's maximum. */
+static __device__ __forceinline__ void g3c_warp_argmax(float &v, int &i) {
+#pragma unroll
+    for (int o = 16; o; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+        if (ov > v || (ov == v && oi < i)) v = ov, i = oi;
+    }
+}
 
 /* gelu(x), tanh approximation (GeGLU's gate) */
 static __device__ __forceinline__ float gelu_tanh(float x) {

@@ -194,11 +194,7 @@ __global__ void __launch_bounds__(NT) k_argmax(const float *logits, int V, int32
         float v = l[i];
         if (v > best) best = v, idx = i; /* first max of this thread's strided run */
     }
-    for (int o = 16; o; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (ov > best || (ov == best && oi < idx)) best = ov, idx = oi;
-    }
+    g3c_warp_argmax(best, idx);
     if ((threadIdx.x & 31) == 0) bv[threadIdx.x >> 5] = best, bi[threadIdx.x >> 5] = idx;
     __syncthreads();
     if (threadIdx.x == 0) {

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/device_util.cuh"
 #include "sample/dev_sample.h"
 
 #define SP_T 1024
@@ -72,6 +73,15 @@ static __device__ __forceinline__ u64 sp_warp_sum(u64 v) {
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
+/* Inclusive prefix sum of v over the warp's lanes. */
+static __device__ __forceinline__ u64 sp_warp_scan(u64 v, int lane) {
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const u64 t = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += t;
+    }
+    return v;
+}
 /* Block min and max of s (every thread gets them). */
 static __device__ void sp_block_minmax(float &lo, float &hi, sp_shared &sh) {
 #pragma unroll
@@ -84,7 +94,7 @@ static __device__ void sp_block_minmax(float &lo, float &hi, sp_shared &sh) {
     for (int w = 0; w < SP_NW; w++) lo = fminf(lo, sh.f0[w]), hi = fmaxf(hi, sh.f1[w]);
 }
 
-/* The row's setting-independent view of token i: s and W (W = 0: not a candidate). */
+/* The row's setting-independent view: s of token i (its weight: sp_weight(s), 0 = not a candidate). */
 struct sp_row {
     const float *l;
     int V;
@@ -214,12 +224,7 @@ static __device__ __noinline__ sp_cut select_cut(const sp_row &r, sp_cut prev, i
             float s = 0.0f;
             int id = 0;
             if (j < n) sp_unkey(sh.key[j], s, id);
-            u64 v = j < n ? (mass ? sp_weight(s) : 1ull) : 0ull, incl = v;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const u64 t = __shfl_up_sync(0xffffffffu, incl, o);
-                if (tid >= o) incl += t;
-            }
+            const u64 incl = sp_warp_scan(j < n ? (mass ? sp_weight(s) : 1ull) : 0ull, tid);
             const unsigned hit = __ballot_sync(0xffffffffu, j < n && acc + (double)incl >= target);
             if (hit) {
                 found = base + __ffs(hit) - 1;
@@ -265,13 +270,9 @@ __global__ void __launch_bounds__(SP_T, 1) k_sample(float *logits, int V, const 
         if (x > m || (x == m && i < am)) m = x, am = i;
         if (x > -INFINITY) lmin = fminf(lmin, x);
     }
+    g3c_warp_argmax(m, am);
 #pragma unroll
-    for (int o = 16; o; o >>= 1) {
-        const float xm = __shfl_xor_sync(0xffffffffu, m, o);
-        const int xa = __shfl_xor_sync(0xffffffffu, am, o);
-        if (xm > m || (xm == m && xa < am)) m = xm, am = xa;
-        lmin = fminf(lmin, __shfl_xor_sync(0xffffffffu, lmin, o));
-    }
+    for (int o = 16; o; o >>= 1) lmin = fminf(lmin, __shfl_xor_sync(0xffffffffu, lmin, o));
     if (lane == 0) sh.f0[warp] = m, sh.i0[warp] = am, sh.f1[warp] = lmin;
     __syncthreads();
     m = sh.f0[0], am = sh.i0[0], lmin = sh.f1[0];
@@ -328,12 +329,7 @@ __global__ void __launch_bounds__(SP_T, 1) k_sample(float *logits, int V, const 
         int tok = -1;
         for (int base = w0; base < w1 && tok < 0; base += 32) {
             const int i = base + lane;
-            u64 incl = i < w1 ? kept_w(i) : 0ull;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const u64 t = __shfl_up_sync(0xffffffffu, incl, o);
-                if (lane >= o) incl += t;
-            }
+            const u64 incl = sp_warp_scan(i < w1 ? kept_w(i) : 0ull, lane);
             const unsigned hit = __ballot_sync(0xffffffffu, i < w1 && rr < incl);
             if (hit) tok = base + __ffs(hit) - 1;
             else rr -= __shfl_sync(0xffffffffu, incl, 31);
