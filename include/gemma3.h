@@ -129,6 +129,8 @@ typedef struct g3_engine_opts {
     int prefill_chunk;   /* max prompt rows per step; 0 = 512 */
     int prefix_cache;    /* 0 = reuse KV blocks of shared prompt prefixes (default), -1 = off */
     int device;          /* GPU index for GPU backends (vulkan: `gemma3 info --devices` order); 0 = the first/best */
+    int lazy_setup;      /* 1 = leave the per-batch-size setup (CUDA graph capture) to the first step of each size;
+                            0 (default) = do it at create, so no request pays for it */
 } g3_engine_opts;
 
 void g3_engine_opts_default(g3_engine_opts *o);

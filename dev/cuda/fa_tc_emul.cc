@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cmath>
 #include <cstdlib>
+
+#include "fa_emul_c.h"
 const int DP = 128, QS = DP + 4, KS = DP + 4, VS = DP + 8, NJ = DP / 8;
 float Qs[64 * QS], Ks[64 * KS], Vs[64 * VS];
 // mma: lanes' fragments -> D (16x8) += A (16x8) B (8x8)
@@ -82,21 +84,8 @@ int main() {
     }
     // reference P[r][key] from s via the C layout
     static float P[16][64];
-    for (int l = 0; l < 32; l++)
-        for (int j = 0; j < 8; j++)
-            for (int i = 0; i < 4; i++) {
-                int g = l >> 2, t = l & 3;
-                P[g + 8 * (i >> 1)][8 * j + 2 * t + (i & 1)] = s[j][l][i];
-            }
-    double e2 = 0;
-    for (int l = 0; l < 32; l++)
-        for (int j = 0; j < NJ; j++)
-            for (int i = 0; i < 4; i++) {
-                int g = l >> 2, t = l & 3, r = g + 8 * (i >> 1), d = 8 * j + 2 * t + (i & 1);
-                double ref = 0;
-                for (int k = 0; k < 64; k++) ref += (double)P[r][k] * Vs[k * VS + d];
-                e2 = fmax(e2, fabs(ref - oacc[j][l][i]));
-            }
+    c_to_rows(s, P);
+    const double e2 = o_max_err(P, Vs, VS, NJ, oacc, false);
     printf("O max err %.3g\n", e2);
     // bank check: Q A loads, K B loads, V B loads (words, 32 lanes distinct banks?)
     auto distinct = [](int *addr) { int seen[32] = {0}; for (int l = 0; l < 32; l++) if (seen[addr[l] & 31]++) return 0; return 1; };

@@ -62,6 +62,10 @@ typedef struct g3_backend_ops {
      * sampled row asks for logprobs and each has at most G3_DEV_ADJ_PER_ROW adjustments. */
     g3_status (*forward_sample)(g3_backend *b, const g3_batch *batch, const g3_dev_sampling *smp, int32_t *tokens,
                                 g3_error *err);
+    /* Optional (NULL = absent): does now the setup that the first decode step of each batch size up to max_rows
+     * would otherwise do (the CUDA backend captures its step graphs), so that no request waits for it. Issues no
+     * work on the KV cache. */
+    g3_status (*prepare)(g3_backend *b, int max_rows, g3_error *err);
 } g3_backend_ops;
 
 /* Finds a backend by name ("cpu", "cuda", "vulkan"); NULL name = best available. */

@@ -27,9 +27,15 @@ static int parse_type(const char *s, g3_dtype *t) {
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 typedef struct bench_ev {
     double t_first, t_last;
     int n_tokens;
+    int n_first; /* sequences that have their first token */
     int n_done;
 } bench_ev;
 
@@ -40,6 +46,7 @@ static void on_ev(const g3_event *ev, void *ctx) {
         if (b->n_tokens == 0) b->t_first = t;
         b->t_last = t;
         b->n_tokens++;
+        if (ev->n_generated == 1) b->n_first++;
     }
     if (ev->finish != G3_FINISH_NONE) b->n_done++;
 }
@@ -144,7 +151,7 @@ int g3_cli_bench(int argc, char **argv) {
     const char *random = NULL, *type_s = "q8_0", *batches_s = "1";
     int n_prompt = 512, n_gen = 128, layers = 0, reps = 3; /* best of 3: the first also warms up (lazy driver work) */
     float bw = 0, temperature = 0, top_p = 1;
-    int profile = 0, top_k = 0;
+    int profile = 0, top_k = 0, dec_ctx = 0;
     g3_arg args[] = {
         {"model", 'm', G3_ARG_STR, &mo.model, "model: Hugging Face folder or .gguf file"},
         {"random-weights", 0, G3_ARG_STR, &random, "random weights of a released shape: 270m, 1b, 4b, 12b, 27b"},
@@ -152,6 +159,8 @@ int g3_cli_bench(int argc, char **argv) {
         {"layers", 0, G3_ARG_INT, &layers, "with --random-weights: only this many layers (0 = all)"},
         {"n-prompt", 'p', G3_ARG_INT, &n_prompt, "prompt tokens for the prefill measurement"},
         {"n-gen", 'n', G3_ARG_INT, &n_gen, "tokens to decode"},
+        {"context", 'c', G3_ARG_INT, &dec_ctx, "decode after a prompt of this many tokens per sequence, each sequence "
+                                               "its own (no shared prefix); 0 = 16 tokens, one shared prompt"},
         {"batch", 'b', G3_ARG_STR, &batches_s, "concurrent sequences for decode, comma-separated list"},
         {"reps", 'r', G3_ARG_INT, &reps, "repetitions of the prefill measurement (the best is kept)"},
         {"bw", 0, G3_ARG_FLOAT, &bw, "measured memory read bandwidth in GB/s, to print decode as a ratio of it"},
@@ -187,8 +196,8 @@ int g3_cli_bench(int argc, char **argv) {
         }
         if (batches[i] > max_b) max_b = batches[i];
     }
-    if (n_prompt < 1 || n_gen < 1 || reps < 1) {
-        fprintf(stderr, "gemma3 bench: --n-prompt, --n-gen and --reps must be >= 1\n");
+    if (n_prompt < 1 || n_gen < 1 || reps < 1 || dec_ctx < 0) {
+        fprintf(stderr, "gemma3 bench: --n-prompt, --n-gen and --reps must be >= 1, --context >= 0\n");
         free(batches);
         return 2;
     }
@@ -221,9 +230,15 @@ int g3_cli_bench(int argc, char **argv) {
     eo.n_threads = mo.threads;
     eo.device = mo.device;
     eo.max_seqs = max_b;
-    eo.ctx_size = n_prompt + n_gen + 8;
+    const int n_tok = n_prompt > dec_ctx ? n_prompt : dec_ctx; /* the prompt buffer serves both measurements */
+    /* --context: the B long prompts are prefilled one chunk budget per step while the first ones already decode, so
+     * each request may generate up to `extra` more tokens; the measurement stops after n_gen - 1 steps in which all
+     * sequences decode together, and the requests are then cancelled */
+    const int chunk = n_tok < 512 ? n_tok : 512, extra = dec_ctx ? max_b * (dec_ctx / chunk + 2) : 0;
+    eo.ctx_size = n_tok + n_gen + extra + 8;
     if (eo.ctx_size > c->max_ctx) eo.ctx_size = c->max_ctx;
     eo.prefill_chunk = n_prompt < 512 ? n_prompt : 512;
+    if (dec_ctx) eo.prefill_chunk = chunk;
     if (g3_engine_create(m, &eo, &e, &err) != G3_OK) goto fail;
     /* bytes of weights a decode step reads: as stored, or as --quant converts them on the GPU (int8/fp8: 1 byte
      * per weight; int4: half a byte plus a 16-bit scale per group of 128) */
@@ -235,15 +250,22 @@ int g3_cli_bench(int argc, char **argv) {
     printf("model %s: %s, %.3f B parameters, %.2f GB of weights read per token%s%s; backend %s; load %.1f s\n",
            random ? random : mo.model, c->size_name, (double)m->n_params / 1e9, decode_bytes / 1e9,
            mo.quant ? " as " : "", mo.quant ? mo.quant : "", g3_engine_backend_name(e), t_load);
-    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n_prompt);
+    if (dec_ctx && dec_ctx + n_gen + extra > eo.ctx_size) {
+        fprintf(stderr, "gemma3 bench: --context %d + --n-gen %d does not fit the model's context (%d)\n", dec_ctx,
+                n_gen, eo.ctx_size);
+        goto out;
+    }
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n_tok);
     float *lg = malloc(sizeof(float) * (size_t)c->vocab);
-    if (!prompt || !lg) {
-        free(prompt), free(lg);
+    double *step_ms = malloc(sizeof(double) * (size_t)n_gen);
+    g3_request_id *ids = malloc(sizeof(g3_request_id) * (size_t)max_b);
+    if (!prompt || !lg || !step_ms || !ids) {
+        free(prompt), free(lg), free(step_ms), free(ids);
         g3_fail(&err, G3_ERR_NOMEM, "out of memory");
         goto fail;
     }
     uint64_t s = 42;
-    for (int i = 0; i < n_prompt; i++) {
+    for (int i = 0; i < n_tok; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         int32_t lo = c->vocab > 2000 ? 1000 : 0; /* ordinary pieces, past the special ids, when there are enough */
         prompt[i] = i == 0 ? c->bos_id : (int32_t)(lo + (int32_t)((s >> 33) % (uint64_t)(c->vocab - lo)));
@@ -253,7 +275,7 @@ int g3_cli_bench(int argc, char **argv) {
     for (int r = 0; r < reps; r++) {
         double a = g3_now();
         if (g3_engine_logits(e, prompt, n_prompt, 0, lg, &err) != G3_OK) {
-            free(prompt), free(lg);
+            free(prompt), free(lg), free(step_ms), free(ids);
             goto fail;
         }
         double dt = g3_now() - a;
@@ -269,47 +291,64 @@ int g3_cli_bench(int argc, char **argv) {
     /* decode: B sequences, each a short prompt then n_gen tokens; rate measured after every first token */
     for (int bi = 0; bi < n_batches; bi++) {
         int B = batches[bi];
-        int short_prompt = n_prompt < 16 ? n_prompt : 16;
+        int short_prompt = dec_ctx ? dec_ctx : n_prompt < 16 ? n_prompt : 16;
         bench_ev be = {0};
         for (int i = 0; i < B; i++) {
-            g3_request rq = {.prompt = prompt, .n_prompt = short_prompt, .max_tokens = n_gen, .ignore_eos = 1};
+            /* --context: sequence i's own prompt (its second token differs), so that no blocks are shared */
+            if (dec_ctx > 1) prompt[1] = (int32_t)((prompt[1] + 7919) % c->vocab);
+            g3_request rq = {.prompt = prompt, .n_prompt = short_prompt, .max_tokens = n_gen + extra, .ignore_eos = 1};
             g3_sampling_default(&rq.sampling);
             rq.sampling.temperature = temperature, rq.sampling.top_k = top_k, rq.sampling.top_p = top_p;
             rq.sampling.seed = (uint64_t)i + 1;
-            if (g3_engine_submit(e, &rq, NULL, &err) != G3_OK) {
-                free(prompt), free(lg);
+            if (g3_engine_submit(e, &rq, &ids[i], &err) != G3_OK) {
+                free(prompt), free(lg), free(step_ms), free(ids);
                 goto fail;
             }
         }
         int active = 1, first_done = 0;
         double t_dec0 = 0;
-        int tokens_at_t0 = 0;
-        double a = g3_now();
+        int tokens_at_t0 = 0, n_steps = 0, stopped = 0, tokens_end = 0;
+        double a = g3_now(), t_end = 0;
         while (active) {
+            double s0 = g3_now();
             if (g3_engine_step(e, on_ev, &be, &active, &err) != G3_OK) {
-                free(prompt), free(lg);
+                free(prompt), free(lg), free(step_ms), free(ids);
                 goto fail;
             }
-            if (!first_done && be.n_tokens >= B) { /* every sequence has its first token: decode starts */
+            if (first_done && !stopped) { /* a decode step of all B sequences */
+                step_ms[n_steps++] = 1e3 * (g3_now() - s0);
+                if (n_steps >= n_gen - 1 || be.n_done > 0) {
+                    stopped = 1, t_end = be.t_last, tokens_end = be.n_tokens;
+                    for (int i = 0; i < B; i++) g3_engine_cancel(e, ids[i]);
+                }
+            }
+            if (!first_done && be.n_first >= B) { /* every sequence has its first token: decode starts */
                 first_done = 1;
                 t_dec0 = g3_now();
                 tokens_at_t0 = be.n_tokens;
+                if (n_gen <= 1) stopped = 1, t_end = t_dec0, tokens_end = tokens_at_t0;
             }
         }
         double ttft = be.t_first - a;
-        double dt = be.t_last - t_dec0;
-        int toks = be.n_tokens - tokens_at_t0;
+        double dt = t_end - t_dec0;
+        int toks = tokens_end - tokens_at_t0;
         double tps = dt > 0 ? toks / dt : 0;
         double gbs = tps / B * decode_bytes / 1e9;
         printf("decode   batch %3d: %9.2f tok/s  (%d tokens; %.2f tok/s per sequence; weights %.1f GB/s", B, tps,
                toks, tps / B, gbs);
+        if (dec_ctx) printf("; context %d..%d", dec_ctx, dec_ctx + n_gen);
         if (bw > 0) printf(" = %.0f%% of %.1f GB/s", 100.0 * gbs / bw, (double)bw);
         printf("; first token %.1f ms)\n", 1e3 * ttft);
+        if (n_steps > 0) { /* one slow step (a graph captured on first use) shows as max far above the median */
+            qsort(step_ms, (size_t)n_steps, sizeof *step_ms, cmp_double);
+            printf("decode   batch %3d: step times min %.2f / median %.2f / max %.2f ms over %d steps\n", B,
+                   step_ms[0], step_ms[n_steps / 2], step_ms[n_steps - 1], n_steps);
+        }
     }
-    free(prompt), free(lg);
+    free(prompt), free(lg), free(step_ms), free(ids);
     if (profile) {
         /* decode positions of the measurement above: short prompt, then n_gen tokens; profile the middle one */
-        int short_prompt = n_prompt < 16 ? n_prompt : 16, pos = short_prompt + n_gen / 2;
+        int short_prompt = dec_ctx ? dec_ctx : n_prompt < 16 ? n_prompt : 16, pos = short_prompt + n_gen / 2;
         int bs[2] = {1, max_b};
         char backend[32];
         snprintf(backend, sizeof backend, "%s", g3_engine_backend_name(e));

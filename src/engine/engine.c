@@ -151,6 +151,10 @@ g3_status g3_engine_create(g3_model *m, const g3_engine_opts *opts, g3_engine **
             return g3_fail(err, G3_ERR_NOMEM, "out of memory for engine buffers");
         }
     }
+    if (e->ops->prepare && !o->lazy_setup && (rc = e->ops->prepare(e->be, o->max_seqs, err)) != G3_OK) {
+        g3_engine_free(e);
+        return rc;
+    }
     const char *hs = getenv("G3_HOST_SAMPLING");
     e->host_sampling = hs && !strcmp(hs, "1");
     e->stats.kv_blocks_total = n_global + n_local;

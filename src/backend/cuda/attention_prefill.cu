@@ -15,8 +15,8 @@
  * blocks) and softcap. Pairs (tile n-1-b, tile b) even out the causal work. Q and K rows are stored with their
  * 16-byte chunks XOR-swizzled by row & 7 (conflict-free reads); P reuses the K buffer.
  * $G3_CUDA_FA = 0: never; 1: whenever a batch has such a run; default: also when the grid fills half the SMs.
- * $G3_CUDA_FATC=1 (or 2: 8 warps): the same kernel on tensor cores (3xTF32, attention_tc.cu) where D % 4 == 0 and
- * D <= 128. */
+ * Where D % 4 == 0, D <= 128 and the cache is float32, the same kernel on tensor cores runs instead (attention_tc.cu:
+ * 3xBF16 with 8 warps by default; $G3_CUDA_FATC=0 keeps this one, 1 / 2 3xTF32, 3 3xBF16 with 4 warps). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,5 +1,5 @@
-/* Prefill flash attention on tensor cores ($G3_CUDA_FATC=1): the flash kernel of attention_prefill.cu (same row plan,
- * tiles, masks and float32 online softmax) with both products, S = Q K^T and O += P V, on mma.sync m16n8k8 TF32 in
+/* Prefill flash attention on tensor cores ($G3_CUDA_FATC=1|2; 3|4 below, the default): the flash kernel of
+ * attention_prefill.cu (same row plan, tiles, masks and float32 online softmax) with both products, S = Q K^T and O += P V, on mma.sync m16n8k8 TF32 in
  * the 3xTF32 form: every float32 operand x is split into hi = tf32(x) and lo = tf32(x - hi) (together ~22 mantissa
  * bits) and a b = lo_a hi_b + hi_a lo_b + hi_a hi_b (the dropped lo_a lo_b is below 2^-22 |a b|), accumulated in
  * float32: products as accurate as the float32 CUDA-core kernel's, at tensor-core rates.
@@ -9,7 +9,15 @@
  * padding columns are zero-filled). $G3_CUDA_FATC=2: 8 warps, two groups taking alternate key tiles (see k_fa_tc). Row strides are padded (Q, K: DP + 4 floats, V: DP + 8) so that the fragment
  * loads hit 32 distinct banks. P goes from the accumulator layout to the A-operand layout by quad shuffles.
  * Fragments (PTX m16n8k8 .tf32; g = lane / 4, t = lane % 4): A a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4);
- * B b0 (k t, n g), b1 (k t+4, n g); C c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1). D % 4 == 0, D <= 128. */
+ * B b0 (k t, n g), b1 (k t+4, n g); C c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1). D % 4 == 0, D <= 128.
+ *
+ * $G3_CUDA_FATC=3 (4: two groups, the default): the same kernel with both products on mma.sync m16n8k16 BF16 in
+ * the 3xBF16 form (x = hi + lo, hi = bf16(x), lo = bf16(x - hi): ~2^-18 relative; a b = lo_a hi_b + hi_a lo_b + hi_a hi_b, the
+ * dropped lo_a lo_b below 2^-18 |a b|): twice the k of a TF32 step at twice its rate, and P's A fragments come
+ * straight from the accumulators of two key groups (no shuffles). Fragments (PTX m16n8k16 .bf16, pairs in one
+ * register, lower column in the low half): A a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..);
+ * B b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g); C as above. V rows are padded to DP + 4 floats there (key rows 2t,
+ * 2t+1 of the fragment land on distinct banks). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +42,31 @@ static __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* hi + lo of two floats as bf16 pairs (x in the low half) */
+static __device__ __forceinline__ void bf_split2(float x, float y, uint32_t &hi, uint32_t &lo) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    const float2 hf = __bfloat1622float2(h);
+    const __nv_bfloat162 l = __floats2bfloat162_rn(x - hf.x, y - hf.y); /* the differences are exact */
+    memcpy(&hi, &h, 4), memcpy(&lo, &l, 4);
+}
+
+static __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* d += a b in 3xBF16 (small terms first); b = (b00, b01) in b0, (b10, b11) in b1 */
+static __device__ __forceinline__ void mma3_bf(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                               float b00, float b01, float b10, float b11) {
+    uint32_t bh0, bl0, bh1, bl1;
+    bf_split2(b00, b01, bh0, bl0), bf_split2(b10, b11, bh1, bl1);
+    mma_bf16(d, al, bh0, bh1);
+    mma_bf16(d, ah, bl0, bl1);
+    mma_bf16(d, ah, bh0, bh1);
+}
+
 /* d += a b in 3xTF32 (small terms first) */
 static __device__ __forceinline__ void mma3(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
                                             float b0, float b1) {
@@ -49,11 +82,12 @@ static __device__ __forceinline__ void cp16(float *dst, const float *src, int by
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
 }
 
-static __host__ __device__ constexpr int ft_floats(int dp) { /* Q, 2 x K, 2 x V */
-    return FT_QR * (dp + 4) + 2 * FT_TK * (dp + 4) + 2 * FT_TK * (dp + 8);
+static __host__ __device__ constexpr int ft_vs(int dp, bool bf) { return dp + (bf ? 4 : 8); } /* V row stride */
+static __host__ __device__ constexpr int ft_floats(int dp, bool bf) { /* Q, 2 x K, 2 x V */
+    return FT_QR * (dp + 4) + 2 * FT_TK * (dp + 4) + 2 * FT_TK * ft_vs(dp, bf);
 }
-static size_t ft_smem(int dp) {
-    return sizeof(float) * (size_t)ft_floats(dp) + sizeof(const float *) * 4 * FT_TK + sizeof(int) * 3 * FT_QR;
+static size_t ft_smem(int dp, bool bf) {
+    return sizeof(float) * (size_t)ft_floats(dp, bf) + sizeof(const float *) * 4 * FT_TK + sizeof(int) * 3 * FT_QR;
 }
 
 /* Barrier of one group of 128 threads (NG = 2: named barriers 1 and 2; barrier 0 is __syncthreads). */
@@ -65,14 +99,15 @@ template <int NG> static __device__ __forceinline__ void gbar(int gi) {
 /* NG = 1: 4 warps, key tiles double-buffered (slots 0, 1). NG = 2: 8 warps in two groups of 4, group gi takes the key
  * tiles it = gi, gi + 2, ... into its own slot gi (its loads overlap the other group's math), synchronized by its own
  * barrier; the groups' (max, sum, O) are merged through shared memory at the end of each pass. */
-template <int DP, int NG>
+template <int DP, int NG, bool BF>
 __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const float *__restrict__ q,
                                                        const int32_t *__restrict__ fa_useq, float *__restrict__ o,
                                                        __nv_bfloat16 *__restrict__ oh, int split) {
-    constexpr int QS = DP + 4, KS = DP + 4, VS = DP + 8, C4 = DP / 4, NJ = DP / 8;
+    constexpr int QS = DP + 4, KS = DP + 4, VS = ft_vs(DP, BF), C4 = DP / 4, NJ = DP / 8;
+    static_assert(!BF || DP % 16 == 0, "3xBF16 steps of 16 dims");
     extern __shared__ __align__(16) float fsm[];
     float *Qs = fsm, *Ks = Qs + FT_QR * QS, *Vs = Ks + 2 * FT_TK * KS;
-    const float **kptr = (const float **)(fsm + ft_floats(DP)), **vptr = kptr + 2 * FT_TK; /* [2][FT_TK] each */
+    const float **kptr = (const float **)(fsm + ft_floats(DP, BF)), **vptr = kptr + 2 * FT_TK; /* [2][FT_TK] each */
     int *su = (int *)(vptr + 2 * FT_TK), *sp = su + FT_QR, *slo = sp + FT_QR;
     g3c_pdl_wait();
     const int tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
@@ -189,16 +224,34 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
                 float s[8][4];
 #pragma unroll
                 for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-                const float *q0 = Qs + (16 * w + g) * QS + t, *q1 = q0 + 8 * QS;
+                if constexpr (BF) { /* steps of 16 dims: A = Q rows (g, g + 8), B = K rows 8 j + g */
+                    const float *q0 = Qs + (16 * w + g) * QS + 2 * t, *q1 = q0 + 8 * QS;
 #pragma unroll 2
-                for (int kk = 0; kk < NJ; kk++) {
-                    uint32_t ah[4], al[4];
-                    tf32_split(q0[8 * kk], ah[0], al[0]), tf32_split(q1[8 * kk], ah[1], al[1]);
-                    tf32_split(q0[8 * kk + 4], ah[2], al[2]), tf32_split(q1[8 * kk + 4], ah[3], al[3]);
+                    for (int kk = 0; kk < DP / 16; kk++) {
+                        uint32_t ah[4], al[4];
+                        const float2 x0 = *(const float2 *)(q0 + 16 * kk), x1 = *(const float2 *)(q1 + 16 * kk);
+                        const float2 x2 = *(const float2 *)(q0 + 16 * kk + 8), x3 = *(const float2 *)(q1 + 16 * kk + 8);
+                        bf_split2(x0.x, x0.y, ah[0], al[0]), bf_split2(x1.x, x1.y, ah[1], al[1]);
+                        bf_split2(x2.x, x2.y, ah[2], al[2]), bf_split2(x3.x, x3.y, ah[3], al[3]);
 #pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        const float *kr = Kc + (8 * j + g) * KS + 8 * kk + t;
-                        mma3(s[j], ah, al, kr[0], kr[4]);
+                        for (int j = 0; j < 8; j++) {
+                            const float *kr = Kc + (8 * j + g) * KS + 16 * kk + 2 * t;
+                            const float2 k0 = *(const float2 *)kr, k1 = *(const float2 *)(kr + 8);
+                            mma3_bf(s[j], ah, al, k0.x, k0.y, k1.x, k1.y);
+                        }
+                    }
+                } else {
+                    const float *q0 = Qs + (16 * w + g) * QS + t, *q1 = q0 + 8 * QS;
+#pragma unroll 2
+                    for (int kk = 0; kk < NJ; kk++) {
+                        uint32_t ah[4], al[4];
+                        tf32_split(q0[8 * kk], ah[0], al[0]), tf32_split(q1[8 * kk], ah[1], al[1]);
+                        tf32_split(q0[8 * kk + 4], ah[2], al[2]), tf32_split(q1[8 * kk + 4], ah[3], al[3]);
+#pragma unroll
+                        for (int j = 0; j < 8; j++) {
+                            const float *kr = Kc + (8 * j + g) * KS + 8 * kk + t;
+                            mma3(s[j], ah, al, kr[0], kr[4]);
+                        }
                     }
                 }
                 /* masks and online softmax per row (h: rows g, g + 8), the row spread over the 4 lanes of a quad */
@@ -236,12 +289,26 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
 #pragma unroll
                     for (int j = 0; j < NJ; j++) oacc[j][2 * h] *= corr, oacc[j][2 * h + 1] *= corr;
                 }
+                if constexpr (BF) { /* O += P V over keys 16 kk ..: P's A fragment is key groups 2 kk, 2 kk + 1 */
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++) {
+                        uint32_t ah[4], al[4];
+                        bf_split2(s[2 * kk][0], s[2 * kk][1], ah[0], al[0]);
+                        bf_split2(s[2 * kk][2], s[2 * kk][3], ah[1], al[1]);
+                        bf_split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ah[2], al[2]);
+                        bf_split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ah[3], al[3]);
+                        const float *vr = Vc + (16 * kk + 2 * t) * VS + g; /* key rows 2t, 2t+1, 2t+8, 2t+9 */
+#pragma unroll
+                        for (int j = 0; j < NJ; j++)
+                            mma3_bf(oacc[j], ah, al, vr[8 * j], vr[VS + 8 * j], vr[8 * VS + 8 * j], vr[9 * VS + 8 * j]);
+                    }
+                }
                 /* O += P V: P's A fragments of keys 8 kk .. + 7 from the C layout (lane (g, t/2) holds columns t, t+1
                  * as c0, c1 and c2, c3 for row g + 8; lane (g, t/2 + 2) holds t + 4) */
                 const int src0 = (lane & ~3) | (t >> 1), src1 = src0 + 2;
                 const bool odd = t & 1;
 #pragma unroll
-                for (int kk = 0; kk < 8; kk++) {
+                for (int kk = 0; kk < (BF ? 0 : 8); kk++) {
                     const float x0 = __shfl_sync(0xffffffffu, s[kk][0], src0), x1 = __shfl_sync(0xffffffffu, s[kk][1], src0);
                     const float x2 = __shfl_sync(0xffffffffu, s[kk][2], src0), x3 = __shfl_sync(0xffffffffu, s[kk][3], src0);
                     const float y0 = __shfl_sync(0xffffffffu, s[kk][0], src1), y1 = __shfl_sync(0xffffffffu, s[kk][1], src1);
@@ -312,24 +379,38 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
     }
 }
 
-int g3c_fatc_enabled(void) { /* $G3_CUDA_FATC: 0 off (default), 1 one group, 2 two groups */
+/* $G3_CUDA_FATC: 0 the CUDA-core float32 kernel (attention_prefill.cu), 1 / 2 3xTF32 with one / two groups of 4
+ * warps, 3 / 4 3xBF16 with one / two groups; unset: 4 (where this kernel applies: float32 cache, D % 4 == 0,
+ * D <= 128). Measured on an H100 (27B int4 prefill tok/s, session 13 run 04): 8K prompt 3686 with 4, 3525 with 3,
+ * 3405 with the CUDA-core kernel (3xTF32: 3356 against 3452 in run 01); 32K 3013 with 3 against 2774 (run 03). */
+int g3c_fatc_enabled(void) {
     const char *e = getenv("G3_CUDA_FATC");
-    return e && !strcmp(e, "1") ? 1 : e && !strcmp(e, "2") ? 2 : 0;
+    if (!e || !*e) return 4;
+    const int v = atoi(e);
+    return v >= 1 && v <= 4 ? v : 0;
 }
 
-template <int DP, int NG>
+template <int DP, int NG, bool BF>
 static cudaError_t launch_fa_tc(const g3c_attn_args *a, const float *q, const int32_t *fa_useq, float *o,
                                 __nv_bfloat16 *oh, int split, cudaStream_t st) {
     static int attr_set = 0; /* dynamic shared memory beyond 48 KB, once per instantiation */
-    const size_t sm = ft_smem(DP);
+    const size_t sm = ft_smem(DP, BF);
     if (!attr_set) {
-        cudaError_t e = cudaFuncSetAttribute(k_fa_tc<DP, NG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+        cudaError_t e = cudaFuncSetAttribute(k_fa_tc<DP, NG, BF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
         if (e != cudaSuccess) return e;
         attr_set = 1;
     }
     const int G = a->NH / a->NKV, tq = FT_QR / G, n_tiles = (a->m + tq - 1) / tq;
     dim3 grid((n_tiles + 1) / 2, a->NKV);
-    return g3c_launch(k_fa_tc<DP, NG>, grid, dim3(FT_NT * NG), sm, st, *a, q, fa_useq, o, oh, split);
+    return g3c_launch(k_fa_tc<DP, NG, BF>, grid, dim3(FT_NT * NG), sm, st, *a, q, fa_useq, o, oh, split);
+}
+
+template <int NG, bool BF>
+static cudaError_t launch_fa_tc_d(const g3c_attn_args *a, const float *q, const int32_t *fa_useq, float *o,
+                                  __nv_bfloat16 *oh, int split, cudaStream_t st) {
+    if (a->D <= 32) return launch_fa_tc<32, NG, BF>(a, q, fa_useq, o, oh, split, st);
+    if (a->D <= 64) return launch_fa_tc<64, NG, BF>(a, q, fa_useq, o, oh, split, st);
+    return launch_fa_tc<128, NG, BF>(a, q, fa_useq, o, oh, split, st);
 }
 
 cudaError_t g3c_fa_tc(const g3c_attn_args *a, const float *q, const int32_t *fa_useq, float *o, __nv_bfloat16 *oh,
@@ -337,12 +418,10 @@ cudaError_t g3c_fa_tc(const g3c_attn_args *a, const float *q, const int32_t *fa_
     const int G = a->NKV > 0 && a->NH % a->NKV == 0 ? a->NH / a->NKV : 0;
     if ((G != 1 && G != 2 && G != 4 && G != 8) || a->D > 128 || a->D % 4 || a->D < 4 || a->kv16)
         return cudaErrorNotSupported; /* float32 caches only */
-    if (g3c_fatc_enabled() == 2) {
-        if (a->D <= 32) return launch_fa_tc<32, 2>(a, q, fa_useq, o, oh, split, st);
-        if (a->D <= 64) return launch_fa_tc<64, 2>(a, q, fa_useq, o, oh, split, st);
-        return launch_fa_tc<128, 2>(a, q, fa_useq, o, oh, split, st);
+    switch (g3c_fatc_enabled()) {
+    case 2: return launch_fa_tc_d<2, false>(a, q, fa_useq, o, oh, split, st);
+    case 3: return launch_fa_tc_d<1, true>(a, q, fa_useq, o, oh, split, st);
+    case 4: return launch_fa_tc_d<2, true>(a, q, fa_useq, o, oh, split, st);
+    default: return launch_fa_tc_d<1, false>(a, q, fa_useq, o, oh, split, st);
     }
-    if (a->D <= 32) return launch_fa_tc<32, 1>(a, q, fa_useq, o, oh, split, st);
-    if (a->D <= 64) return launch_fa_tc<64, 1>(a, q, fa_useq, o, oh, split, st);
-    return launch_fa_tc<128, 1>(a, q, fa_useq, o, oh, split, st);
 }

@@ -8,6 +8,8 @@
  *   G3_CUDA_GEMM  = split | bf16               activations of tensor-core products as bf16 hi+lo (default) or
  *                                              plain bf16 (half the cuBLAS work; ~2^-9 relative rounding)
  *   G3_CUDA_GRAPHS = 0                         run every step eagerly (no CUDA graphs)
+ *   G3_CUDA_PREPARE = 0                        capture each decode graph on first use, not when the engine is
+ *                                              created (the backend's prepare op; read per call)
  *   G3_CUDA_TC = 0 | all                       no tensor-core decode kernels (CUDA-core GEMV up to 8/16 rows), or
  *                                              tensor cores for bf16 weights too (default: quantized weights only)
  *   G3_CUDA_PDL = 0                            no programmatic dependent launch
@@ -15,7 +17,7 @@
  * For comparisons: G3_CUDA_TCPF=1 (L2 prefetch in the tensor-core kernels), G3_CUDA_FUSE=1 (GeGLU fused into the
  * tensor-core product), G3_CUDA_NORM=loop|reg (add-norm kernel; default by batch size), G3_CUDA_ATTN_MIN=n (fewest
  * keys per attention split, 32).
- * Prefill: G3_CUDA_FA=0 (no flash attention; 1: also small grids), G3_CUDA_ROWK=0 (old many-row kernels), G3_CUDA_NOZERO=1 (row kernels leave y to cuBLAS, which overwrites it; opt-in, not yet run whole-model on a GPU), G3_CUDA_FATC=1|2 (flash attention on tensor cores, 3xTF32; 2: 8 warps)
+ * Prefill: G3_CUDA_FA=0 (no flash attention; 1: also small grids), G3_CUDA_ROWK=0 (old many-row kernels), G3_CUDA_NOZERO=1 (row kernels leave y to cuBLAS, which overwrites it; opt-in, not yet run whole-model on a GPU), G3_CUDA_FATC=0|1|2|3|4 (flash attention: 0 CUDA cores, float32; on tensor cores 1 / 2 3xTF32, 3 / 4 3xBF16 with 4 / 8 warps; default 4 where it applies: float32 cache, head_dim % 4 == 0, <= 128)
  * Decode batches of 65..256 rows on quantized weights: G3_CUDA_QBIG=0 (cuBLAS on a bf16 copy, not the 9..64-row kernels in launches of 64)
  * Per-channel int8 on wgmma (tc_wg.cu): G3_CUDA_WG=0 (off: mma.sync up to 64 rows and in launches of 64 beyond), G3_CUDA_WGMIN=n (fewest rows, 33), G3_CUDA_WGST=4 (two blocks per SM with four stages instead of three with three), G3_CUDA_WGPF=0 (no L2 prefetch hint on the weights)
  * int4 on wgmma (tc_wg4.cu): G3_CUDA_WG4=0 (off: tc_q8.cu's mma.sync at 9..64 rows), G3_CUDA_WG4=all (9..64 rows; default 9..16 and 33..64), G3_CUDA_WG4V=0..3 (tile shape: channel tiles per block and int4 groups per stage; default 3 at <= 16 rows, 0 beyond)

@@ -247,6 +247,28 @@ static int bucket_of(int m) {
     return -1;
 }
 
+/* Captures the forward of bucket bk (1 << bk rows, every row's logits wanted) as the graph of that bucket, for steps
+ * of b->distinct's kind; 0 when capture failed (the bucket then runs eagerly from now on). Capture issues no work. */
+static int capture(g3_backend *b, int bk) {
+    const int mrun = 1 << bk;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamBeginCapture(b->st, cudaStreamCaptureModeThreadLocal);
+    cudaError_t e2 = e == cudaSuccess ? g3cb_record(b, mrun, mrun) : e;
+    if (e == cudaSuccess) e = cudaStreamEndCapture(b->st, &g);
+    if (e == cudaSuccess && e2 == cudaSuccess) e = cudaGraphInstantiate(&b->graph[bk], g, 0);
+    b->graph_distinct[bk] = b->distinct;
+    size_t nn = 0;
+    if (e == cudaSuccess && e2 == cudaSuccess && cudaGraphGetNodes(g, NULL, &nn) == cudaSuccess)
+        b->graph_nodes[bk] = (int)nn;
+    if (g) cudaGraphDestroy(g);
+    if (e != cudaSuccess || e2 != cudaSuccess) {
+        b->graph[bk] = NULL, b->graph_failed[bk] = 1;
+        cudaGetLastError();
+        return 0;
+    }
+    return 1;
+}
+
 /* Validates the batch, fills and uploads the parameter block, runs the step (graph or eager). */
 static g3_status run_step(g3_backend *b, const g3_batch *bt, g3_error *err) {
     const int M = bt->n_rows, R = b->R, W = b->bc.max_blocks_per_seq;
@@ -291,22 +313,7 @@ static g3_status run_step(g3_backend *b, const g3_batch *bt, g3_error *err) {
     for (int r = M; r < mrun; r++) h[r] = 0, h[R + r] = 0, h[2 * R + r] = -1, h[3 * R + r] = r;
     G3C_CK(cudaMemcpyAsync(b->d_par, h, (off_bt(b) + (size_t)n_u * 2 * W) * 4, cudaMemcpyHostToDevice, b->st),
            "parameter upload");
-    if (bk >= 0 && !b->graph[bk]) {
-        cudaGraph_t g = NULL;
-        cudaError_t e = cudaStreamBeginCapture(b->st, cudaStreamCaptureModeThreadLocal);
-        cudaError_t e2 = e == cudaSuccess ? g3cb_record(b, mrun, mrun) : e;
-        if (e == cudaSuccess) e = cudaStreamEndCapture(b->st, &g);
-        if (e == cudaSuccess && e2 == cudaSuccess) e = cudaGraphInstantiate(&b->graph[bk], g, 0);
-        b->graph_distinct[bk] = b->distinct;
-        size_t nn = 0;
-        if (e == cudaSuccess && e2 == cudaSuccess && cudaGraphGetNodes(g, NULL, &nn) == cudaSuccess)
-            b->graph_nodes[bk] = (int)nn;
-        if (g) cudaGraphDestroy(g);
-        if (e != cudaSuccess || e2 != cudaSuccess) {
-            b->graph[bk] = NULL, b->graph_failed[bk] = 1, bk = -1, mrun = M;
-            cudaGetLastError();
-        }
-    }
+    if (bk >= 0 && !b->graph[bk] && !capture(b, bk)) bk = -1, mrun = M;
     if (bk >= 0) G3C_CK(cudaGraphLaunch(b->graph[bk], b->st), "graph launch");
     else G3C_CK(g3cb_record(b, mrun, bt->n_out), "forward");
     return G3_OK;
@@ -349,6 +356,23 @@ extern "C" g3_status g3_cuda_forward_sample(g3_backend *b, const g3_batch *batch
         G3C_CK(cudaMemcpyAsync(ids, b->d_ids, (size_t)batch->n_out * 4, cudaMemcpyDeviceToHost, b->st), "ids download");
     }
     G3C_CK(cudaStreamSynchronize(b->st), "forward");
+    return G3_OK;
+}
+
+/* The graphs of every bucket up to max_rows rows, captured now for decode steps (rows of distinct sequences, as
+ * run_step would on first use): ~0.15 s each at the 27B shape on an H100, otherwise paid by the first request of
+ * each batch size. A bucket whose capture fails runs eagerly, as it would have. */
+static g3_status cuda_prepare(g3_backend *b, int max_rows, g3_error *err) {
+    (void)err;
+    const char *pe = getenv("G3_CUDA_PREPARE");
+    if (pe && !strcmp(pe, "0")) return G3_OK;
+    const int save_d = b->distinct, save_f = b->fa_step;
+    b->distinct = 1, b->fa_step = 0;
+    for (int bk = 0; b->graphs_on && bk < NBUCKET && (1 << bk) <= b->R; bk++) {
+        if (!b->graph[bk] && !b->graph_failed[bk]) capture(b, bk);
+        if ((1 << bk) >= max_rows) break;
+    }
+    b->distinct = save_d, b->fa_step = save_f;
     return G3_OK;
 }
 
@@ -432,5 +456,5 @@ extern "C" int g3_cuda_device_count(void) {
 
 extern "C" const g3_backend_ops g3_backend_cuda = {
     "cuda", cuda_create, cuda_destroy, cuda_forward, cuda_copy_block, cuda_block_bytes, g3_cuda_forward_argmax,
-    g3_cuda_forward_sample,
+    g3_cuda_forward_sample, cuda_prepare,
 };
