@@ -360,8 +360,9 @@ extern "C" g3_status g3_cuda_forward_sample(g3_backend *b, const g3_batch *batch
 }
 
 /* The graphs of every bucket up to max_rows rows, captured now for decode steps (rows of distinct sequences, as
- * run_step would on first use): ~0.15 s each at the 27B shape on an H100, otherwise paid by the first request of
- * each batch size. A bucket whose capture fails runs eagerly, as it would have. */
+ * run_step would on first use): 30-150 ms each at the 27B shape on an H100 (session 13), otherwise paid by the first
+ * request of each batch size. A bucket whose capture fails runs eagerly, as it would have. Switches read per call
+ * (matmul.cu's) take their values at create for these graphs, as they did at the first step before. */
 static g3_status cuda_prepare(g3_backend *b, int max_rows, g3_error *err) {
     (void)err;
     const char *pe = getenv("G3_CUDA_PREPARE");
