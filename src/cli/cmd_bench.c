@@ -288,7 +288,8 @@ int g3_cli_bench(int argc, char **argv) {
         printf("decode sampling: temperature %g, top-k %d, top-p %g, seeds 1..B%s\n", temperature, top_k, top_p,
                hs && !strcmp(hs, "1") ? " (G3_HOST_SAMPLING=1: on the host)" : "");
     }
-    /* decode: B sequences, each a short prompt then n_gen tokens; rate measured after every first token */
+    /* decode: B sequences, each a short prompt (or --context tokens) then n_gen tokens; the rate is measured over the
+     * steps after every sequence has its first token, up to the first one finishing (n_gen - 1 steps of B rows) */
     for (int bi = 0; bi < n_batches; bi++) {
         int B = batches[bi];
         int short_prompt = dec_ctx ? dec_ctx : n_prompt < 16 ? n_prompt : 16;
