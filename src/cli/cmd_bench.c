@@ -204,6 +204,10 @@ int g3_cli_bench(int argc, char **argv) {
     g3_error err = {0};
     g3_model *m = NULL;
     g3_engine *e = NULL;
+    int32_t *prompt = NULL; /* the measurements' buffers, freed at out */
+    float *lg = NULL;
+    double *step_ms = NULL;
+    g3_request_id *ids = NULL;
     int status = 1;
     if (!g3_cli_apply_quant("bench", &mo)) {
         free(batches);
@@ -231,6 +235,7 @@ int g3_cli_bench(int argc, char **argv) {
     eo.device = mo.device;
     eo.max_seqs = max_b;
     const int n_tok = n_prompt > dec_ctx ? n_prompt : dec_ctx; /* the prompt buffer serves both measurements */
+    const int dec_prompt = dec_ctx ? dec_ctx : n_prompt < 16 ? n_prompt : 16; /* each decode sequence's prompt */
     /* --context: the B long prompts are prefilled one chunk budget per step while the first ones already decode, so
      * each request may generate up to `extra` more tokens; the measurement stops after n_gen - 1 steps in which all
      * sequences decode together, and the requests are then cancelled */
@@ -239,6 +244,11 @@ int g3_cli_bench(int argc, char **argv) {
     if (eo.ctx_size > c->max_ctx) eo.ctx_size = c->max_ctx;
     eo.prefill_chunk = n_prompt < 512 ? n_prompt : 512;
     if (dec_ctx) eo.prefill_chunk = chunk;
+    if (dec_ctx && dec_ctx + n_gen + extra > eo.ctx_size) {
+        g3_fail(&err, G3_ERR_ARG, "--context %d + --n-gen %d does not fit the model's context (%d)", dec_ctx, n_gen,
+                eo.ctx_size);
+        goto fail;
+    }
     if (g3_engine_create(m, &eo, &e, &err) != G3_OK) goto fail;
     /* bytes of weights a decode step reads: as stored, or as --quant converts them on the GPU (int8/fp8: 1 byte
      * per weight; int4: half a byte plus a 16-bit scale per group of 128) */
@@ -250,17 +260,11 @@ int g3_cli_bench(int argc, char **argv) {
     printf("model %s: %s, %.3f B parameters, %.2f GB of weights read per token%s%s; backend %s; load %.1f s\n",
            random ? random : mo.model, c->size_name, (double)m->n_params / 1e9, decode_bytes / 1e9,
            mo.quant ? " as " : "", mo.quant ? mo.quant : "", g3_engine_backend_name(e), t_load);
-    if (dec_ctx && dec_ctx + n_gen + extra > eo.ctx_size) {
-        fprintf(stderr, "gemma3 bench: --context %d + --n-gen %d does not fit the model's context (%d)\n", dec_ctx,
-                n_gen, eo.ctx_size);
-        goto out;
-    }
-    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n_tok);
-    float *lg = malloc(sizeof(float) * (size_t)c->vocab);
-    double *step_ms = malloc(sizeof(double) * (size_t)n_gen);
-    g3_request_id *ids = malloc(sizeof(g3_request_id) * (size_t)max_b);
+    prompt = malloc(sizeof(int32_t) * (size_t)n_tok);
+    lg = malloc(sizeof(float) * (size_t)c->vocab);
+    step_ms = malloc(sizeof(double) * (size_t)n_gen);
+    ids = malloc(sizeof(g3_request_id) * (size_t)max_b);
     if (!prompt || !lg || !step_ms || !ids) {
-        free(prompt), free(lg), free(step_ms), free(ids);
         g3_fail(&err, G3_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -275,7 +279,6 @@ int g3_cli_bench(int argc, char **argv) {
     for (int r = 0; r < reps; r++) {
         double a = g3_now();
         if (g3_engine_logits(e, prompt, n_prompt, 0, lg, &err) != G3_OK) {
-            free(prompt), free(lg), free(step_ms), free(ids);
             goto fail;
         }
         double dt = g3_now() - a;
@@ -292,17 +295,15 @@ int g3_cli_bench(int argc, char **argv) {
      * steps after every sequence has its first token, up to the first one finishing (n_gen - 1 steps of B rows) */
     for (int bi = 0; bi < n_batches; bi++) {
         int B = batches[bi];
-        int short_prompt = dec_ctx ? dec_ctx : n_prompt < 16 ? n_prompt : 16;
         bench_ev be = {0};
         for (int i = 0; i < B; i++) {
             /* --context: sequence i's own prompt (its second token differs), so that no blocks are shared */
             if (dec_ctx > 1) prompt[1] = (int32_t)((prompt[1] + 7919) % c->vocab);
-            g3_request rq = {.prompt = prompt, .n_prompt = short_prompt, .max_tokens = n_gen + extra, .ignore_eos = 1};
+            g3_request rq = {.prompt = prompt, .n_prompt = dec_prompt, .max_tokens = n_gen + extra, .ignore_eos = 1};
             g3_sampling_default(&rq.sampling);
             rq.sampling.temperature = temperature, rq.sampling.top_k = top_k, rq.sampling.top_p = top_p;
             rq.sampling.seed = (uint64_t)i + 1;
             if (g3_engine_submit(e, &rq, &ids[i], &err) != G3_OK) {
-                free(prompt), free(lg), free(step_ms), free(ids);
                 goto fail;
             }
         }
@@ -313,7 +314,6 @@ int g3_cli_bench(int argc, char **argv) {
         while (active) {
             double s0 = g3_now();
             if (g3_engine_step(e, on_ev, &be, &active, &err) != G3_OK) {
-                free(prompt), free(lg), free(step_ms), free(ids);
                 goto fail;
             }
             if (first_done && !stopped) { /* a decode step of all B sequences */
@@ -346,10 +346,9 @@ int g3_cli_bench(int argc, char **argv) {
                    step_ms[0], step_ms[n_steps / 2], step_ms[n_steps - 1], n_steps);
         }
     }
-    free(prompt), free(lg), free(step_ms), free(ids);
     if (profile) {
         /* decode positions of the measurement above: short prompt, then n_gen tokens; profile the middle one */
-        int short_prompt = dec_ctx ? dec_ctx : n_prompt < 16 ? n_prompt : 16, pos = short_prompt + n_gen / 2;
+        int pos = dec_prompt + n_gen / 2;
         int bs[2] = {1, max_b};
         char backend[32];
         snprintf(backend, sizeof backend, "%s", g3_engine_backend_name(e));
@@ -368,6 +367,7 @@ int g3_cli_bench(int argc, char **argv) {
 fail:
     fprintf(stderr, "gemma3 bench: %s\n", err.msg);
 out:
+    free(prompt), free(lg), free(step_ms), free(ids);
     free(batches);
     g3_engine_free(e);
     g3_model_free(m);

@@ -1,23 +1,25 @@
 /* Prefill flash attention on tensor cores ($G3_CUDA_FATC=1|2; 3|4 below, the default): the flash kernel of
- * attention_prefill.cu (same row plan, tiles, masks and float32 online softmax) with both products, S = Q K^T and O += P V, on mma.sync m16n8k8 TF32 in
- * the 3xTF32 form: every float32 operand x is split into hi = tf32(x) and lo = tf32(x - hi) (together ~22 mantissa
- * bits) and a b = lo_a hi_b + hi_a lo_b + hi_a hi_b (the dropped lo_a lo_b is below 2^-22 |a b|), accumulated in
- * float32: products as accurate as the float32 CUDA-core kernel's, at tensor-core rates.
+ * attention_prefill.cu (same row plan, tiles, masks and float32 online softmax) with both products, S = Q K^T and
+ * O += P V, on mma.sync m16n8k8 TF32 in the 3xTF32 form: every float32 operand x is split into hi = tf32(x) and
+ * lo = tf32(x - hi) (together ~22 mantissa bits) and a b = lo_a hi_b + hi_a lo_b + hi_a hi_b (the dropped lo_a lo_b
+ * is below 2^-22 |a b|), accumulated in float32: products as accurate as the float32 CUDA-core kernel's, at
+ * tensor-core rates.
  *
  * Block: 4 warps per (pair of query tiles, kv head), each warp 16 of the tile's 64 query vectors; key tiles of 64 keys
  * double-buffered in shared memory through cp.async (the next tile loads while this one is used; missing keys and
- * padding columns are zero-filled). $G3_CUDA_FATC=2: 8 warps, two groups taking alternate key tiles (see k_fa_tc). Row strides are padded (Q, K: DP + 4 floats, V: DP + 8) so that the fragment
- * loads hit 32 distinct banks. P goes from the accumulator layout to the A-operand layout by quad shuffles.
+ * padding columns are zero-filled). $G3_CUDA_FATC=2: 8 warps, two groups taking alternate key tiles (see k_fa_tc).
+ * Row strides are padded (Q, K: DP + 4 floats, V: DP + 8) so that the fragment loads hit 32 distinct banks. P goes
+ * from the accumulator layout to the A-operand layout by quad shuffles.
  * Fragments (PTX m16n8k8 .tf32; g = lane / 4, t = lane % 4): A a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4);
  * B b0 (k t, n g), b1 (k t+4, n g); C c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1). D % 4 == 0, D <= 128.
  *
  * $G3_CUDA_FATC=3 (4: two groups, the default): the same kernel with both products on mma.sync m16n8k16 BF16 in
- * the 3xBF16 form (x = hi + lo, hi = bf16(x), lo = bf16(x - hi): ~2^-18 relative; a b = lo_a hi_b + hi_a lo_b + hi_a hi_b, the
- * dropped lo_a lo_b below 2^-18 |a b|): twice the k of a TF32 step at twice its rate, and P's A fragments come
- * straight from the accumulators of two key groups (no shuffles). Fragments (PTX m16n8k16 .bf16, pairs in one
- * register, lower column in the low half): A a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..);
- * B b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g); C as above. V rows are padded to DP + 4 floats there (key rows 2t,
- * 2t+1 of the fragment land on distinct banks). */
+ * the 3xBF16 form (x = hi + lo, hi = bf16(x), lo = bf16(x - hi): ~2^-18 relative; a b = lo_a hi_b + hi_a lo_b +
+ * hi_a hi_b, the dropped lo_a lo_b below 2^-18 |a b|): twice the k of a TF32 step at twice its rate, and P's A
+ * fragments come straight from the accumulators of two key groups (no shuffles). Fragments (PTX m16n8k16 .bf16,
+ * pairs in one register, lower column in the low half): A a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..),
+ * a3 (g+8, 2t+8..); B b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g); C as above. V rows are padded to DP + 4 floats there
+ * (key rows 2t, 2t+1 of the fragment land on distinct banks). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -302,23 +304,25 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
                         for (int j = 0; j < NJ; j++)
                             mma3_bf(oacc[j], ah, al, vr[8 * j], vr[VS + 8 * j], vr[8 * VS + 8 * j], vr[9 * VS + 8 * j]);
                     }
-                }
-                /* O += P V: P's A fragments of keys 8 kk .. + 7 from the C layout (lane (g, t/2) holds columns t, t+1
-                 * as c0, c1 and c2, c3 for row g + 8; lane (g, t/2 + 2) holds t + 4) */
-                const int src0 = (lane & ~3) | (t >> 1), src1 = src0 + 2;
-                const bool odd = t & 1;
+                } else {
+                    /* O += P V: P's A fragments of keys 8 kk .. + 7 from the C layout (lane (g, t/2) holds columns t,
+                     * t+1 as c0, c1 and c2, c3 for row g + 8; lane (g, t/2 + 2) holds t + 4) */
+                    const int src0 = (lane & ~3) | (t >> 1), src1 = src0 + 2;
+                    const bool odd = t & 1;
 #pragma unroll
-                for (int kk = 0; kk < (BF ? 0 : 8); kk++) {
-                    const float x0 = __shfl_sync(0xffffffffu, s[kk][0], src0), x1 = __shfl_sync(0xffffffffu, s[kk][1], src0);
-                    const float x2 = __shfl_sync(0xffffffffu, s[kk][2], src0), x3 = __shfl_sync(0xffffffffu, s[kk][3], src0);
-                    const float y0 = __shfl_sync(0xffffffffu, s[kk][0], src1), y1 = __shfl_sync(0xffffffffu, s[kk][1], src1);
-                    const float y2 = __shfl_sync(0xffffffffu, s[kk][2], src1), y3 = __shfl_sync(0xffffffffu, s[kk][3], src1);
-                    uint32_t ah[4], al[4];
-                    tf32_split(odd ? x1 : x0, ah[0], al[0]), tf32_split(odd ? x3 : x2, ah[1], al[1]);
-                    tf32_split(odd ? y1 : y0, ah[2], al[2]), tf32_split(odd ? y3 : y2, ah[3], al[3]);
-                    const float *vr = Vc + (8 * kk + t) * VS + g;
+                    for (int kk = 0; kk < 8; kk++) {
+                        const unsigned all = 0xffffffffu;
+                        const float x0 = __shfl_sync(all, s[kk][0], src0), x1 = __shfl_sync(all, s[kk][1], src0);
+                        const float x2 = __shfl_sync(all, s[kk][2], src0), x3 = __shfl_sync(all, s[kk][3], src0);
+                        const float y0 = __shfl_sync(all, s[kk][0], src1), y1 = __shfl_sync(all, s[kk][1], src1);
+                        const float y2 = __shfl_sync(all, s[kk][2], src1), y3 = __shfl_sync(all, s[kk][3], src1);
+                        uint32_t ah[4], al[4];
+                        tf32_split(odd ? x1 : x0, ah[0], al[0]), tf32_split(odd ? x3 : x2, ah[1], al[1]);
+                        tf32_split(odd ? y1 : y0, ah[2], al[2]), tf32_split(odd ? y3 : y2, ah[3], al[3]);
+                        const float *vr = Vc + (8 * kk + t) * VS + g;
 #pragma unroll
-                    for (int j = 0; j < NJ; j++) mma3(oacc[j], ah, al, vr[8 * j], vr[4 * VS + 8 * j]);
+                        for (int j = 0; j < NJ; j++) mma3(oacc[j], ah, al, vr[8 * j], vr[4 * VS + 8 * j]);
+                    }
                 }
             }
             if (NG == 2) { /* group 1's (max, sum, O) into the slots' memory, merged by group 0 */
