@@ -35,8 +35,8 @@ int g3_cli_apply_quant(const char *cmd, const g3_cli_model_opts *o) {
         setenv("G3_CUDA_GEMM", strcmp(o->gemm, "fast") ? "split" : "bf16", 1);
     }
     if (o->kv_cache) {
-        if (strcmp(o->kv_cache, "f32") && strcmp(o->kv_cache, "bf16")) {
-            fprintf(stderr, "gemma3 %s: --kv-cache must be f32 or bf16 (got '%s')\n", cmd, o->kv_cache);
+        if (strcmp(o->kv_cache, "auto") && strcmp(o->kv_cache, "f32") && strcmp(o->kv_cache, "bf16")) {
+            fprintf(stderr, "gemma3 %s: --kv-cache must be auto, bf16 or f32 (got '%s')\n", cmd, o->kv_cache);
             return 0;
         }
         setenv("G3_CUDA_KV", o->kv_cache, 1); /* read by the CUDA backend at create */

@@ -71,7 +71,7 @@ for c in run serve bench; do
   "$BIN" $c -m "$MODEL" --gemm sloppy $([ $c = run ] && echo --prompt-ids 2) >/dev/null 2>"$TMP/err" </dev/null; rc=$?
   check "$c --gemm sloppy is refused with the allowed values" bash -c "[ $rc -ne 0 ] && grep -q 'exact or fast' '$TMP/err'"
   "$BIN" $c -m "$MODEL" --kv-cache f16 $([ $c = run ] && echo --prompt-ids 2) >/dev/null 2>"$TMP/err" </dev/null; rc=$?
-  check "$c --kv-cache f16 is refused with the allowed values" bash -c "[ $rc -ne 0 ] && grep -q 'f32 or bf16' '$TMP/err'"
+  check "$c --kv-cache f16 is refused with the allowed values" bash -c "[ $rc -ne 0 ] && grep -q 'auto, bf16 or f32' '$TMP/err'"
 done
 "$BIN" serve -m "$MODEL" --backend cpu --quant int4 >/dev/null 2>"$TMP/err"; rc=$?
 check "serve --quant on the CPU backend is refused with a message" bash -c "[ $rc -eq 2 ] && grep -q 'quantize' '$TMP/err'"

@@ -370,7 +370,8 @@ static void run_prefill_attention(int NH, int NKV, int D, int kind, int window, 
                 }
             }
         const char *fe = getenv("G3_CUDA_FATC"); /* the tensor-core kernel: the default where it applies */
-        const int tc = (!fe || atoi(fe) != 0) && !g_kv16 && D % 4 == 0 && D <= 128;
+        const int fv = fe && *fe ? atoi(fe) : 4, tc = fv >= 1 && fv <= 4 && D % 4 == 0 && D <= 128 &&
+                                                       (!g_kv16 || (fv >= 3 && D % 8 == 0));
         printf("  prefill attention %s%s NH=%d NKV=%d D=%d kind=%d window=%d softcap=%g chunk %d at %d (+2 decode "
                "rows): max err %.2e\n",
                flash ? (tc ? "flash tc" : "flash ") : "decode", g_kv16 ? " (bf16 cache)" : "", NH,
@@ -423,8 +424,10 @@ static void test_prefill_attention_tc(void **state) {
 }
 
 /* The bf16 K/V cache: QK-norm kernels writing bf16 (one row at a time and many), the cluster decode kernel separate
- * and fused, the flash prefill kernel reading it (the 3xTF32 one falls back to it), against references that round K
- * and V as the cache does; head dims 64, 128, 256 (the decode kernel's; the round-1 kernels refuse the cache). */
+ * and fused, the flash prefill kernels reading it (the BF16 tensor-core forms with K and V exact, the default where
+ * D <= 128; the CUDA-core kernel for D 256, with $G3_CUDA_FATC=0, and for the 3xTF32 forms, which fall back to it),
+ * against references that round K and V as the cache does; head dims 64, 128, 256 (the decode kernel's; the round-1
+ * kernels refuse the cache). */
 static void test_attention_kv16(void **state) {
     (void)state;
     need_gpu();
@@ -448,6 +451,11 @@ static void test_attention_kv16(void **state) {
     run_prefill_attention(4, 2, 128, 1, 64, 50.f, 70, 200);
     run_prefill_attention(8, 1, 64, 1, 100, 0, 0, 90);
     run_prefill_attention(8, 2, 256, 1, 40, 0, 33, 77);
+    setenv("G3_CUDA_FATC", "3", 1); /* one warp group */
+    run_prefill_attention(4, 2, 128, 0, 1024, 0, 100, 300);
+    run_prefill_attention(8, 1, 64, 1, 100, 0, 0, 90);
+    setenv("G3_CUDA_FATC", "0", 1); /* the CUDA-core kernel */
+    run_prefill_attention(4, 2, 128, 1, 64, 50.f, 70, 200);
     setenv("G3_CUDA_FATC", "1", 1); /* asked for, not taken with a bf16 cache */
     run_prefill_attention(4, 2, 128, 1, 64, 0, 3, 60);
     unsetenv("G3_CUDA_FATC");

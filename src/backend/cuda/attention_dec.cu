@@ -5,10 +5,12 @@
  * grid (NKV, m, C), cluster (1, 1, C), 128 threads (4 warps): the C * 4 warps of a (row, kv head) take the row's
  * visible keys in groups of NKW consecutive keys, group i going to warp i mod 4C. A warp looks up the cache slots of
  * its NKW keys (one block-table read per lane), issues every K and V load of the group at once (each lane holds
- * EPL = D/32 consecutive values of a row), then computes the G x NKW scores (GQA: the G query heads of the kv head
- * share each K/V read), reduces them with shuffles and updates its float32 online softmax. The 4 warps merge in
- * shared memory (one barrier), the C blocks through distributed shared memory (cluster barriers), and the threads of
- * the cluster normalize and write o and its bf16 copy. No counters, no partials in global memory, one launch.
+ * EPL = D/32 consecutive values of a row; of a bf16 cache as loaded, two to a register, turned into floats where
+ * used; $G3_CUDA_ATTN2_KPR=2: groups of twice the keys in the same registers), then computes the G x NKW scores
+ * (GQA: the G query heads of the kv head share each K/V read), reduces them with shuffles and updates its float32
+ * online softmax. The 4 warps merge in shared memory (one barrier), the C blocks through distributed shared memory
+ * (cluster barriers), and the threads of the cluster normalize and write o and its bf16 copy. No counters, no
+ * partials in global memory, one launch.
  *
  * Rows are read from device memory (position, sequence, block table), so graphs replay it; padding rows (useq < 0)
  * write zeros. Cache layout as in attention.cu; float32 or bf16 elements (a.kv16). */
@@ -71,14 +73,58 @@ __device__ __forceinline__ void a2_norm_rope(const float *y, int ny, size_t sl, 
     }
 }
 
-/* T: the cache element (float, or __nv_bfloat16 with a.kv16) */
-template <int G, int EPL, int WPB, bool FU, bool PIPE, typename T>
+/* One key's EPL values (of K or of V) held by a lane: floats, or for a bf16 cache the EPL / 2 words as loaded, turned
+ * into floats where used, so that a warp holds twice the keys of a group in the same registers. */
+template <typename T, int EPL> struct a2_kv {
+    float v[EPL];
+    template <bool CG = false> __device__ __forceinline__ void load(const float *p) { g3c_kv_ld<EPL, CG>(v, p); }
+    __device__ __forceinline__ float get(int e) const { return v[e]; }
+    __device__ __forceinline__ void zero() {
+#pragma unroll
+        for (int e = 0; e < EPL; e++) v[e] = 0.f;
+    }
+    __device__ __forceinline__ void set(const float (&x)[EPL]) {
+#pragma unroll
+        for (int e = 0; e < EPL; e++) v[e] = x[e];
+    }
+};
+template <int EPL> struct a2_kv<__nv_bfloat16, EPL> {
+    uint32_t w[EPL / 2]; /* value 2i in the low half of w[i], as g3c_kv_ld reads it */
+    template <bool CG = false> __device__ __forceinline__ void load(const __nv_bfloat16 *p) {
+        if constexpr (EPL == 2) w[0] = CG ? __ldcg((const unsigned *)p) : __ldg((const unsigned *)p);
+        else if constexpr (EPL == 4) {
+            const uint2 t = CG ? __ldcg((const uint2 *)p) : __ldg((const uint2 *)p);
+            w[0] = t.x, w[1] = t.y;
+        } else {
+#pragma unroll
+            for (int i = 0; i < EPL / 8; i++) {
+                const uint4 t = CG ? __ldcg((const uint4 *)p + i) : __ldg((const uint4 *)p + i);
+                w[4 * i] = t.x, w[4 * i + 1] = t.y, w[4 * i + 2] = t.z, w[4 * i + 3] = t.w;
+            }
+        }
+    }
+    __device__ __forceinline__ float get(int e) const { return (e & 1) ? g3c_bf_hi(w[e >> 1]) : g3c_bf_lo(w[e >> 1]); }
+    __device__ __forceinline__ void zero() {
+#pragma unroll
+        for (int i = 0; i < EPL / 2; i++) w[i] = 0u;
+    }
+    __device__ __forceinline__ void set(const float (&x)[EPL]) { /* rounded as the cache write rounds */
+#pragma unroll
+        for (int i = 0; i < EPL / 2; i++) w[i] = g3c_bf_pack(x[2 * i], x[2 * i + 1]);
+    }
+};
+
+/* T: the cache element (float, or __nv_bfloat16 with a.kv16); KP: keys of a bf16 cache per register set (1, 2) */
+template <int G, int EPL, int WPB, bool FU, bool PIPE, typename T, int KP = 1>
 __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float *__restrict__ q,
                                                        float *__restrict__ o, __nv_bfloat16 *__restrict__ oh,
                                                        int split, float *y, int ny, const float *qn,
                                                        const float *kn) {
     constexpr int D = 32 * EPL, GD = G * D;
-    constexpr int NKW = 32 / EPL < 32 / G ? 32 / EPL : 32 / G; /* keys per warp group: <= 64 K/V registers */
+    /* keys per warp group: <= 64 K/V registers (with KP = 2 twice the keys of a bf16 cache, except in 16-warp
+     * blocks, which have 128 registers a thread) and <= 32 scores */
+    constexpr int KPR = sizeof(T) == 2 && WPB == 4 ? KP : 1;
+    constexpr int NKW = 32 * KPR / EPL < 32 / G ? 32 * KPR / EPL : 32 / G;
     constexpr int IPB = 32 / NKW; /* groups whose cache slots one block-table lookup round finds */
     __shared__ __align__(16) float s_acc[WPB][GD];
     __shared__ float s_m[WPB][G], s_l[WPB][G];
@@ -112,14 +158,15 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
     /* every K and V load of group g (the warp's group `sub` of its lookup round, whose slots are looked up first when
      * sub == 0) issued before any use; missing keys read slot 0 */
     long long off = -1;
-    auto fetch = [&](int g, int sub, float (&kr)[NKW][EPL], float (&vr)[NKW][EPL], bool (&ok)[NKW]) {
+    using KV = a2_kv<T, EPL>;
+    auto fetch = [&](int g, int sub, KV (&kr)[NKW], KV (&vr)[NKW], bool (&ok)[NKW]) {
         if (sub == 0) off = lookup(g);
 #pragma unroll
         for (int j = 0; j < NKW; j++) {
             const long long oj = __shfl_sync(0xffffffffu, off, sub * NKW + j);
             ok[j] = oj >= 0;
-            g3c_kv_ld<EPL>(kr[j], pool + (ok[j] ? oj : 0));
-            g3c_kv_ld<EPL>(vr[j], pool + (ok[j] ? oj + (long long)vstride : 0));
+            kr[j].load(pool + (ok[j] ? oj : 0));
+            vr[j].load(pool + (ok[j] ? oj + (long long)vstride : 0));
         }
     };
     /* early loads only where no other row of the step is of the same sequence (its key, written by the kernel
@@ -132,7 +179,7 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
         early = !__any_sync(0xffffffffu, dup);
     }
     int it = 0, gi = rank * WPB + warp;
-    float kr[NKW][EPL], vr[NKW][EPL];
+    KV kr[NKW], vr[NKW];
     bool ok[NKW];
     if (early && gi < NG) fetch(gi, 0, kr, vr, ok); /* warp-uniform */
     g3c_pdl_wait();
@@ -144,8 +191,8 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
 #pragma unroll
             for (int j = 0; j < NKW; j++)
                 if (j == jp && op >= 0) { /* L2 loads: L1 may hold the stale line of the load before the wait */
-                    g3c_kv_ld<EPL, true>(kr[j], pool + op);
-                    g3c_kv_ld<EPL, true>(vr[j], pool + op + (long long)vstride);
+                    kr[j].template load<true>(pool + op);
+                    vr[j].template load<true>(pool + op + (long long)vstride);
                 }
         }
     }
@@ -163,7 +210,7 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
     for (; gi < NG; it++, gi += TW) {
         const int sub = it % IPB, kb = lo + gi * NKW;
         const long long offc = off; /* this group's lookup round */
-        float k2[PIPE ? NKW : 1][EPL], v2[PIPE ? NKW : 1][EPL];
+        KV k2[PIPE ? NKW : 1], v2[PIPE ? NKW : 1];
         bool ok2[PIPE ? NKW : 1];
         if constexpr (PIPE) { /* the next group's loads in flight during this group's math */
             if (gi + TW < NG) fetch(gi + TW, (it + 1) % IPB, k2, v2, ok2);
@@ -185,15 +232,9 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
                 g3c_kv_st<EPL>((T *)a.pool + op + lane * EPL, kp);
                 g3c_kv_st<EPL>((T *)a.pool + op + (long long)vstride + lane * EPL, vp);
             }
-            if constexpr (sizeof(T) == 2) /* this step uses the key as later steps will read it */
 #pragma unroll
-                for (int e = 0; e < EPL; e++)
-                    kp[e] = __bfloat162float(__float2bfloat16_rn(kp[e])), vp[e] = __bfloat162float(__float2bfloat16_rn(vp[e]));
-#pragma unroll
-            for (int j = 0; j < NKW; j++)
-                if (j == jp)
-#pragma unroll
-                    for (int e = 0; e < EPL; e++) kr[j][e] = kp[e], vr[j][e] = vp[e];
+            for (int j = 0; j < NKW; j++) /* as later steps will read it (bf16: rounded) */
+                if (j == jp) kr[j].set(kp), vr[j].set(vp);
         }
         float s[NKW][G];
 #pragma unroll
@@ -202,7 +243,7 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
             for (int g = 0; g < G; g++) {
                 float t = 0.f;
 #pragma unroll
-                for (int e = 0; e < EPL; e++) t = fmaf(qv[g][e], kr[j][e], t);
+                for (int e = 0; e < EPL; e++) t = fmaf(qv[g][e], kr[j].get(e), t);
                 s[j][g] = t;
             }
 #pragma unroll
@@ -213,8 +254,7 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
                 for (int g = 0; g < G; g++) s[j][g] += __shfl_xor_sync(0xffffffffu, s[j][g], of);
 #pragma unroll
         for (int j = 0; j < NKW; j++)
-#pragma unroll
-            for (int e = 0; e < EPL; e++) vr[j][e] = ok[j] ? vr[j][e] : 0.f; /* slot 0 may hold anything */
+            if (!ok[j]) vr[j].zero(); /* slot 0 may hold anything */
 #pragma unroll
         for (int g = 0; g < G; g++) {
             float mn = mx[g];
@@ -235,17 +275,13 @@ __global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float
                 const float pj = expf(s[j][g] - mn);
                 ls += pj;
 #pragma unroll
-                for (int e = 0; e < EPL; e++) acc[g][e] = fmaf(pj, vr[j][e], acc[g][e]);
+                for (int e = 0; e < EPL; e++) acc[g][e] = fmaf(pj, vr[j].get(e), acc[g][e]);
             }
             l[g] = l[g] * corr + ls, mx[g] = mn;
         }
         if constexpr (PIPE) {
 #pragma unroll
-            for (int j = 0; j < NKW; j++) {
-                ok[j] = ok2[j];
-#pragma unroll
-                for (int e = 0; e < EPL; e++) kr[j][e] = k2[j][e], vr[j][e] = v2[j][e];
-            }
+            for (int j = 0; j < NKW; j++) ok[j] = ok2[j], kr[j] = k2[j], vr[j] = v2[j];
         } else if (gi + TW < NG) { /* the next group's loads */
             fetch(gi + TW, (it + 1) % IPB, kr, vr, ok);
         }
@@ -376,12 +412,29 @@ static int a2_pipe(void) {
     return on;
 }
 
+/* Keys of a bf16 cache per register set: 1 (the groups of float32: more groups, so more warps busy at short
+ * contexts) or, $G3_CUDA_ATTN2_KPR=2, 2 (groups of twice the keys, as many bytes in flight as float32: better at long
+ * contexts with many rows). Measured on an H100 (session 14 run 06, aggregate decode tok/s, contexts of 65..97 keys,
+ * 1 / 2 / float32 cache): 27B int4 32 seqs 2858 / 2707 / 2710, 1B bf16 32 seqs 15461 / 13791 / 14181, 4B int4 8 seqs
+ * 2733 / 2561 / 2549; 27B int4 8 seqs at 8K of context 17.67 / 17.05 / 19.81 ms a step (runs 03, 06). Read once. */
+static int a2_kpr(void) {
+    static int f = -1;
+    if (f < 0) {
+        const char *e = getenv("G3_CUDA_ATTN2_KPR");
+        f = e && !strcmp(e, "2") ? 2 : 1;
+    }
+    return f;
+}
+
 template <int G, int EPL, int W, bool FU, bool PIPE>
 static cudaError_t a2_run(const cudaLaunchConfig_t *cfg, const g3c_attn_args *a, const float *q, float *o,
                           __nv_bfloat16 *oh, int split, const a2_fu &f) {
+    if (a->kv16 && a2_kpr() == 2)
+        return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE, __nv_bfloat16, 2>, *a, q, o, oh, split, f.y,
+                                  f.ny, f.qn, f.kn);
     if (a->kv16)
-        return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE, __nv_bfloat16>, *a, q, o, oh, split, f.y, f.ny,
-                                  f.qn, f.kn);
+        return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE, __nv_bfloat16, 1>, *a, q, o, oh, split, f.y,
+                                  f.ny, f.qn, f.kn);
     return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE, float>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
 }
 

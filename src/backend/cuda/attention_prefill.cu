@@ -461,7 +461,7 @@ cudaError_t g3c_attention_prefill(const g3c_attn_args *a, const float *q, float 
         if (e != cudaSuccess) return e;
     }
     /* the 3xTF32 variant copies float32 cache rows as they are: not with a bf16 cache */
-    if (g3c_fatc_enabled() && !a->kv16 && a->D % 4 == 0 && a->D <= 128) return g3c_fa_tc(a, q, fa_useq, o, oh, split, st);
+    if (g3c_fa_tc_takes(a)) return g3c_fa_tc(a, q, fa_useq, o, oh, split, st);
     if (a->kv16) {
         if (a->D <= 32) return launch_fa<32, __nv_bfloat16>(a, q, fa_useq, o, oh, split, st);
         if (a->D <= 64) return launch_fa<64, __nv_bfloat16>(a, q, fa_useq, o, oh, split, st);

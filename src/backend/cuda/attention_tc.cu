@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "backend/cuda/cuda_common.cuh"
 
 #define FT_QR 64  /* query vectors per tile: must be attention_prefill.cu's FA_QR (the row plan's tiles) */
@@ -85,11 +87,37 @@ static __device__ __forceinline__ void cp16(float *dst, const float *src, int by
 }
 
 static __host__ __device__ constexpr int ft_vs(int dp, bool bf) { return dp + (bf ? 4 : 8); } /* V row stride */
-static __host__ __device__ constexpr int ft_floats(int dp, bool bf) { /* Q, 2 x K, 2 x V */
-    return FT_QR * (dp + 4) + 2 * FT_TK * (dp + 4) + 2 * FT_TK * ft_vs(dp, bf);
+/* K / V row strides in elements: floats DP + 4 (K), ft_vs (V); bf16 caches (KV16) DP + 8 for both (rows of 16-byte
+ * multiples for ldmatrix, 8 rows on distinct banks) */
+static __host__ __device__ constexpr int ft_ks(int dp, bool kv16) { return kv16 ? dp + 8 : dp + 4; }
+static __host__ __device__ constexpr int ft_vsx(int dp, bool bf, bool kv16) { return kv16 ? dp + 8 : ft_vs(dp, bf); }
+/* bytes of Q (floats), 2 x K and 2 x V (floats or bf16); the two-group merge reuses the K slots as FT_QR x (DP + 4)
+ * floats, which fit in either form */
+static __host__ __device__ constexpr int ft_bytes(int dp, bool bf, bool kv16) {
+    return 4 * FT_QR * (dp + 4) + (kv16 ? 2 : 4) * 2 * FT_TK * (ft_ks(dp, kv16) + ft_vsx(dp, bf, kv16));
 }
-static size_t ft_smem(int dp, bool bf) {
-    return sizeof(float) * (size_t)ft_floats(dp, bf) + sizeof(const float *) * 4 * FT_TK + sizeof(int) * 3 * FT_QR;
+static size_t ft_smem(int dp, bool bf, bool kv16) {
+    return (size_t)ft_bytes(dp, bf, kv16) + sizeof(const void *) * 4 * FT_TK + sizeof(int) * 3 * FT_QR;
+}
+
+/* two 8x8 b16 matrices per pair of registers from shared memory, rows given by lanes 8i..8i+7 for matrix i; .trans:
+ * lane (g, t) gets elements (2t, g), (2t+1, g) of each matrix, else (g, 2t), (g, 2t+1) */
+template <bool TR> static __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    if constexpr (TR)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+}
+/* d += a b with b exact in bf16 (a bf16 cache's K or V): two MMAs, small term first */
+static __device__ __forceinline__ void mma2_bf(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                               uint32_t b0, uint32_t b1) {
+    mma_bf16(d, al, b0, b1);
+    mma_bf16(d, ah, b0, b1);
 }
 
 /* Barrier of one group of 128 threads (NG = 2: named barriers 1 and 2; barrier 0 is __syncthreads). */
@@ -101,15 +129,20 @@ template <int NG> static __device__ __forceinline__ void gbar(int gi) {
 /* NG = 1: 4 warps, key tiles double-buffered (slots 0, 1). NG = 2: 8 warps in two groups of 4, group gi takes the key
  * tiles it = gi, gi + 2, ... into its own slot gi (its loads overlap the other group's math), synchronized by its own
  * barrier; the groups' (max, sum, O) are merged through shared memory at the end of each pass. */
-template <int DP, int NG, bool BF>
+template <int DP, int NG, bool BF, bool KV16>
 __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const float *__restrict__ q,
                                                        const int32_t *__restrict__ fa_useq, float *__restrict__ o,
                                                        __nv_bfloat16 *__restrict__ oh, int split) {
-    constexpr int QS = DP + 4, KS = DP + 4, VS = ft_vs(DP, BF), C4 = DP / 4, NJ = DP / 8;
+    using KT = typename std::conditional<KV16, __nv_bfloat16, float>::type; /* cache element */
+    constexpr int QS = DP + 4, KS = ft_ks(DP, KV16), VS = ft_vsx(DP, BF, KV16), NJ = DP / 8;
+    constexpr int CE = 16 / (int)sizeof(KT), CC = DP / CE; /* elements per 16-byte copy, copies per row */
+    constexpr int MS = DP + 4;                              /* row stride of the two-group merge's O (floats) */
     static_assert(!BF || DP % 16 == 0, "3xBF16 steps of 16 dims");
+    static_assert(!KV16 || BF, "bf16 caches on the BF16 form only");
     extern __shared__ __align__(16) float fsm[];
-    float *Qs = fsm, *Ks = Qs + FT_QR * QS, *Vs = Ks + 2 * FT_TK * KS;
-    const float **kptr = (const float **)(fsm + ft_floats(DP, BF)), **vptr = kptr + 2 * FT_TK; /* [2][FT_TK] each */
+    float *Qs = fsm;
+    KT *Ks = (KT *)(Qs + FT_QR * QS), *Vs = Ks + 2 * FT_TK * KS;
+    const KT **kptr = (const KT **)((unsigned char *)fsm + ft_bytes(DP, BF, KV16)), **vptr = kptr + 2 * FT_TK;
     int *su = (int *)(vptr + 2 * FT_TK), *sp = su + FT_QR, *slo = sp + FT_QR;
     g3c_pdl_wait();
     const int tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
@@ -139,8 +172,8 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
         for (int i = 0; i < TQ; i++) any |= su[i] >= 0;
         if (!any) continue; /* uniform */
         /* Q tile: query vector qi = tr * G + gh (row r0 + tr, head kh * G + gh); columns >= D are zeros */
-        for (int e = tid; e < FT_QR * C4; e += FT_NT * NG) {
-            const int qi = e / C4, c = e - qi * C4, tr = qi / G, gh = qi - tr * G, r = r0 + tr;
+        for (int e = tid; e < FT_QR * (DP / 4); e += FT_NT * NG) {
+            const int qi = e / (DP / 4), c = e - qi * (DP / 4), tr = qi / G, gh = qi - tr * G, r = r0 + tr;
             float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
             if (r < a.m && su[tr] >= 0 && 4 * c < D)
                 v = *(const float4 *)(q + (size_t)r * a.NH * D + (size_t)(kh * G + gh) * D + 4 * c);
@@ -171,26 +204,28 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
             auto ptrs = [&](int it, int s) {
                 if (gt < FT_TK) {
                     const int kp = klo + it * FT_TK + gt;
-                    const float *kr = NULL, *vr = NULL;
+                    const KT *kr = NULL, *vr = NULL;
                     if (kp <= khi) {
                         const int blk = a.rows.bt[((size_t)u * 2 + a.kind) * a.rows.mbps + kp / a.kv_block];
                         if (blk >= 0) {
                             const size_t off = (((size_t)blk * a.n_layers_kind + a.layer_in_kind) * 2) * a.NKV;
-                            kr = (const float *)a.pool + ((off + kh) * a.kv_block + kp % a.kv_block) * D;
-                            vr = (const float *)a.pool + ((off + a.NKV + kh) * a.kv_block + kp % a.kv_block) * D;
+                            kr = (const KT *)a.pool + ((off + kh) * a.kv_block + kp % a.kv_block) * D;
+                            vr = (const KT *)a.pool + ((off + a.NKV + kh) * a.kv_block + kp % a.kv_block) * D;
                         }
                     }
                     kptr[s * FT_TK + gt] = kr, vptr[s * FT_TK + gt] = vr;
                 }
             };
             auto copies = [&](int s) {
-                float *kd = Ks + s * FT_TK * KS, *vd = Vs + s * FT_TK * VS;
-                for (int e = gt; e < FT_TK * C4; e += FT_NT) {
-                    const int j = e / C4, c = e - j * C4;
-                    const float *kr = kptr[s * FT_TK + j], *vr = vptr[s * FT_TK + j];
-                    const bool ok = kr != NULL && 4 * c < D;
-                    cp16(kd + j * KS + 4 * c, ok ? kr + 4 * c : (const float *)a.pool, ok ? 16 : 0);
-                    cp16(vd + j * VS + 4 * c, ok ? vr + 4 * c : (const float *)a.pool, ok ? 16 : 0);
+                KT *kd = Ks + s * FT_TK * KS, *vd = Vs + s * FT_TK * VS;
+                for (int e = gt; e < FT_TK * CC; e += FT_NT) {
+                    const int j = e / CC, c = e - j * CC;
+                    const KT *kr = kptr[s * FT_TK + j], *vr = vptr[s * FT_TK + j];
+                    const bool ok = kr != NULL && CE * c < D;
+                    cp16((float *)(kd + j * KS + CE * c), (const float *)(ok ? kr + CE * c : (const KT *)a.pool),
+                         ok ? 16 : 0);
+                    cp16((float *)(vd + j * VS + CE * c), (const float *)(ok ? vr + CE * c : (const KT *)a.pool),
+                         ok ? 16 : 0);
                 }
                 asm volatile("cp.async.commit_group;" ::: "memory");
             };
@@ -220,8 +255,8 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
                     asm volatile("cp.async.wait_group 0;" ::: "memory");
                 }
                 gbar<NG>(gi); /* tile it (and Q) visible to the group */
-                const float *Kc = Ks + cur * FT_TK * KS, *Vc = Vs + cur * FT_TK * VS;
-                const float **kpc = kptr + cur * FT_TK;
+                const KT *Kc = Ks + cur * FT_TK * KS, *Vc = Vs + cur * FT_TK * VS;
+                const KT **kpc = kptr + cur * FT_TK;
                 /* S = Q K^T: warp rows 16 w .. + 15, keys 8 j + (C layout) */
                 float s[8][4];
 #pragma unroll
@@ -235,11 +270,22 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
                         const float2 x2 = *(const float2 *)(q0 + 16 * kk + 8), x3 = *(const float2 *)(q1 + 16 * kk + 8);
                         bf_split2(x0.x, x0.y, ah[0], al[0]), bf_split2(x1.x, x1.y, ah[1], al[1]);
                         bf_split2(x2.x, x2.y, ah[2], al[2]), bf_split2(x3.x, x3.y, ah[3], al[3]);
+                        if constexpr (KV16) { /* K rows 8 j + g: matrices (j, dims 16 kk +0 / +8), (j + 1, ...) */
+                            const int mi = lane >> 3;
+                            const KT *kb = Kc + (8 * (mi >> 1) + (lane & 7)) * KS + 16 * kk + 8 * (mi & 1);
 #pragma unroll
-                        for (int j = 0; j < 8; j++) {
-                            const float *kr = Kc + (8 * j + g) * KS + 16 * kk + 2 * t;
-                            const float2 k0 = *(const float2 *)kr, k1 = *(const float2 *)(kr + 8);
-                            mma3_bf(s[j], ah, al, k0.x, k0.y, k1.x, k1.y);
+                            for (int j = 0; j < 8; j += 2) {
+                                uint32_t b[4];
+                                ldsm4<false>(b, kb + 8 * j * KS);
+                                mma2_bf(s[j], ah, al, b[0], b[1]), mma2_bf(s[j + 1], ah, al, b[2], b[3]);
+                            }
+                        } else {
+#pragma unroll
+                            for (int j = 0; j < 8; j++) {
+                                const float *kr = (const float *)Kc + (8 * j + g) * KS + 16 * kk + 2 * t;
+                                const float2 k0 = *(const float2 *)kr, k1 = *(const float2 *)(kr + 8);
+                                mma3_bf(s[j], ah, al, k0.x, k0.y, k1.x, k1.y);
+                            }
                         }
                     }
                 } else {
@@ -251,7 +297,7 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
                         tf32_split(q0[8 * kk + 4], ah[2], al[2]), tf32_split(q1[8 * kk + 4], ah[3], al[3]);
 #pragma unroll
                         for (int j = 0; j < 8; j++) {
-                            const float *kr = Kc + (8 * j + g) * KS + 8 * kk + t;
+                            const float *kr = (const float *)Kc + (8 * j + g) * KS + 8 * kk + t;
                             mma3(s[j], ah, al, kr[0], kr[4]);
                         }
                     }
@@ -299,10 +345,22 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
                         bf_split2(s[2 * kk][2], s[2 * kk][3], ah[1], al[1]);
                         bf_split2(s[2 * kk + 1][0], s[2 * kk + 1][1], ah[2], al[2]);
                         bf_split2(s[2 * kk + 1][2], s[2 * kk + 1][3], ah[3], al[3]);
-                        const float *vr = Vc + (16 * kk + 2 * t) * VS + g; /* key rows 2t, 2t+1, 2t+8, 2t+9 */
+                        if constexpr (KV16) { /* transposed: matrices (keys 16 kk +0 / +8, dims 8 j), (..., 8 j + 8) */
+                            const int mi = lane >> 3;
+                            const KT *vb = Vc + (16 * kk + 8 * (mi & 1) + (lane & 7)) * VS + 8 * (mi >> 1);
 #pragma unroll
-                        for (int j = 0; j < NJ; j++)
-                            mma3_bf(oacc[j], ah, al, vr[8 * j], vr[VS + 8 * j], vr[8 * VS + 8 * j], vr[9 * VS + 8 * j]);
+                            for (int j = 0; j < NJ; j += 2) {
+                                uint32_t b[4];
+                                ldsm4<true>(b, vb + 8 * j);
+                                mma2_bf(oacc[j], ah, al, b[0], b[1]), mma2_bf(oacc[j + 1], ah, al, b[2], b[3]);
+                            }
+                        } else {
+                            const float *vr = (const float *)Vc + (16 * kk + 2 * t) * VS + g; /* keys 2t, 2t+1, +8 */
+#pragma unroll
+                            for (int j = 0; j < NJ; j++)
+                                mma3_bf(oacc[j], ah, al, vr[8 * j], vr[VS + 8 * j], vr[8 * VS + 8 * j],
+                                        vr[9 * VS + 8 * j]);
+                        }
                     }
                 } else {
                     /* O += P V: P's A fragments of keys 8 kk .. + 7 from the C layout (lane (g, t/2) holds columns t,
@@ -319,14 +377,14 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
                         uint32_t ah[4], al[4];
                         tf32_split(odd ? x1 : x0, ah[0], al[0]), tf32_split(odd ? x3 : x2, ah[1], al[1]);
                         tf32_split(odd ? y1 : y0, ah[2], al[2]), tf32_split(odd ? y3 : y2, ah[3], al[3]);
-                        const float *vr = Vc + (8 * kk + t) * VS + g;
+                        const float *vr = (const float *)Vc + (8 * kk + t) * VS + g;
 #pragma unroll
                         for (int j = 0; j < NJ; j++) mma3(oacc[j], ah, al, vr[8 * j], vr[4 * VS + 8 * j]);
                     }
                 }
             }
             if (NG == 2) { /* group 1's (max, sum, O) into the slots' memory, merged by group 0 */
-                float *Om = Ks, *Mm = Vs, *Lm = Vs + FT_QR; /* [FT_QR][KS], [FT_QR], [FT_QR] */
+                float *Om = (float *)Ks, *Mm = (float *)Vs, *Lm = Mm + FT_QR; /* [FT_QR][MS], [FT_QR], [FT_QR] */
                 __syncthreads(); /* both groups done with their tiles */
                 if (gi == 1) {
 #pragma unroll
@@ -335,8 +393,8 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
                         if (t == 0) Mm[row] = mrow[h], Lm[row] = lrow[h];
 #pragma unroll
                         for (int j = 0; j < NJ; j++) {
-                            Om[row * KS + 8 * j + 2 * t] = oacc[j][2 * h];
-                            Om[row * KS + 8 * j + 2 * t + 1] = oacc[j][2 * h + 1];
+                            Om[row * MS + 8 * j + 2 * t] = oacc[j][2 * h];
+                            Om[row * MS + 8 * j + 2 * t + 1] = oacc[j][2 * h + 1];
                         }
                     }
                 }
@@ -351,8 +409,8 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
                         lrow[h] = lrow[h] * f0 + Lm[row] * f1;
 #pragma unroll
                         for (int j = 0; j < NJ; j++) {
-                            oacc[j][2 * h] = oacc[j][2 * h] * f0 + Om[row * KS + 8 * j + 2 * t] * f1;
-                            oacc[j][2 * h + 1] = oacc[j][2 * h + 1] * f0 + Om[row * KS + 8 * j + 2 * t + 1] * f1;
+                            oacc[j][2 * h] = oacc[j][2 * h] * f0 + Om[row * MS + 8 * j + 2 * t] * f1;
+                            oacc[j][2 * h + 1] = oacc[j][2 * h + 1] * f0 + Om[row * MS + 8 * j + 2 * t + 1] * f1;
                         }
                     }
                 }
@@ -394,38 +452,50 @@ int g3c_fatc_enabled(void) {
     return v >= 1 && v <= 4 ? v : 0;
 }
 
-template <int DP, int NG, bool BF>
+template <int DP, int NG, bool BF, bool KV16>
 static cudaError_t launch_fa_tc(const g3c_attn_args *a, const float *q, const int32_t *fa_useq, float *o,
                                 __nv_bfloat16 *oh, int split, cudaStream_t st) {
     static int attr_set = 0; /* dynamic shared memory beyond 48 KB, once per instantiation */
-    const size_t sm = ft_smem(DP, BF);
+    const size_t sm = ft_smem(DP, BF, KV16);
     if (!attr_set) {
-        cudaError_t e = cudaFuncSetAttribute(k_fa_tc<DP, NG, BF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+        cudaError_t e =
+            cudaFuncSetAttribute(k_fa_tc<DP, NG, BF, KV16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
         if (e != cudaSuccess) return e;
         attr_set = 1;
     }
     const int G = a->NH / a->NKV, tq = FT_QR / G, n_tiles = (a->m + tq - 1) / tq;
     dim3 grid((n_tiles + 1) / 2, a->NKV);
-    return g3c_launch(k_fa_tc<DP, NG, BF>, grid, dim3(FT_NT * NG), sm, st, *a, q, fa_useq, o, oh, split);
+    return g3c_launch(k_fa_tc<DP, NG, BF, KV16>, grid, dim3(FT_NT * NG), sm, st, *a, q, fa_useq, o, oh, split);
 }
 
-template <int NG, bool BF>
+template <int NG, bool BF, bool KV16 = false>
 static cudaError_t launch_fa_tc_d(const g3c_attn_args *a, const float *q, const int32_t *fa_useq, float *o,
                                   __nv_bfloat16 *oh, int split, cudaStream_t st) {
-    if (a->D <= 32) return launch_fa_tc<32, NG, BF>(a, q, fa_useq, o, oh, split, st);
-    if (a->D <= 64) return launch_fa_tc<64, NG, BF>(a, q, fa_useq, o, oh, split, st);
-    return launch_fa_tc<128, NG, BF>(a, q, fa_useq, o, oh, split, st);
+    if (a->D <= 32) return launch_fa_tc<32, NG, BF, KV16>(a, q, fa_useq, o, oh, split, st);
+    if (a->D <= 64) return launch_fa_tc<64, NG, BF, KV16>(a, q, fa_useq, o, oh, split, st);
+    return launch_fa_tc<128, NG, BF, KV16>(a, q, fa_useq, o, oh, split, st);
+}
+
+/* whether g3c_fa_tc takes these arguments under the current $G3_CUDA_FATC: GQA 1, 2, 4 or 8; D % 4 == 0 and <= 128
+ * for a float32 cache; a bf16 cache only in the BF16 forms (3, 4) and with D % 8 == 0 (16-byte copies of 8 values) */
+int g3c_fa_tc_takes(const g3c_attn_args *a) {
+    const int v = g3c_fatc_enabled();
+    const int G = a->NKV > 0 && a->NH % a->NKV == 0 ? a->NH / a->NKV : 0;
+    if (!v || (G != 1 && G != 2 && G != 4 && G != 8) || a->D > 128 || a->D % 4 || a->D < 4) return 0;
+    return !a->kv16 || (v >= 3 && a->D % 8 == 0);
 }
 
 cudaError_t g3c_fa_tc(const g3c_attn_args *a, const float *q, const int32_t *fa_useq, float *o, __nv_bfloat16 *oh,
                       int split, cudaStream_t st) {
-    const int G = a->NKV > 0 && a->NH % a->NKV == 0 ? a->NH / a->NKV : 0;
-    if ((G != 1 && G != 2 && G != 4 && G != 8) || a->D > 128 || a->D % 4 || a->D < 4 || a->kv16)
-        return cudaErrorNotSupported; /* float32 caches only */
+    if (!g3c_fa_tc_takes(a)) return cudaErrorNotSupported;
     switch (g3c_fatc_enabled()) {
     case 2: return launch_fa_tc_d<2, false>(a, q, fa_useq, o, oh, split, st);
-    case 3: return launch_fa_tc_d<1, true>(a, q, fa_useq, o, oh, split, st);
-    case 4: return launch_fa_tc_d<2, true>(a, q, fa_useq, o, oh, split, st);
+    case 3:
+        return a->kv16 ? launch_fa_tc_d<1, true, true>(a, q, fa_useq, o, oh, split, st)
+                       : launch_fa_tc_d<1, true>(a, q, fa_useq, o, oh, split, st);
+    case 4:
+        return a->kv16 ? launch_fa_tc_d<2, true, true>(a, q, fa_useq, o, oh, split, st)
+                       : launch_fa_tc_d<2, true>(a, q, fa_useq, o, oh, split, st);
     default: return launch_fa_tc_d<1, false>(a, q, fa_useq, o, oh, split, st);
     }
 }

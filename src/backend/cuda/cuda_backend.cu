@@ -49,15 +49,25 @@ static void cuda_destroy(g3_backend *b) {
     free(b);
 }
 
-int g3c_kv16_requested(void) {
+/* whether the decode attention kernel that reads bf16 caches (attention_dec.cu) takes this shape */
+static int kv16_shape_ok(const g3_config *c) {
+    g3c_attn_args probe;
+    memset(&probe, 0, sizeof probe);
+    probe.NH = c->n_heads, probe.NKV = c->n_kv_heads, probe.D = c->head_dim, probe.m = 1;
+    return g3c_attn2_enabled() && g3c_attn2_supported(&probe);
+}
+
+int g3c_kv16_for(const g3_config *c) {
     const char *e = getenv("G3_CUDA_KV");
-    return e && !strcmp(e, "bf16");
+    if (e && !strcmp(e, "bf16")) return 1;
+    if (e && !strcmp(e, "f32")) return 0;
+    return kv16_shape_ok(c); /* auto (unset, empty or "auto"): bf16 wherever the kernels take it */
 }
 
 static size_t kv_block_bytes(const g3_config *c, const g3_backend_cfg *cfg, int kind) {
     int n = 0;
     for (int l = 0; l < c->n_layers; l++) n += (c->layer_global[l] ? 0 : 1) == kind;
-    const size_t el = g3c_kv16_requested() ? 2 : sizeof(float);
+    const size_t el = g3c_kv16_for(c) ? 2 : sizeof(float);
     return (size_t)n * 2 * c->n_kv_heads * cfg->kv_block * c->head_dim * el;
 }
 
@@ -86,14 +96,11 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         return g3c_fail(err, G3_ERR_ARG, "cuda: bad backend configuration (rows %d, seqs %d, block %d, width %d)",
                         cfg->max_rows, cfg->max_seqs, cfg->kv_block, cfg->max_blocks_per_seq);
     const char *kve = getenv("G3_CUDA_KV");
-    if (kve && *kve && strcmp(kve, "f32") && strcmp(kve, "bf16"))
-        return g3c_fail(err, G3_ERR_ARG, "cuda: unknown KV cache type \"%s\" (f32 or bf16)", kve);
-    const int kv16 = g3c_kv16_requested();
+    if (kve && *kve && strcmp(kve, "f32") && strcmp(kve, "bf16") && strcmp(kve, "auto"))
+        return g3c_fail(err, G3_ERR_ARG, "cuda: unknown KV cache type \"%s\" (auto, bf16 or f32)", kve);
+    const int kv16 = g3c_kv16_for(c);
     if (kv16) { /* the decode attention kernel of attention_dec.cu is the one that reads bf16 caches */
-        g3c_attn_args probe;
-        memset(&probe, 0, sizeof probe);
-        probe.NH = c->n_heads, probe.NKV = c->n_kv_heads, probe.D = D, probe.m = 1;
-        if (!g3c_attn2_enabled() || !g3c_attn2_supported(&probe))
+        if (!kv16_shape_ok(c))
             return g3c_fail(err, G3_ERR_ARG,
                             "cuda: a bf16 KV cache needs the cluster decode attention (head_dim 64, 128 or 256, "
                             "heads/kv_heads 1, 2, 4 or 8, G3_CUDA_ATTN2 not 0); this model: head_dim %d, %d/%d heads",
@@ -234,6 +241,10 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
     return G3_OK;
 fail:
     cuda_destroy(b);
+    /* a failed cudaMalloc is also recorded as the runtime's last error, which the next launch check
+     * (cudaGetLastError) would report: a later create in this process (a smaller context, another model) must not
+     * fail on it */
+    (void)cudaGetLastError();
     return rc;
 }
 

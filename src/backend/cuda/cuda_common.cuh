@@ -319,9 +319,9 @@ struct g3c_attn_args {
     int n_splits;     /* blocks per (row, kv head), <= 64 */
     int min_keys;     /* fewest keys a split takes (fewer splits are used for short contexts) */
 };
-/* K/V cache elements: float32 (default) or bf16 ($G3_CUDA_KV=bf16, `--kv-cache bf16`): N consecutive values of a
- * cache row as floats, and back (N = 1, 2, 4, 8; p aligned to N elements). CG: through L2 past L1 (a row written by
- * the kernel before, whose stale line L1 may hold). */
+/* K/V cache elements: bf16 (the default where the kernels take it: g3c_kv16_for) or float32 ($G3_CUDA_KV=f32,
+ * `--kv-cache f32`): N consecutive values of a cache row as floats, and back (N = 1, 2, 4, 8; p aligned to N
+ * elements). CG: through L2 past L1 (a row written by the kernel before, whose stale line L1 may hold). */
 template <int N, bool CG = false> static __device__ __forceinline__ void g3c_kv_ld(float (&v)[N], const float *p) {
     if constexpr (N == 1) v[0] = CG ? __ldcg(p) : __ldg(p);
     else if constexpr (N == 2) {
@@ -383,8 +383,10 @@ template <int N> static __device__ __forceinline__ void g3c_kv_st(__nv_bfloat16 
                                          g3c_bf_pack(v[8 * i + 4], v[8 * i + 5]),
                                          g3c_bf_pack(v[8 * i + 6], v[8 * i + 7]));
 }
-/* 1 where $G3_CUDA_KV=bf16 (read at create) */
-int g3c_kv16_requested(void);
+/* 1: the backend of this model keeps a bf16 K/V cache: $G3_CUDA_KV=bf16; or unset / auto where the cluster decode
+ * attention (attention_dec.cu) takes the shape (head_dim 64, 128 or 256: every released Gemma 3); f32: never.
+ * Read at create. */
+int g3c_kv16_for(const g3_config *c);
 
 /* QK-norm + RoPE of q and k, and the K/V write into the paged cache, from qkv = the ny slices of y
  * [ny][m][(NH+2NKV)*D] (zeroed after reading);
@@ -414,10 +416,13 @@ int g3c_fa_wanted(const int32_t *seq, int M, int NH, int NKV, int D, int n_sm);
 /* Once per forward: fa_useq[r] = -1 for the rows the flash kernel takes, else useq[r] ([m] ints). */
 cudaError_t g3c_fa_plan(const g3c_rows *rows, int m, int NH, int NKV, int32_t *fa_useq, cudaStream_t st);
 /* g3c_attention for a batch planned by g3c_fa_plan: the decode kernel for the other rows, then the flash kernel. */
-/* The flash kernel on tensor cores, 3xTF32 (attention_tc.cu; D % 4 == 0, D <= 128, else cudaErrorNotSupported);
- * g3c_attention_prefill takes it when $G3_CUDA_FATC=1 or 2 (g3c_fatc_enabled: 0, 1 or 2 = two warp groups). */
+/* The flash kernel on tensor cores (attention_tc.cu): 3xTF32 ($G3_CUDA_FATC=1|2) or BF16 (3|4, unset = 4) products,
+ * one or two warp groups; a bf16 cache on the BF16 forms with K and V exact (two MMAs a product, not three).
+ * g3c_fa_tc_takes: whether it takes these arguments (else g3c_fa_tc returns cudaErrorNotSupported and
+ * g3c_attention_prefill uses the CUDA-core kernel); g3c_fatc_enabled: the form, 0 = off. */
 cudaError_t g3c_fa_tc(const g3c_attn_args *a, const float *q, const int32_t *fa_useq, float *o, __nv_bfloat16 *oh,
                       int split, cudaStream_t st);
+int g3c_fa_tc_takes(const g3c_attn_args *a);
 int g3c_fatc_enabled(void);
 cudaError_t g3c_attention_prefill(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt,
                                   const int32_t *fa_useq, int all_flash, float *o, __nv_bfloat16 *oh, int split,

@@ -10,7 +10,8 @@
 void *g3cb_dalloc(size_t bytes, int *ok) {
     void *p = NULL;
     if (!*ok) return NULL;
-    if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) *ok = 0, p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) /* reported by ok, not as the runtime's last error */
+        *ok = 0, p = NULL, (void)cudaGetLastError();
     return p;
 }
 
