@@ -19,7 +19,12 @@
  * fragments come straight from the accumulators of two key groups (no shuffles). Fragments (PTX m16n8k16 .bf16,
  * pairs in one register, lower column in the low half): A a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..),
  * a3 (g+8, 2t+8..); B b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g); C as above. V rows are padded to DP + 4 floats there
- * (key rows 2t, 2t+1 of the fragment land on distinct banks). */
+ * (key rows 2t, 2t+1 of the fragment land on distinct banks).
+ *
+ * A bf16 cache (KV16, the default cache where the kernels take the model; BF16 forms only, D % 8 == 0): K and V tiles
+ * stay bf16 in shared memory (rows padded to DP + 8 values, 16-byte multiples), their B fragments come by ldmatrix
+ * (K as stored: lane (g, t) gets key g, dims 2t, 2t+1; V transposed: keys 2t, 2t+1 of dim g), and since K and V are
+ * exact in bf16 each product is two MMAs (lo_a b + hi_a b), not three. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -442,8 +447,8 @@ __global__ void __launch_bounds__(FT_NT * NG, 1) k_fa_tc(g3c_attn_args a, const 
 }
 
 /* $G3_CUDA_FATC: 0 the CUDA-core float32 kernel (attention_prefill.cu), 1 / 2 3xTF32 with one / two groups of 4
- * warps, 3 / 4 3xBF16 with one / two groups; unset: 4 (where this kernel applies: float32 cache, D % 4 == 0,
- * D <= 128). Measured on an H100 (27B int4 prefill tok/s, session 13 run 04): 8K prompt 3686 with 4, 3525 with 3,
+ * warps, 3 / 4 BF16 with one / two groups; unset: 4 (where this kernel applies, g3c_fa_tc_takes: D <= 128, % 4 == 0
+ * for a float32 cache, % 8 for a bf16 one, which the TF32 forms leave to the CUDA-core kernel). Measured on an H100 (27B int4 prefill tok/s, session 13 run 04): 8K prompt 3686 with 4, 3525 with 3,
  * 3405 with the CUDA-core kernel (3xTF32: 3356 against 3452 in run 01); 32K 3013 with 3 against 2774 (run 03). */
 int g3c_fatc_enabled(void) {
     const char *e = getenv("G3_CUDA_FATC");
