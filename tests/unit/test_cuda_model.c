@@ -485,7 +485,6 @@ static void test_prepared_graphs(void **state) {
     free(pre), free(out[0]), free(out[1]), free(out[2]);
     g3_model_free(m);
 }
-#endif
 
 /* A create that runs out of device memory (a KV pool far beyond the GPU's) fails with G3_ERR_NOMEM and a message
  * naming it, frees what it took, and leaves nothing behind that fails the next create: the failed cudaMalloc is also
@@ -520,6 +519,7 @@ static void test_create_after_oom(void **state) {
     g3_backend_cuda.destroy(b);
     g3_model_free(m);
 }
+#endif
 
 int main(void) {
     const struct CMUnitTest tests[] = {
