@@ -89,19 +89,9 @@ template <typename T, int EPL> struct a2_kv {
     }
 };
 template <int EPL> struct a2_kv<__nv_bfloat16, EPL> {
-    uint32_t w[EPL / 2]; /* value 2i in the low half of w[i], as g3c_kv_ld reads it */
+    uint32_t w[EPL / 2]; /* value 2i in the low half of w[i] (g3c_kv_ld_raw) */
     template <bool CG = false> __device__ __forceinline__ void load(const __nv_bfloat16 *p) {
-        if constexpr (EPL == 2) w[0] = CG ? __ldcg((const unsigned *)p) : __ldg((const unsigned *)p);
-        else if constexpr (EPL == 4) {
-            const uint2 t = CG ? __ldcg((const uint2 *)p) : __ldg((const uint2 *)p);
-            w[0] = t.x, w[1] = t.y;
-        } else {
-#pragma unroll
-            for (int i = 0; i < EPL / 8; i++) {
-                const uint4 t = CG ? __ldcg((const uint4 *)p + i) : __ldg((const uint4 *)p + i);
-                w[4 * i] = t.x, w[4 * i + 1] = t.y, w[4 * i + 2] = t.z, w[4 * i + 3] = t.w;
-            }
-        }
+        g3c_kv_ld_raw<EPL, CG>(w, p);
     }
     __device__ __forceinline__ float get(int e) const { return (e & 1) ? g3c_bf_hi(w[e >> 1]) : g3c_bf_lo(w[e >> 1]); }
     __device__ __forceinline__ void zero() {

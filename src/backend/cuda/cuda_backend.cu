@@ -99,13 +99,11 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
     if (kve && *kve && strcmp(kve, "f32") && strcmp(kve, "bf16") && strcmp(kve, "auto"))
         return g3c_fail(err, G3_ERR_ARG, "cuda: unknown KV cache type \"%s\" (auto, bf16 or f32)", kve);
     const int kv16 = g3c_kv16_for(c);
-    if (kv16) { /* the decode attention kernel of attention_dec.cu is the one that reads bf16 caches */
-        if (!kv16_shape_ok(c))
-            return g3c_fail(err, G3_ERR_ARG,
-                            "cuda: a bf16 KV cache needs the cluster decode attention (head_dim 64, 128 or 256, "
-                            "heads/kv_heads 1, 2, 4 or 8, G3_CUDA_ATTN2 not 0); this model: head_dim %d, %d/%d heads",
-                            D, c->n_heads, c->n_kv_heads);
-    }
+    if (kv16 && !kv16_shape_ok(c)) /* asked for by name: auto takes bf16 only where the shape is ok */
+        return g3c_fail(err, G3_ERR_ARG,
+                        "cuda: a bf16 KV cache needs the cluster decode attention (head_dim 64, 128 or 256, "
+                        "heads/kv_heads 1, 2, 4 or 8, G3_CUDA_ATTN2 not 0); this model: head_dim %d, %d/%d heads",
+                        D, c->n_heads, c->n_kv_heads);
     const char *qs = opts && opts->quant ? opts->quant : getenv("G3_CUDA_QUANT");
     int qt = parse_quant(qs);
     if (qt < 0) return g3c_fail(err, G3_ERR_ARG, "cuda: unknown quantization \"%s\" (bf16, int8, int4 or fp8)", qs);

@@ -337,23 +337,29 @@ template <int N, bool CG = false> static __device__ __forceinline__ void g3c_kv_
 }
 static __device__ __forceinline__ float g3c_bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
 static __device__ __forceinline__ float g3c_bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+/* N (2, 4, 8k) consecutive bf16 cache values as loaded, two to a word: value 2i in the low half of w[i] */
 template <int N, bool CG = false>
-static __device__ __forceinline__ void g3c_kv_ld(float (&v)[N], const __nv_bfloat16 *p) {
-    if constexpr (N == 1) v[0] = __bfloat162float(CG ? __ldcg(p) : __ldg(p));
-    else if constexpr (N == 2) {
-        const uint32_t w = CG ? __ldcg((const unsigned *)p) : __ldg((const unsigned *)p);
-        v[0] = g3c_bf_lo(w), v[1] = g3c_bf_hi(w);
-    } else if constexpr (N == 4) {
-        const uint2 w = CG ? __ldcg((const uint2 *)p) : __ldg((const uint2 *)p);
-        v[0] = g3c_bf_lo(w.x), v[1] = g3c_bf_hi(w.x), v[2] = g3c_bf_lo(w.y), v[3] = g3c_bf_hi(w.y);
+static __device__ __forceinline__ void g3c_kv_ld_raw(uint32_t (&w)[N / 2], const __nv_bfloat16 *p) {
+    if constexpr (N == 2) w[0] = CG ? __ldcg((const unsigned *)p) : __ldg((const unsigned *)p);
+    else if constexpr (N == 4) {
+        const uint2 t = CG ? __ldcg((const uint2 *)p) : __ldg((const uint2 *)p);
+        w[0] = t.x, w[1] = t.y;
     } else {
 #pragma unroll
         for (int i = 0; i < N / 8; i++) {
-            const uint4 w = CG ? __ldcg((const uint4 *)p + i) : __ldg((const uint4 *)p + i);
-            float *o = v + 8 * i;
-            o[0] = g3c_bf_lo(w.x), o[1] = g3c_bf_hi(w.x), o[2] = g3c_bf_lo(w.y), o[3] = g3c_bf_hi(w.y);
-            o[4] = g3c_bf_lo(w.z), o[5] = g3c_bf_hi(w.z), o[6] = g3c_bf_lo(w.w), o[7] = g3c_bf_hi(w.w);
+            const uint4 t = CG ? __ldcg((const uint4 *)p + i) : __ldg((const uint4 *)p + i);
+            w[4 * i] = t.x, w[4 * i + 1] = t.y, w[4 * i + 2] = t.z, w[4 * i + 3] = t.w;
         }
+    }
+}
+template <int N, bool CG = false>
+static __device__ __forceinline__ void g3c_kv_ld(float (&v)[N], const __nv_bfloat16 *p) {
+    if constexpr (N == 1) v[0] = __bfloat162float(CG ? __ldcg(p) : __ldg(p));
+    else {
+        uint32_t w[N / 2];
+        g3c_kv_ld_raw<N, CG>(w, p);
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) v[2 * i] = g3c_bf_lo(w[i]), v[2 * i + 1] = g3c_bf_hi(w[i]);
     }
 }
 /* one cache element */
