@@ -301,6 +301,7 @@ static void test_matmul_wgmma(void **state) {
 static void test_matmul_wg4(void **state) {
     (void)state;
     need_gpu();
+    setenv("G3_CUDA_WGB", "0", 1);   /* beyond 64 rows in launches of <= 64 here, not tc_wgb.cu's of <= 128 */
     setenv("G3_CUDA_WG4", "all", 1); /* 17..32 rows too (by default tc_q8.cu's, measured faster there) */
     const int ms[] = {9, 16, 17, 31, 32, 33, 48, 64, 100};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
@@ -331,11 +332,85 @@ static void test_matmul_wg4(void **state) {
         for (size_t i = 0; i < 3; i++) run_wgq("int4", 264, 5376, mv[i], 1);
         run_wgq("int4", 37, 21504, 24, 1);
     }
+    unsetenv("G3_CUDA_WGB");
 }
 
-/* Decode batches of 65..256 rows on the other quantized formats: the 9..64-row kernels in equal launches of <= 64
- * rows (int4 groups of 128: tc_wg4.cu; fp8 and the GGUF groups of 32: the staged kernel), against cuBLAS on a bf16
- * copy before ($G3_CUDA_QBIG=0). Bounds as for those kernels at 9..64 rows (int8 / bf16 activations). */
+/* ---- int4 on bf16 warpgroup MMA with the weights dequantized in registers (tc_wgb.cu) ---------------------------- */
+static float bf16_round(float f) { /* to the nearest bf16, ties to even (finite values) */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* One int4 product of m rows against the bf16-rounded activations times the resident weights in double: the kernel
+ * rounds each weight once more to bf16 (its scale and offset first), ~2^-9 of a group's range, so the product is
+ * within a few 1e-3 of max|y| (H100, session 15: 1.9-3.5e-3; 2.7-4.2e-3 when the weights were rounded as s q + z);
+ * an activation paired with the wrong weight (the k order of the producers and of the kernel disagreeing) moves it
+ * by the order of max|y| itself. Activations of mixed scales per block. */
+static void run_wgb(int n, int k, int m) {
+    float *w = malloc(sizeof(float) * (size_t)n * k), *x = malloc(sizeof(float) * (size_t)m * k);
+    float *y = malloc(sizeof(float) * (size_t)m * n), *wd = malloc(sizeof(float) * (size_t)n * k);
+    for (size_t i = 0; i < (size_t)n * k; i++) w[i] = frand() * 0.1f;
+    for (int i = 0; i < m; i++)
+        for (int t = 0; t < k; t++) x[(size_t)i * k + t] = frand() * ldexpf(1.f, (i * 7 + t / 128 * 3) % 9 - 4);
+    for (size_t i = 0; i < (size_t)m * n; i++) y[i] = NAN;
+    g3_error err = {0};
+    if (g3_cuda_test_matmul(G3_DTYPE_F32, w, n, k, "int4", 1, 0, x, m, y, wd, &err) != G3_OK) fail_msg("%s", err.msg);
+    double mx = 1e-30, de = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double r = 0;
+            for (int t = 0; t < k; t++) r += (double)bf16_round(x[(size_t)i * k + t]) * wd[(size_t)j * k + t];
+            double e = fabs(r - y[(size_t)i * n + j]);
+            if (isnan(e)) e = INFINITY;
+            mx = fmax(mx, fabs(r)), de = fmax(de, e);
+        }
+    const int path = g3_cuda_test_mm_path(G3_DTYPE_F32, n, k, "int4", 1, m);
+    printf("  int4 n=%-4d k=%-5d m=%-3d path %d: vs bf16(x) . W %.2e of max|y|\n", n, k, m, path, de / mx);
+    assert_int_equal(path, 1);
+    if (!(de / mx <= 4e-3)) fail_msg("int4 n=%d k=%d m=%d: %g of max|y| from bf16(x) . W", n, k, m, de / mx);
+    free(w), free(x), free(y), free(wd);
+}
+
+/* every row count of ms in every tile shape ($G3_CUDA_WGBV), the odd matrix shapes in the first */
+static void run_wgb_shapes(const int *ms, size_t nm, const char *what) {
+    const char *vs[] = {"0", "1", "2"};
+    for (size_t v = 0; v < 3; v++) {
+        setenv("G3_CUDA_WGBV", vs[v], 1);
+        printf("  %sG3_CUDA_WGBV=%s\n", what, vs[v]);
+        for (size_t i = 0; i < nm; i++) {
+            run_wgb(264, 5376, ms[i]);
+            run_wgb(37, 21504, ms[i]);
+            if (v == 0) run_wgb(45, 128, ms[i]), run_wgb(96, 384, ms[i]);
+        }
+    }
+    unsetenv("G3_CUDA_WGBV");
+}
+
+/* Decode batches of 65..128 rows in one launch (128-token tiles), 129..256 in two, in every tile shape
+ * ($G3_CUDA_WGBV); with $G3_CUDA_WGBMIN=9 also 9..64 rows (16 / 32 / 64-token tiles). n = 37: one partial channel
+ * tile; 264: three tiles of 128 (five of 64), the last partial; k = 128: two stages; 384: six; 21504: stream-K across
+ * blocks. Then $G3_CUDA_WGB=0 leaves it (launches of <= 64 on tc_wg4.cu: the bound of their int8 activations). */
+static void test_matmul_wgb(void **state) {
+    (void)state;
+    need_gpu();
+    const int ms[] = {65, 100, 128, 130, 200, 256}; /* 129 = 65 + 64: the 64 on tc_wg4.cu (test_matmul_big_decode) */
+    run_wgb_shapes(ms, sizeof ms / sizeof ms[0], "");
+    setenv("G3_CUDA_WGBMIN", "9", 1); /* 9..64 rows too: 16 / 32 / 64-token tiles (not the default) */
+    const int ml[] = {9, 16, 17, 32, 33, 64};
+    run_wgb_shapes(ml, sizeof ml / sizeof ml[0], "G3_CUDA_WGBMIN=9 ");
+    unsetenv("G3_CUDA_WGBMIN");
+    run_mm("int4", 160, 512, 100, 1, 1, 7.0e-3, 2e-2); /* GeGLU after the product */
+    setenv("G3_CUDA_WGB", "0", 1);
+    run_mm("int4", 264, 5376, 100, 1, 0, 7.0e-3, 1e-2);
+    unsetenv("G3_CUDA_WGB");
+}
+
+/* Decode batches of 65..256 rows on the other quantized formats: int4 in groups of 128 on tc_wgb.cu in launches of
+ * <= 128 (129 = 65 + 64: the 64 on tc_wg4.cu), fp8 and the GGUF groups of 32 on the staged kernel in launches of
+ * <= 64, against cuBLAS on a bf16 copy before ($G3_CUDA_QBIG=0). Bounds as for the 9..64-row kernels (int8 / bf16
+ * activations). */
 static void test_matmul_big_decode(void **state) {
     (void)state;
     need_gpu();
@@ -595,6 +670,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_staged),
         cmocka_unit_test(test_matmul_wgmma),
         cmocka_unit_test(test_matmul_wg4),
+        cmocka_unit_test(test_matmul_wgb),
         cmocka_unit_test(test_matmul_big_decode),
         cmocka_unit_test(test_qgemv),
         cmocka_unit_test(test_qgemv_pn),

@@ -379,24 +379,38 @@ static void test_tq_producers(void **state) {
     int32_t prompt[40];
     g3_model *m = random_270m(99, 11, prompt, n);
     const int V = m->cfg.vocab;
-    static const char *const quants[] = {"int8", "int4"};
-    for (int qi = 0; qi < 2; qi++) {
-        const char *on_env[] = {"G3_CUDA_QUANT", quants[qi], NULL};
-        const char *off_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_TQPRE", "0", NULL};
+    /* the third run: int4 on tc_wgb.cu from 9 rows ($G3_CUDA_WGBMIN=9; by default it takes 65..128), whose producers
+     * write bf16 activations in its k order (value order 3) instead of quantizing them */
+    static const char *const quants[] = {"int8", "int4", "int4"};
+    static const char *const wgbmin[] = {"65", "65", "9"};
+    for (int qi = 0; qi < 3; qi++) {
+        const char *on_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_WGBMIN", wgbmin[qi], NULL};
+        const char *off_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_WGBMIN", wgbmin[qi], "G3_CUDA_TQPRE", "0", NULL};
         const char *ref_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_TCM", "1", NULL}; /* bf16 activations */
         float *on = cuda_logits(m, prompt, n, 20, on_env), *off = cuda_logits(m, prompt, n, 20, off_env);
         float *ref = cuda_logits(m, prompt, n, 20, ref_env);
         const double worst = tu_rel_err_rows(on, off, n, V), e_on = tu_rel_err_rows(on, ref, n, V);
         const double e_off = tu_rel_err_rows(off, ref, n, V);
-        printf("  270M shape, 2 layers, %s, prefill chunks of 20: producer-quantized vs own launch: max relative "
-               "logit difference %.2e; vs bf16 activations (staged kernel): %.2e, own launch %.2e\n", quants[qi],
-               worst, e_on, e_off);
-        assert_true(worst < 2e-2);
-        assert_true(worst > 0); /* the two runs took different paths (identical logits: the switch did nothing) */
-        /* against bf16 activations both runs show the int8 activations' noise; the run quantizing the bf16 copies
-         * shares their rounding with the reference, so it may look a little closer (H200: int8 6.5e-3 against 7.7e-3,
-         * int4 8.6e-3 against 8.9e-3): a bound of 2x, where a wrong block would be far beyond */
-        assert_true(e_on < 2 * e_off);
+        printf("  270M shape, 2 layers, %s (G3_CUDA_WGBMIN=%s), prefill chunks of 20: producer-quantized vs own "
+               "launch: max relative logit difference %.2e; vs bf16 activations (staged kernel): %.2e, own launch "
+               "%.2e\n", quants[qi], wgbmin[qi], worst, e_on, e_off);
+        if (qi == 2) {
+            /* bf16 activations both ways (the producers round the float32 values, the own launch the bf16 copies:
+             * the same values), so the runs differ only by the order of the stream-K additions (H100, session 15 run
+             * 10: 7.4e-4), where a wrong pair order in either would make the logits unrelated. Against the staged
+             * kernel (bf16 activations too) they differ by the two kernels' bf16 weights, rounded differently (the
+             * staged kernel s q + z, this one s (q - 8) + (z + 8 s), closer to the exact weights: test_matmul_wgb):
+             * 6.4e-3 there, below the int8 activations' 7.7-8e-3 above. */
+            assert_true(worst < 2e-3);
+            assert_true(e_on < 1e-2 && e_off < 1e-2);
+        } else {
+            assert_true(worst < 2e-2);
+            assert_true(worst > 0); /* the two runs took different paths (identical logits: the switch did nothing) */
+            /* against bf16 activations both runs show the int8 activations' noise; the run quantizing the bf16 copies
+             * shares their rounding with the reference, so it may look a little closer (H200: int8 6.5e-3 against
+             * 7.7e-3, int4 8.6e-3 against 8.9e-3): a bound of 2x, where a wrong block would be far beyond */
+            assert_true(e_on < 2 * e_off);
+        }
         free(ref);
         free(on), free(off);
     }

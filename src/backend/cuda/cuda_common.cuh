@@ -216,10 +216,18 @@ int g3c_wg4_supported(const g3_dmat *w, int m);
 cudaError_t g3c_wg4_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                        cudaStream_t st);
 cudaError_t g3c_wg4_init(void);
+/* tc_wgb.cu: int4 products (groups of 128 * j) of 65..128 rows (from $G3_CUDA_WGBMIN rows, >= 9) on bf16 warpgroup
+ * MMA with the weights dequantized in registers (activations bf16 in value order 3); g3c_tq_mm and g3c_tq_mm_pre take
+ * it where g3c_wgb_supported ($G3_CUDA_WGB=0: never), g3c_mm for decode batches of 65..256 rows in equal launches of
+ * up to 128. xb: [m][k] bf16 in that order. */
+int g3c_wgb_supported(const g3_dmat *w, int m);
+cudaError_t g3c_wgb_mm(const g3_dmat *w, const __nv_bfloat16 *xb, int m, float *y, int n_sm, cudaStream_t st);
+cudaError_t g3c_wgb_init(void);
 /* Activations quantized by their producer (tq_act.cuh) for the int8 tensor-core kernels (tc_q8.cu, tc_wg.cu,
  * tc_wg4.cu): g3c_tq_taken says whether the forward's product of m rows on w runs there (path TC, 9..64 rows,
  * $G3_CUDA_TQPRE != 0), g3c_tq_order which value order its activations need (tq_act.cuh's il); g3c_tq_mm_pre =
- * g3c_tq_mm on activations already quantized: xq [m][k], xd [m][k/128]. */
+ * g3c_tq_mm on activations already quantized: xq [m][k] (bf16 for order 3), xd [m][k/128]. g3c_tq_q8_bytes: room
+ * for either, xd at xq + 2 m k. */
 int g3c_tq_taken(const g3_dmat *w, int m);
 int g3c_tq_order(const g3_dmat *w, int m);
 size_t g3c_tq_q8_bytes(int m, int k);

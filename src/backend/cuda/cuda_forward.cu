@@ -61,7 +61,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
      * read them (one launch less per product); tq_* below say which products take them, per layer */
     const int tqp = b->tq8 && m >= 9 && m <= 64 && !rf && H % 128 == 0 && F % 128 == 0 && add_norm == g3c_add_norm_dec;
     int8_t *tq_x = b->tq8;
-    float2 *tq_d = (float2 *)(b->tq8 + (size_t)64 * (H > F ? H : F)); /* 8-byte aligned: 64 * k, k % 128 == 0 */
+    float2 *tq_d = (float2 *)(b->tq8 + (size_t)128 * (H > F ? H : F)); /* past [64][k] bf16 (g3c_tq_q8_bytes) */
     int tq_next = 0; /* the next qkv product reads activations the last add-norm quantized */
     const int NQKV = (c->n_heads + 2 * c->n_kv_heads) * D;
     float *x2 = b->pnb, *yq = x2 + 2 * H, *yo = yq + 2 * NQKV, *yd = yo + 2 * H;

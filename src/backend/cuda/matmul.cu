@@ -60,8 +60,8 @@ int g3c_mm_path(const g3c_mm_ctx *c, const g3_dmat *w, int m) {
                                                                                              : G3C_PATH_GEMV;
     if (quant && (m <= 64 || !c->wscratch) && g3c_tc_supported(w, 64, 0)) return G3C_PATH_TC;
     /* decode batches of 65..256 distinct sequences: per-channel int8 on wgmma (tc_wg.cu, launches of <= 128 rows),
-     * the other quantized formats on the 9..64-row kernels in launches of 64 rather than cuBLAS on a bf16 copy of
-     * the weights ($G3_CUDA_QBIG=0: cuBLAS) */
+     * the other quantized formats in launches of <= 128 (int4 in groups of 128 * j: tc_wgb.cu) or of 64 on the
+     * 9..64-row kernels rather than cuBLAS on a bf16 copy of the weights ($G3_CUDA_QBIG=0: cuBLAS) */
     if (quant && m <= 256 && c->qact && g3c_wg_supported(w, 128)) return G3C_PATH_TC;
     if (quant && m <= 256 && c->qact && qbig_enabled() && g3c_tc_supported(w, 64, 0)) return G3C_PATH_TC;
     if (quant && !c->wscratch) return G3C_PATH_GEMV;
@@ -96,9 +96,10 @@ cudaError_t g3c_mm(const g3c_mm_ctx *c, const g3_dmat *w, const float *x, const 
             *fused = fuse ? 2 : 0;
             return g3c_tc_mm(w, xh, m, sp, y, fuse ? &gg : NULL, c->n_sm, c->st);
         }
-        /* equal launches (>= 33 rows each) of <= 128 rows on wgmma for decode batches on per-channel int8, else of
-         * <= 64 on the 9..64-row kernels; plain activations: hi rows [0, m) of xh */
-        const int wgp = c->qact && g3c_wg_supported(w, 128), lim = wgp ? 128 : 64;
+        /* equal launches (>= 33 rows each) of <= 128 rows on wgmma for decode batches on per-channel int8 and int4
+         * (tc_wg.cu, tc_wgb.cu: g3c_tq_mm), else of <= 64 on the 9..64-row kernels; plain activations: hi rows
+         * [0, m) of xh */
+        const int wgp = c->qact && (g3c_wg_supported(w, 128) || g3c_wgb_supported(w, 128)), lim = wgp ? 128 : 64;
         const int nl = (m + lim - 1) / lim, per = (m + nl - 1) / nl;
         for (int i0 = 0; i0 < m; i0 += per) {
             const int mm = m - i0 < per ? m - i0 : per;

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(256) k_tq_quant(const __nv_bfloat16 *__restric
     const uint2 v = ok ? __ldcg((const uint2 *)(xh + 4 * t)) : make_uint2(0, 0);
     const float4 f = make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
                                  __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));
-    g3c_tq_quant4(f, ok, xq + 4 * (t & ~31ll), xd + (t >> 5), il); /* blocks of 128 values never cross rows */
+    g3c_tq_quant4(f, ok, xq, (size_t)(4 * (t & ~31ll)), xd + (t >> 5), il); /* blocks of 128 values never cross rows */
 }
 
 /* activations of unit stage `stage` into buffer xs ([MP][UPR] units) and ds ([SEGS][MP] float2 (d, d * sum q)); rows
@@ -383,7 +383,7 @@ int g3c_tq_supported(const g3_dmat *w, int m) { return m >= 9 && m <= 64 && w->n
 static cudaError_t tq_setup(tq_inst *ti) { return g3c_smem_setup(ti->k, ti->smem, TQ_WARPS * 32, &ti->bps); }
 
 #define TQ_UNCLAIMED ((cudaStream_t)(intptr_t)-1)
-static const size_t tq_scr_bytes = (size_t)4 << 20; /* 64 rows up to k = 61680 */
+static const size_t tq_scr_bytes = (size_t)8 << 20; /* 128 rows of bf16 (value order 3) up to k = 31775 */
 /* scratch of the quantized activations when the caller has none: up to 8 buffers, each taken by the first stream
  * that needs one outside graph capture (g3c_tq_init makes the first before any capture) */
 static struct {
@@ -405,12 +405,17 @@ cudaError_t g3c_tq_init(void) {
             if (e != cudaSuccess) return e;
         }
     cudaError_t e = g3c_wg_init();
+    if (e == cudaSuccess) e = g3c_wgb_init();
     return e == cudaSuccess ? g3c_wg4_init() : e;
 }
 
-size_t g3c_tq_q8_bytes(int m, int k) { return (size_t)m * k + (size_t)m * (k / 128) * sizeof(float2); }
+/* [m][k] int8 or (value order 3) bf16, then (d, d sum q) [m][k/128] at xq + 2 m k */
+size_t g3c_tq_q8_bytes(int m, int k) { return (size_t)2 * m * k + (size_t)m * (k / 128) * sizeof(float2); }
 
-int g3c_tq_order(const g3_dmat *w, int m) { return w->qt != G3Q_INT4 ? 0 : g3c_wg4_supported(w, m) ? 2 : 1; }
+int g3c_tq_order(const g3_dmat *w, int m) {
+    if (w->qt != G3Q_INT4) return 0;
+    return g3c_wgb_supported(w, m) ? 3 : g3c_wg4_supported(w, m) ? 2 : 1;
+}
 
 static tq_inst *tq_pick(const g3_dmat *w, int m) {
     /* $G3_CUDA_TQOCC=1|2 forces one; default by format, as measured on the H200 (27B, 32 / 64 seqs, tok/s): int8 at
@@ -438,6 +443,7 @@ static int tq_wg(const g3_dmat *w, int m) { return m >= g3c_wg_min_rows() && g3c
 cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                           cudaStream_t st) {
     if (tq_wg(w, m)) return g3c_wg_mm(w, xq, xd, m, y, n_sm, st);
+    if (g3c_wgb_supported(w, m)) return g3c_wgb_mm(w, (const __nv_bfloat16 *)xq, m, y, n_sm, st);
     if (g3c_wg4_supported(w, m)) return g3c_wg4_mm(w, xq, xd, m, y, n_sm, st);
     if (!g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     tq_build();
@@ -448,10 +454,11 @@ cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, 
 
 cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,
                       cudaStream_t st) {
-    const int wg = tq_wg(w, m), wg4 = !wg && g3c_wg4_supported(w, m); /* up to 128 / 64 rows there */
-    if (!wg && !wg4 && !g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
+    const int wg = tq_wg(w, m), wgb = !wg && g3c_wgb_supported(w, m); /* up to 128 rows there, 64 for wg4 */
+    const int wg4 = !wg && !wgb && g3c_wg4_supported(w, m);
+    if (!wg && !wgb && !wg4 && !g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     tq_build();
-    tq_inst *ti = wg || wg4 ? NULL : tq_pick(w, m);
+    tq_inst *ti = wg || wgb || wg4 ? NULL : tq_pick(w, m);
     cudaError_t e = ti ? tq_setup(ti) : cudaSuccess; /* no-op after g3c_tq_init */
     if (e != cudaSuccess) return e;
     const size_t need = g3c_tq_q8_bytes(m, w->k);
@@ -484,12 +491,13 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
         }
     }
     int8_t *xq = (int8_t *)q8;
-    float2 *xd = (float2 *)(xq + (size_t)m * w->k); /* m*k is a multiple of 128: 8-byte aligned */
+    float2 *xd = (float2 *)(xq + (size_t)2 * m * w->k); /* m*k is a multiple of 128: 8-byte aligned */
     const long long th = (long long)m * (w->k / 4);
     e = g3c_launch(k_tq_quant, dim3((unsigned)((th + 255) / 256)), dim3(256), 0, st, xh, m, w->k, xq, xd,
                    g3c_tq_order(w, m));
     if (e == cudaSuccess)
         e = wg    ? g3c_wg_mm(w, xq, xd, m, y, n_sm, st)
+            : wgb ? g3c_wgb_mm(w, (const __nv_bfloat16 *)xq, m, y, n_sm, st)
             : wg4 ? g3c_wg4_mm(w, xq, xd, m, y, n_sm, st)
                   : tq_run(ti, w, xq, xd, m, y, n_sm, st);
     if (tmp) {

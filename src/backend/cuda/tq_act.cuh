@@ -3,7 +3,8 @@
  * else by tc_q8.cu's k_tq_quant (from the bf16 copies): per row and block of 128 values d = amax/127,
  * q = rint(x * 127/amax), q stored [m][K] in the value order of the product that reads them (il 0: natural, for
  * int8 weights; 1: each 8 values as x0,x2,x4,x6,x1,x3,x5,x7, for int4 on tc_q8.cu; 2: the order of tc_wg4.cu's k
- * steps, for int4 on wgmma), (d, d * sum q) [m][K/128].
+ * steps, for int4 on wgmma), (d, d * sum q) [m][K/128]. Value order 3 is no quantization: the values rounded to
+ * bf16 [m][K] in tc_wgb.cu's k order (pairs of values moved whole), no (d, d * sum q).
  * record (cuda_forward.cu) takes it for the qkv, gate/up and down products on the int8 tensor cores ($G3_CUDA_TQPRE=0:
  * k_tq_quant before each, as before). Measured on the H200 (session 5, 27B, aggregate decode tok/s, argmax on the GPU,
  * off -> on): int4 32 seqs 2880 -> 2944, 64 seqs 3791 -> 3857; int8 32 seqs 2515 -> 2711, 64 seqs 3589 -> 3819. */
@@ -11,11 +12,26 @@
 #define G3_BACKEND_CUDA_TQ_ACT_CUH
 
 #include <stdint.h>
+#include <string.h>
+
+#include <cuda_bf16.h>
 
 /* The 32 lanes of a warp hold the 128 values of one block, lane l values 4l..4l+3 (v); every lane calls, ok equal
- * across the warp. xq: the block's 128 bytes, xd: its (d, d * sum q); il: the value order (above). */
-static __device__ __forceinline__ void g3c_tq_quant4(float4 v, bool ok, int8_t *xq, float2 *xd, int il) {
+ * across the warp. The block starts at value `off` of the buffer xq ([m][K] bytes, or bf16 values for il 3); xd: its
+ * (d, d * sum q); il: the value order (above). */
+static __device__ __forceinline__ void g3c_tq_quant4(float4 v, bool ok, int8_t *xq0, size_t off, float2 *xd, int il) {
     const int lane = threadIdx.x & 31;
+    if (il == 3) { /* pair V (of 32) of each 64 values to position ((V & 7) << 2) | (V >> 3): tc_wgb.cu */
+        if (!ok) return;
+        uint32_t *p = (uint32_t *)((__nv_bfloat16 *)xq0 + off) + 32 * (lane >> 4);
+        const __nv_bfloat162 h0 = __floats2bfloat162_rn(v.x, v.y), h1 = __floats2bfloat162_rn(v.z, v.w);
+        const int V = (2 * lane) & 31;
+        uint32_t u0, u1;
+        memcpy(&u0, &h0, 4), memcpy(&u1, &h1, 4);
+        p[((V & 7) << 2) | (V >> 3)] = u0, p[(((V + 1) & 7) << 2) | ((V + 1) >> 3)] = u1;
+        return;
+    }
+    int8_t *xq = xq0 + off;
     float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
     for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));

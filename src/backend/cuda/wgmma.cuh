@@ -1,7 +1,8 @@
-/* Hopper warpgroup MMA (wgmma) on int8 tiles: the MMA instructions (m64n64k32, m64n128k32 with A and B in shared
- * memory; m64n16k32, m64n32k32, m64n64k32 with A in registers), s8 x s8 -> s32, fence / commit / wait, the register
- * fence that keeps the compiler off the accumulators while an MMA is in flight, the 128-byte-swizzle descriptor, and
- * the cp.async copies that fill the tiles. Used by tc_wg.cu, tc_wg4.cu and the microbenchmark dev/cuda/wg_bench.cu.
+/* Hopper warpgroup MMA (wgmma): the MMA instructions (int8: m64n64k32, m64n128k32 with A and B in shared memory;
+ * m64n16k32, m64n32k32, m64n64k32 with A in registers, s8 x s8 -> s32; bf16: m64n16/32/64/128k16 with A in registers,
+ * -> f32), fence / commit / wait, the register fence that keeps the compiler off the accumulators while an MMA is in
+ * flight, the 128-byte-swizzle descriptor, and the cp.async copies that fill the tiles. Used by tc_wg.cu, tc_wg4.cu,
+ * tc_wgb.cu and the microbenchmark dev/cuda/wg_bench.cu.
  * Internal to src/backend/cuda; sm_90a only. */
 #ifndef G3_CUDA_WGMMA_CUH
 #define G3_CUDA_WGMMA_CUH
@@ -90,6 +91,61 @@ static __device__ __forceinline__ void wg_mma_rs(int (&d)[NR], uint32_t a0, uint
     else wg_mma_rs_n64(d, a0, a1, a2, a3, db, acc);
 }
 
+/* D (f32, NR = N/2 registers) = or += A . B^T: m64nNk16 bf16 x bf16 -> f32 (N = 16, 32, 64, 128), A from registers
+ * (a0..a3: the m16n8k16 A fragment of this warp's 16 rows), B K-major bf16 in shared memory (descriptor) */
+template <int NR>
+static __device__ __forceinline__ void wg_mma_bf_rs(float (&d)[NR], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                    uint32_t a3, uint64_t db, int acc) {
+    if constexpr (NR == 8) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
+                     "%0,%1,%2,%3,%4,%5,%6,%7"
+                     "}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(acc));
+    } else if constexpr (NR == 16) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+                     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+                     "}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                       "+f"(d[15])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(acc));
+    } else if constexpr (NR == 64) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                     "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                     "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                     "}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                       "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                       "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                       "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                       "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                       "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+                       "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+                       "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(acc));
+    } else {
+        static_assert(NR == 32, "m64n16/32/64/128 only");
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                     "}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                       "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                       "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                       "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(acc));
+    }
+}
+
 static __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 static __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 static __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
@@ -97,6 +153,10 @@ static __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_gro
 template <int N> static __device__ __forceinline__ void wg_fence_regs(int (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+r"(d[i])::"memory");
+}
+template <int N> static __device__ __forceinline__ void wg_fence_regs(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 template <int N> static __device__ __forceinline__ void wg_mma(int (&d)[N], uint64_t da, uint64_t db, int acc) {
     if constexpr (N == 32) wg_mma_n64(d, da, db, acc);
