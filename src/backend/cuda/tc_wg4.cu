@@ -1,5 +1,6 @@
 /* Batched products on int4 weights (affine groups of 128 * j) with Hopper's warpgroup MMA: y += x W^T for 9..64
- * activation rows (g3c_tq_mm / g3c_tq_mm_pre; 65..256-row decode batches reach it in launches of <= 64 rows).
+ * activation rows (g3c_tq_mm / g3c_tq_mm_pre; 65..256-row decode batches reach it only in launches of <= 64 rows
+ * that tc_wgb.cu does not take: all with $G3_CUDA_WGB=0, else the 64 of 129 = 65 + 64).
  * $G3_CUDA_WG4=0: tc_q8.cu's mma.sync kernel, as before.
  *
  * Why: at 32 rows an int4 weight byte carries 2 x 32 multiply-adds, 128 int8 operations, which is about what
