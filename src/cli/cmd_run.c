@@ -111,12 +111,9 @@ int g3_cli_run(int argc, char **argv) {
         {"print-ids", 0, G3_ARG_FLAG, &print_ids, "print only the generated ids, comma-separated"},
         {"backend", 0, G3_ARG_STR, &mo.backend, "cpu, cuda, vulkan or auto"},
         {"device", 0, G3_ARG_INT, &mo.device, "GPU index (gemma3 info --devices)"},
-        {"quant", 0, G3_ARG_STR, &mo.quant, "weights on the GPU: bf16, int8, int4 or fp8 (cuda backend)"},
-        {"gemm", 0, G3_ARG_STR, &mo.gemm, "cuda products of many rows: exact (bf16 hi+lo activations, the default) or "
-                                          "fast (plain bf16: ~2x prefill, ~2^-9 rounding of activations)"},
-        {"kv-cache", 0, G3_ARG_STR, &mo.kv_cache,
-         "cuda K/V cache elements: auto (the default: bf16 where the kernels take the model, else "
-         "f32), bf16 or f32 (float32: twice the memory)"},
+        {"quant", 0, G3_ARG_STR, &mo.quant, G3_CLI_HELP_QUANT},
+        {"gemm", 0, G3_ARG_STR, &mo.gemm, G3_CLI_HELP_GEMM},
+        {"kv-cache", 0, G3_ARG_STR, &mo.kv_cache, G3_CLI_HELP_KV_CACHE},
         {"threads", 't', G3_ARG_INT, &mo.threads, "CPU threads (0 = all cores)"},
         {"ctx-size", 'c', G3_ARG_INT, &mo.ctx_size, "context size in tokens (0 = min(model, 4096))"},
     };

@@ -71,12 +71,9 @@ int g3_cli_serve(int argc, char **argv) {
         {"model-name", 0, G3_ARG_STR, &model_name, "model id to report and accept (default: the file/folder name)"},
         {"backend", 0, G3_ARG_STR, &backend, "cpu, cuda, vulkan or auto"},
         {"device", 0, G3_ARG_INT, &device, "GPU index (gemma3 info --devices)"},
-        {"quant", 0, G3_ARG_STR, &quant, "weights on the GPU: bf16, int8, int4 or fp8 (cuda backend)"},
-        {"gemm", 0, G3_ARG_STR, &gemm, "cuda products of many rows: exact (bf16 hi+lo activations, the default) or "
-                                       "fast (plain bf16: ~2x prefill, ~2^-9 rounding of activations)"},
-        {"kv-cache", 0, G3_ARG_STR, &kv_cache,
-         "cuda K/V cache elements: auto (the default: bf16 where the kernels take the model, else "
-         "f32), bf16 or f32 (float32: twice the memory)"},
+        {"quant", 0, G3_ARG_STR, &quant, G3_CLI_HELP_QUANT},
+        {"gemm", 0, G3_ARG_STR, &gemm, G3_CLI_HELP_GEMM},
+        {"kv-cache", 0, G3_ARG_STR, &kv_cache, G3_CLI_HELP_KV_CACHE},
         {"threads", 't', G3_ARG_INT, &threads, "CPU threads (0 = all cores)"},
         {"ctx-size", 'c', G3_ARG_INT, &ctx_size, "tokens per sequence, prompt + reply (0 = min(model, 4096))"},
         {"max-seqs", 0, G3_ARG_INT, &max_seqs, "sequences decoded together (continuous batching)"},

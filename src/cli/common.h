@@ -14,8 +14,17 @@ typedef struct g3_cli_model_opts {
     const char *quant;   /* GPU weight format: bf16, int8, int4, fp8 (cuda backend), or NULL */
     int device;          /* GPU index */
     const char *gemm;    /* CUDA products of many rows: "exact" (bf16 hi+lo activations) or "fast" (plain bf16), or NULL */
-    const char *kv_cache; /* CUDA K/V cache elements: "f32" (default) or "bf16", or NULL */
+    const char *kv_cache; /* CUDA K/V cache elements: "auto" (default), "bf16" or "f32", or NULL */
 } g3_cli_model_opts;
+
+/* Help texts of the GPU options every model-using subcommand takes (--quant, --gemm, --kv-cache) */
+#define G3_CLI_HELP_QUANT "weights on the GPU: bf16, int8, int4 or fp8 (cuda backend)"
+#define G3_CLI_HELP_GEMM                                                                                               \
+    "cuda products of many rows: exact (bf16 hi+lo activations, the default) or fast (plain bf16: ~2x prefill, "     \
+    "~2^-9 rounding of activations)"
+#define G3_CLI_HELP_KV_CACHE                                                                                           \
+    "cuda K/V cache elements: auto (the default: bf16 where the kernels take the model, else f32), bf16 or f32 "     \
+    "(float32: twice the memory)"
 
 void g3_cli_model_opts_default(g3_cli_model_opts *o);
 /* Loads o->model and creates an engine; prints the error and returns 0 on failure. */
