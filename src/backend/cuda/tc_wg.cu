@@ -95,17 +95,8 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
     const int tf = (int)(u0 / S), sc_ok = u1 > u0 && (int)((u1 - 1) / S) - tf < 2;
     if (sc_ok)
         for (int i = tid; i < 2 * BN; i += WG_T) scs[i] = tf * BN + i < n ? __ldg(w.s + tf * BN + i) : 0.f;
-#pragma unroll
-    for (int i = 0; i < ST - 1; i++) {
-        if (u0 + i < u1) load_w(u0 + i, i);
-        g3c_cp_commit();
-    }
-    g3c_pdl_wait();
-#pragma unroll
-    for (int i = 0; i < ST - 1; i++) {
-        if (u0 + i < u1) load_x(u0 + i, i);
-        g3c_cp_commit();
-    }
+    wg_ring_start<ST>(u1 - u0 < ST ? (int)(u1 - u0) : ST, [&](int i, bool on) { if (on) load_w(u0 + i, i); },
+                      [&](int i, bool on) { if (on) load_x(u0 + i, i); });
     /* unit u0 + i has landed once group ST - 1 + i has: at the top of iteration i, 2 (ST - 1) + i groups exist */
     const int tr = 16 * wq + (lane >> 2); /* this thread's tokens in each m64 tile: tr, tr + 8 */
     float acc[MT][NR];

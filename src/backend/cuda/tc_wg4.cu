@@ -164,22 +164,17 @@ __global__ void __launch_bounds__(W4_T, MINB) k_wg4(g3_dmat w, const int8_t *__r
             *(float2 *)(sm + (idx / (G * NP)) * SB + XB + WB + SCB + 8 * (idx % (G * NP))) = make_float2(0.f, 0.f);
     int ct = u0 / S, cs = u0 % S; /* the unit computed */
     int lt = ct, ls = cs;         /* the next unit loaded */
-#pragma unroll
-    for (int i = 0; i < ST - 1; i++) {
-        if (u0 + i < u1) load_w(lt, ls, i);
-        g3c_cp_commit();
-        if (++ls == S) ls = 0, lt++;
-    }
-    g3c_pdl_wait();
-    {
-        int xs = cs;
-#pragma unroll
-        for (int i = 0; i < ST - 1; i++) {
-            if (u0 + i < u1) load_x(xs, i);
-            g3c_cp_commit();
+    int xs = cs;
+    wg_ring_start<ST>(
+        u1 - u0,
+        [&](int i, bool on) {
+            if (on) load_w(lt, ls, i);
+            if (++ls == S) ls = 0, lt++;
+        },
+        [&](int i, bool on) {
+            if (on) load_x(xs, i);
             if (++xs == S) xs = 0;
-        }
-    }
+        });
     /* unit u0 + i has landed once group ST - 1 + i has: at the top of iteration i, 2 (ST - 1) + i groups exist */
     float acc[CT][NR];
 #pragma unroll

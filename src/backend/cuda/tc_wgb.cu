@@ -114,8 +114,8 @@ __global__ void __launch_bounds__(WB_T, MINB) k_wgb(g3_dmat w, const __nv_bfloat
     const int u0 = (int)(L * blockIdx.x / gridDim.x), u1 = (int)(L * (blockIdx.x + 1) / gridDim.x);
     const int spg = w.g / 64; /* stages per scale group */
     const uint8_t *W = (const uint8_t *)w.q;
-    /* Per-thread copy offsets, so that a stage's copies cost a few instructions each (Nsight Compute, run 06: the
-     * per-copy index arithmetic was a third of the instructions). Weights: this thread's 8 bytes of rows
+    /* Per-thread copy offsets, so that a stage's copies cost a few instructions each (Nsight Compute, runs 06-09: the
+     * per-copy index arithmetic, recomputed inside each predicated copy, was ~40% of the instructions). Weights: this thread's 8 bytes of rows
      * 16 wq + g (+ 8) of each channel tile of the loaded tile (byte offsets, < 2^32 for any matrix here), set per
      * tile; scales: channels tid / 2 and 64 + tid / 2 of it, s for even threads, z for odd. Activations: chunk
      * tid & 7 of rows tid / 8 + 16 i (the swizzle term is the same for every i). */
@@ -161,22 +161,17 @@ __global__ void __launch_bounds__(WB_T, MINB) k_wgb(g3_dmat w, const __nv_bfloat
         if (++ls == S) ls = 0, lg = 0, lq = 0, set_tile(++lt);
         else if (++lq == spg) lq = 0, lg++;
     };
-#pragma unroll
-    for (int i = 0; i < ST - 1; i++) {
-        if (u0 + i < u1) load_w(ls, lg, i);
-        g3c_cp_commit();
-        step_load();
-    }
-    g3c_pdl_wait();
-    {
-        int xs = cs;
-#pragma unroll
-        for (int i = 0; i < ST - 1; i++) {
-            if (u0 + i < u1) load_x(xs, i);
-            g3c_cp_commit();
+    int xs = cs;
+    wg_ring_start<ST>(
+        u1 - u0,
+        [&](int i, bool on) {
+            if (on) load_w(ls, lg, i);
+            step_load();
+        },
+        [&](int i, bool on) {
+            if (on) load_x(xs, i);
             if (++xs == S) xs = 0;
-        }
-    }
+        });
     /* unit u0 + i has landed once group ST - 1 + i has: at the top of iteration i, 2 (ST - 1) + i groups exist */
     float acc[CT][NR];
 #pragma unroll

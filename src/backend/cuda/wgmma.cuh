@@ -10,6 +10,9 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/device_util.cuh"
+
 /* D (s32, 32 registers) = or += A . B^T: m64n64k32, A and B K-major int8 tiles in shared memory (descriptors) */
 static __device__ __forceinline__ void wg_mma_n64(int (&d)[32], uint64_t da, uint64_t db, int acc) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -161,6 +164,26 @@ template <int N> static __device__ __forceinline__ void wg_fence_regs(float (&d)
 template <int N> static __device__ __forceinline__ void wg_mma(int (&d)[N], uint64_t da, uint64_t db, int acc) {
     if constexpr (N == 32) wg_mma_n64(d, da, db, acc);
     else wg_mma_n128(d, da, db, acc);
+}
+
+/* The start of a block's ring of ST cp.async stages over its stream-K units: the weights of the first ST - 1 units,
+ * which do not depend on the previous kernel, requested before the programmatic-launch wait, their activations after
+ * it; one group per unit and kind (empty past the block's n units), so that unit i has landed once group ST - 1 + i
+ * has. load_w(i, on) / load_x(i, on) put unit i into slot i, copying only if on (counters kept by the loaders advance
+ * either way). tc_wg.cu, tc_wg4.cu, tc_wgb.cu. */
+template <int ST, class LW, class LX>
+static __device__ __forceinline__ void wg_ring_start(int n, LW &&load_w, LX &&load_x) {
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        load_w(i, i < n);
+        g3c_cp_commit();
+    }
+    g3c_pdl_wait();
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        load_x(i, i < n);
+        g3c_cp_commit();
+    }
 }
 
 /* shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 B apart */
