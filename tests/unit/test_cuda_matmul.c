@@ -156,6 +156,7 @@ static void test_matmul_staged(void **state) {
      * values, ~2e-3 relative to max|y| with random signs; 5e-3 seen), so the same 1e-2 bound holds. */
     static const char *modes[] = {NULL, "1", "2", "0", "3"};
     setenv("G3_CUDA_WG", "0", 1);  /* per-channel int8 on mma.sync here (the wgmma kernel: test_matmul_wgmma) */
+    setenv("G3_CUDA_WGF", "0", 1); /* fp8 on the staged kernel here (e4m3 wgmma: test_matmul_wgmma_fp8) */
     setenv("G3_CUDA_WG4", "0", 1); /* int4 likewise (tc_wg4.cu: test_matmul_wg4) */
     for (int pass = 0; pass < 5; pass++) {
         if (modes[pass]) setenv("G3_CUDA_TCM", modes[pass], 1);
@@ -202,6 +203,7 @@ static void test_matmul_staged(void **state) {
     unsetenv("G3_CUDA_TQOCC");
     unsetenv("G3_CUDA_TCM");
     unsetenv("G3_CUDA_WG");
+    unsetenv("G3_CUDA_WGF");
     unsetenv("G3_CUDA_WG4");
 }
 /* ---- per-channel int8 on Hopper's warpgroup MMA (tc_wg.cu) ------------------------------------------------------- */
@@ -211,10 +213,24 @@ static void test_matmul_staged(void **state) {
  * product quantizes; amax spread over 2^-6 .. 2^6), so a block's d taken from the wrong stage or token moves y by
  * far more than the 1e-4 of max|y| allowed, which float rounding of the sums stays well inside. Also checked: the
  * path, and against W . x (the quantization's own error: 1e-2, as for every 9..64-row quantized path). */
+/* e4m3 rounding to nearest even, saturating at 448 (as cvt.rn.satfinite.e4m3x2.f32) */
+static float e4m3_rn(float v) {
+    const float a = fabsf(v);
+    if (!(a > 0.f)) return 0.f;
+    int e;
+    frexpf(a, &e); /* a in [2^(e-1), 2^e) */
+    const float step = ldexpf(1.f, (e - 1 < -6 ? -6 : e - 1) - 3), r = fminf(rintf(a / step) * step, 448.f);
+    return v < 0.f ? -r : r;
+}
+
+/* fp8 weights (tc_wg.cu's e4m3 kernel): the activations split per row and block of 128 into e4m3 hi + lo parts of
+ * x * 448/amax (d = amax/448): y = sum over blocks of d * ((hi + lo) . w). xe_hi: d * hi alone (the test's own check
+ * that dropping the lo part would be seen). */
 static void run_wgq(const char *qt, int n, int k, int m, int want_path) {
     float *w = malloc(sizeof(float) * (size_t)n * k), *x = malloc(sizeof(float) * (size_t)m * k);
     float *y = malloc(sizeof(float) * (size_t)m * n), *wd = malloc(sizeof(float) * (size_t)n * k);
-    double *xe = malloc(sizeof(double) * (size_t)m * k);
+    double *xe = malloc(sizeof(double) * (size_t)m * k), *xe_hi = malloc(sizeof(double) * (size_t)m * k);
+    const int f8 = !strcmp(qt, "fp8");
     for (size_t i = 0; i < (size_t)n * k; i++) w[i] = frand() * 0.1f;
     for (int i = 0; i < m; i++)
         for (int b = 0; b < k / 128; b++) {
@@ -225,33 +241,58 @@ static void run_wgq(const char *qt, int n, int k, int m, int want_path) {
                 if ((i + b) % 5 == 0 && t == 17) v = 0.f;
                 x[(size_t)i * k + 128 * b + t] = v, amax = fmaxf(amax, fabsf(v));
             }
-            const float inv = amax > 0.f ? 127.f / amax : 0.f, d = amax * (1.f / 127.f);
+            const float qm = f8 ? 448.f : 127.f, inv = amax > 0.f ? qm / amax : 0.f, d = amax * (1.f / qm);
             for (int t = 0; t < 128; t++) {
-                volatile float p = x[(size_t)i * k + 128 * b + t] * inv;
-                xe[(size_t)i * k + 128 * b + t] = (double)d * rintf(p);
+                const size_t ix = (size_t)i * k + 128 * b + t;
+                volatile float p = x[ix] * inv;
+                if (f8) {
+                    const float hi = e4m3_rn(p), lo = e4m3_rn(p - hi);
+                    xe[ix] = (double)d * ((double)hi + lo), xe_hi[ix] = (double)d * hi;
+                } else xe[ix] = xe_hi[ix] = (double)d * rintf(p);
             }
         }
     for (size_t i = 0; i < (size_t)m * n; i++) y[i] = NAN;
     g3_error err = {0};
     if (g3_cuda_test_matmul(G3_DTYPE_F32, w, n, k, qt, 1, 0, x, m, y, wd, &err) != G3_OK)
         fail_msg("%s: %s", qt, err.msg);
-    double mx = 1e-30, de = 0;
+    double mx = 1e-30, de = 0, dh = 0;
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
-            double r = 0;
-            for (int t = 0; t < k; t++) r += xe[(size_t)i * k + t] * wd[(size_t)j * k + t];
+            double r = 0, rh = 0;
+            for (int t = 0; t < k; t++)
+                r += xe[(size_t)i * k + t] * wd[(size_t)j * k + t], rh += xe_hi[(size_t)i * k + t] * wd[(size_t)j * k + t];
             double e = fabs(r - y[(size_t)i * n + j]);
             if (isnan(e)) e = INFINITY;
-            mx = fmax(mx, fabs(r)), de = fmax(de, e);
+            mx = fmax(mx, fabs(r)), de = fmax(de, e), dh = fmax(dh, fabs(r - rh));
         }
     const double dq = check_mm(wd, n, k, x, m, y, 0);
     const int path = g3_cuda_test_mm_path(G3_DTYPE_F32, n, k, qt, 1, m);
-    printf("  %s n=%-4d k=%-5d m=%-3d path %d: vs emulation %.2e, vs W.x %.2e\n", qt, n, k, m, path, de / mx, dq);
+    double dk = 0; /* fp8: how far the staged bf16 kernel's y is (G3_CUDA_WGF=0): a different kernel ran */
+    if (f8) {
+        float *y0 = malloc(sizeof(float) * (size_t)m * n);
+        setenv("G3_CUDA_WGF", "0", 1);
+        if (g3_cuda_test_matmul(G3_DTYPE_F32, w, n, k, qt, 1, 0, x, m, y0, NULL, &err) != G3_OK)
+            fail_msg("%s: %s", qt, err.msg);
+        unsetenv("G3_CUDA_WGF");
+        for (size_t i = 0; i < (size_t)m * n; i++) dk = fmax(dk, fabs((double)y0[i] - y[i]));
+        dk /= mx;
+        free(y0);
+    }
+    printf("  %s n=%-4d k=%-5d m=%-3d path %d: vs emulation %.2e, vs W.x %.2e", qt, n, k, m, path, de / mx, dq);
+    if (f8) printf(" (hi parts alone: %.2e; the staged kernel: %.2e)", dh / mx, dk);
+    printf("\n");
     assert_int_equal(path, want_path);
-    if (!(de / mx <= 1e-4))
+    /* e4m3 MMAs keep fewer bits in their sums than float: measured up to 2.1e-4 of max|y| with the lo rows as rows
+     * of their own (<= 32 rows), up to 1.03e-3 with hi and lo summed in one accumulator (33..64 rows) */
+    const double bound = f8 ? 2e-3 : 1e-4;
+    if (!(de / mx <= bound))
         fail_msg("%s n=%d k=%d m=%d: %g of max|y| from the emulated product", qt, n, k, m, de / mx);
+    if (f8 && !(dh / mx >= 1e-2)) fail_msg("fp8 n=%d k=%d m=%d: the lo parts move y by %g only", n, k, m, dh / mx);
+    /* e4m3 hi + lo against bf16 activations: ~1e-4 and more apart; the same kernel twice: the order of its atomic
+     * additions only (~1e-7) */
+    if (f8 && !(dk >= 1e-5)) fail_msg("fp8 n=%d k=%d m=%d: the e4m3 kernel did not run (%g)", n, k, m, dk);
     if (!(dq <= 1e-2)) fail_msg("%s n=%d k=%d m=%d: product error %g", qt, n, k, m, dq);
-    free(w), free(x), free(y), free(wd), free(xe);
+    free(w), free(x), free(y), free(wd), free(xe), free(xe_hi);
 }
 
 static void run_wg(int n, int k, int m, int want_path) { run_wgq("int8", n, k, m, want_path); }
@@ -289,6 +330,41 @@ static void test_matmul_wgmma(void **state) {
     run_mm("int8", 264, 5376, 100, 1, 0, 5.0e-4, 1e-2);
     unsetenv("G3_CUDA_QBIG");
     unsetenv("G3_CUDA_WG");
+}
+
+/* fp8 on e4m3 warpgroup MMA (tc_wg.cu): up to 32 rows as 64-row tiles (lo parts at rows m..2m-1), 33..64 as hi and
+ * lo tiles of 64 tokens summed in one accumulator (lo parts at 64..), decode batches beyond 64 in launches of <= 64;
+ * shapes as for int8 (odd n, one stage, stream-K), every stage count and the prefetch variant. Against the emulation
+ * of hi + lo e4m3 activations (2e-3 of max|y|, where the hi parts alone are >= 1e-2 away), W . x, and the staged
+ * bf16 kernel ($G3_CUDA_WGF=0), which must give a different y (else the e4m3 kernel did not run). */
+static void test_matmul_wgmma_fp8(void **state) {
+    (void)state;
+    need_gpu();
+    setenv("G3_CUDA_WGFMIN", "9", 1); /* from 9 rows (default 33) */
+    setenv("G3_CUDA_WGFW", "0", 1);   /* beyond 64 rows on every matrix (default: 16 M weights and more) */
+    const int ms[] = {9, 16, 32, 33, 64, 65, 100, 129};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        run_wgq("fp8", 264, 5376, ms[i], 1);
+        run_wgq("fp8", 37, 21504, ms[i], 1);
+        run_wgq("fp8", 45, 128, ms[i], 1);
+    }
+    setenv("G3_CUDA_WGST", "4", 1); /* up to 32 rows: four stages */
+    run_wgq("fp8", 264, 5376, 20, 1);
+    unsetenv("G3_CUDA_WGST");
+    setenv("G3_CUDA_WGFST", "3", 1); /* 33..64 rows: three stages */
+    run_wgq("fp8", 264, 5376, 50, 1);
+    run_wgq("fp8", 37, 21504, 64, 1);
+    unsetenv("G3_CUDA_WGFST");
+    setenv("G3_CUDA_WGPF", "0", 1);
+    run_wgq("fp8", 264, 5376, 64, 1);
+    unsetenv("G3_CUDA_WGPF");
+    setenv("G3_CUDA_WGFMIN", "1", 1); /* from one row (default: the bf16 kernels below 33) */
+    run_wgq("fp8", 264, 5376, 1, 1);
+    run_wgq("fp8", 37, 21504, 5, 1);
+    unsetenv("G3_CUDA_WGFMIN");
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 5376, "fp8", 1, 40), 1);
+    unsetenv("G3_CUDA_WGFW");
+    run_mm("fp8", 160, 256, 40, 1, 1, 7.0e-3, 2e-2); /* GeGLU after the product */
 }
 
 /* ---- int4 on warpgroup MMA with the weights in registers (tc_wg4.cu) ---------------------------------------------- */
@@ -669,6 +745,7 @@ int main(void) {
         cmocka_unit_test(test_gguf_types),
         cmocka_unit_test(test_matmul_staged),
         cmocka_unit_test(test_matmul_wgmma),
+        cmocka_unit_test(test_matmul_wgmma_fp8),
         cmocka_unit_test(test_matmul_wg4),
         cmocka_unit_test(test_matmul_wgb),
         cmocka_unit_test(test_matmul_big_decode),

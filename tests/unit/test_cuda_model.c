@@ -380,20 +380,29 @@ static void test_tq_producers(void **state) {
     g3_model *m = random_270m(99, 11, prompt, n);
     const int V = m->cfg.vocab;
     /* the third run: int4 on tc_wgb.cu from 9 rows ($G3_CUDA_WGBMIN=9; by default it takes 65..128), whose producers
-     * write bf16 activations in its k order (value order 3) instead of quantizing them */
-    static const char *const quants[] = {"int8", "int4", "int4"};
-    static const char *const wgbmin[] = {"65", "65", "9"};
-    for (int qi = 0; qi < 3; qi++) {
-        const char *on_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_WGBMIN", wgbmin[qi], NULL};
-        const char *off_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_WGBMIN", wgbmin[qi], "G3_CUDA_TQPRE", "0", NULL};
-        const char *ref_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_TCM", "1", NULL}; /* bf16 activations */
-        float *on = cuda_logits(m, prompt, n, 20, on_env), *off = cuda_logits(m, prompt, n, 20, off_env);
-        float *ref = cuda_logits(m, prompt, n, 20, ref_env);
+     * write bf16 activations in its k order (value order 3) instead of quantizing them; the fourth and fifth: fp8 on
+     * tc_wg.cu's e4m3 kernel, the producers writing e4m3 hi + lo parts, in chunks of 20 ($G3_CUDA_WGFMIN=9: lo rows
+     * after the hi rows) and of 40 (hi and lo tiles into one accumulator) */
+    static const char *const quants[] = {"int8", "int4", "int4", "fp8", "fp8"};
+    static const char *const wgbmin[] = {"65", "65", "9", "65", "65"};
+    static const char *const wgfmin[] = {"33", "33", "33", "9", "33"};
+    static const int chunk[] = {20, 20, 20, 20, 40};
+    for (int qi = 0; qi < 5; qi++) {
+        const int f8 = qi >= 3;
+        const char *on_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_WGBMIN", wgbmin[qi], "G3_CUDA_WGFMIN", wgfmin[qi],
+                                NULL};
+        const char *off_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_WGBMIN", wgbmin[qi], "G3_CUDA_WGFMIN",
+                                 wgfmin[qi], "G3_CUDA_TQPRE", "0", NULL};
+        /* bf16 activations: the staged kernel */
+        const char *ref_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_TCM", "1", "G3_CUDA_WGF", "0", NULL};
+        float *on = cuda_logits(m, prompt, n, chunk[qi], on_env), *off = cuda_logits(m, prompt, n, chunk[qi], off_env);
+        float *ref = cuda_logits(m, prompt, n, chunk[qi], ref_env);
         const double worst = tu_rel_err_rows(on, off, n, V), e_on = tu_rel_err_rows(on, ref, n, V);
         const double e_off = tu_rel_err_rows(off, ref, n, V);
-        printf("  270M shape, 2 layers, %s (G3_CUDA_WGBMIN=%s), prefill chunks of 20: producer-quantized vs own "
-               "launch: max relative logit difference %.2e; vs bf16 activations (staged kernel): %.2e, own launch "
-               "%.2e\n", quants[qi], wgbmin[qi], worst, e_on, e_off);
+        printf("  270M shape, 2 layers, %s (G3_CUDA_WGBMIN=%s, G3_CUDA_WGFMIN=%s), prefill chunks of %d: "
+               "producer-quantized vs own launch: max relative logit difference %.2e; vs bf16 activations (staged "
+               "kernel): %.2e, own launch %.2e\n",
+               quants[qi], wgbmin[qi], wgfmin[qi], chunk[qi], worst, e_on, e_off);
         if (qi == 2) {
             /* bf16 activations both ways (the producers round the float32 values, the own launch the bf16 copies:
              * the same values), so the runs differ only by the order of the stream-K additions (H100, session 15 run
@@ -408,8 +417,10 @@ static void test_tq_producers(void **state) {
             assert_true(worst > 0); /* the two runs took different paths (identical logits: the switch did nothing) */
             /* against bf16 activations both runs show the int8 activations' noise; the run quantizing the bf16 copies
              * shares their rounding with the reference, so it may look a little closer (H200: int8 6.5e-3 against
-             * 7.7e-3, int4 8.6e-3 against 8.9e-3): a bound of 2x, where a wrong block would be far beyond */
+             * 7.7e-3, int4 8.6e-3 against 8.9e-3): a bound of 2x, where a wrong block would be far beyond. fp8: e4m3
+             * hi + lo parts keep ~8 bits of each value, as the reference's bf16 copy does */
             assert_true(e_on < 2 * e_off);
+            if (f8) assert_true(e_on < 1e-2 && e_off < 1e-2);
         }
         free(ref);
         free(on), free(off);

@@ -209,6 +209,19 @@ int g3c_wg_min_rows(void);
 cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                       cudaStream_t st);
 cudaError_t g3c_wg_init(void);
+/* tc_wg.cu, fp8 (e4m3 per channel): products of 1..64 rows on e4m3 warpgroup MMA, the activations split into e4m3 hi
+ * + lo parts per row and block of 128 values (d = amax/448; ~8 bits of each value, as the bf16 copy the staged kernel
+ * reads), written by the producer or k_tq_quant (tq_act.cuh, il G3C_TQ_FP8 + g3c_wgf_lo_row(m)): hi rows [0, m), lo
+ * rows from g3c_wgf_lo_row(m), xd [rows][k/128] (g3c_wgf_q_bytes(m, k) with xd right after the rows). g3c_wgf_taken:
+ * the forward's 9..64-row products and g3c_tc_mm take it from g3c_wgf_min_rows() rows ($G3_CUDA_WGF=0: never,
+ * $G3_CUDA_WGFMIN: 33). */
+int g3c_wgf_supported(const g3_dmat *w, int m);
+int g3c_wgf_taken(const g3_dmat *w, int m);
+int g3c_wgf_min_rows(void);
+int g3c_wgf_lo_row(int m);
+size_t g3c_wgf_q_bytes(int m, int k);
+cudaError_t g3c_wgf_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
+                       cudaStream_t st);
 /* tc_wg4.cu: int4 products (groups of 128 * j) of 9..16 and 33..64 rows on warpgroup MMA with the weights in
  * registers (activations quantized as for g3c_tq_mm_pre, value order 2); g3c_tq_mm and g3c_tq_mm_pre take it where
  * g3c_wg4_supported ($G3_CUDA_WG4=0: never; all: 9..64 rows). */
@@ -234,7 +247,7 @@ size_t g3c_tq_q8_bytes(int m, int k);
 cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                           cudaStream_t st);
 /* g3c_tq_mm on bf16 activations (tc_q8.cu): quantizes them (k_tq_quant) into q8 (or a scratch of its own), then the
- * product; up to 64 rows, 128 where g3c_wg_supported */
+ * product; up to 64 rows, 128 where g3c_wg_supported; fp8 on tc_wg.cu's e4m3 kernel (g3c_wgf_mm) */
 cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,
                       cudaStream_t st);
 cudaError_t g3c_tcm_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, cudaStream_t st);

@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(DN_T) k_add_norm_dec(float *x, float *y, int n
         }
         if (xq) { /* whole warps in or out: H4 % 32 == 0 */
             const int b = i4 >> 5;
-            g3c_tq_quant4(o, i4 < H4, xq, (size_t)r * H + 128 * (size_t)b, xd + (size_t)r * (H / 128) + b, il);
+            g3c_tq_quant4(o, i4 < H4, xq, (size_t)r * H + 128 * (size_t)b, xd + (size_t)r * (H / 128) + b, il, H);
         }
     }
 }

@@ -306,7 +306,7 @@ __global__ void __launch_bounds__(256) k_geglu4(float *y, int ny, int m, int F, 
                                      gelu_tanh(p1.z) * p1.w);
         if (a && (!(flags & G3C_NO_F32) || !ah)) ((float4 *)a)[e] = v;
         if (ah) put_bf16x4(ah, split, (size_t)m * F, (size_t)4 * e, v);
-        if (xq) g3c_tq_quant4(v, true, xq, (size_t)4 * (e & ~31), xd + (e >> 5), il); /* n4 % 32 == 0 */
+        if (xq) g3c_tq_quant4(v, true, xq, (size_t)4 * (e & ~31), xd + (e >> 5), il, F); /* n4 % 32 == 0 */
     }
 }
 

@@ -19,7 +19,8 @@
  * sum (128+q) x from the weights and sum x from an all-ones A, combined per round with s and z - 128 s;
  * otherwise (plain) weights are dequantized to bf16 per chunk.
  * Plain products of 9..64 rows on quantized weights go to tc_stage.cu instead (activations staged in shared memory
- * once per 256-row block tile rather than re-read from L2 per 32 rows), unless $G3_CUDA_TCM=0 or GeGLU is fused. */
+ * once per 256-row block tile rather than re-read from L2 per 32 rows), unless $G3_CUDA_TCM=0 or GeGLU is fused;
+ * fp8 from 17 rows ($G3_CUDA_WGFMIN) to tc_wg.cu's e4m3 warpgroup MMA (g3c_wgf_supported). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -327,6 +328,9 @@ int g3c_tc_supported(const g3_dmat *w, int m, int split) {
 cudaError_t g3c_tc_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, int split, float *y, const g3c_tc_geglu *gg,
                       int n_sm, cudaStream_t st) {
     if (!g3c_tc_supported(w, m, split)) return cudaErrorInvalidValue;
+    /* fp8 from g3c_wgf_min_rows() rows: e4m3 warpgroup MMA on hi + lo e4m3 activations from the hi rows of xh */
+    if (!(gg && gg->a) && g3c_wgf_taken(w, m))
+        return g3c_tq_mm(w, xh, m, y, n_sm, NULL, 0, st);
     if (!split && !(gg && gg->a) && g3c_tcm_supported(w, m)) return g3c_tcm_mm(w, xh, m, y, n_sm, st);
     const tc_inst *ti = &table[variant_of(w)][cfg_of(m, split)];
     const int V = tcv_values(w->qt), nch = w->k / V, R = (nch + 3) / 4;

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(256) k_tq_quant(const __nv_bfloat16 *__restric
     const uint2 v = ok ? __ldcg((const uint2 *)(xh + 4 * t)) : make_uint2(0, 0);
     const float4 f = make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
                                  __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u));
-    g3c_tq_quant4(f, ok, xq, (size_t)(4 * (t & ~31ll)), xd + (t >> 5), il); /* blocks of 128 values never cross rows */
+    g3c_tq_quant4(f, ok, xq, (size_t)(4 * (t & ~31ll)), xd + (t >> 5), il, K); /* blocks never cross rows */
 }
 
 /* activations of unit stage `stage` into buffer xs ([MP][UPR] units) and ds ([SEGS][MP] float2 (d, d * sum q)); rows
@@ -413,6 +413,7 @@ cudaError_t g3c_tq_init(void) {
 size_t g3c_tq_q8_bytes(int m, int k) { return (size_t)2 * m * k + (size_t)m * (k / 128) * sizeof(float2); }
 
 int g3c_tq_order(const g3_dmat *w, int m) {
+    if (w->qt == G3Q_FP8) return G3C_TQ_FP8 + g3c_wgf_lo_row(m);
     if (w->qt != G3Q_INT4) return 0;
     return g3c_wgb_supported(w, m) ? 3 : g3c_wg4_supported(w, m) ? 2 : 1;
 }
@@ -443,6 +444,7 @@ static int tq_wg(const g3_dmat *w, int m) { return m >= g3c_wg_min_rows() && g3c
 cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                           cudaStream_t st) {
     if (tq_wg(w, m)) return g3c_wg_mm(w, xq, xd, m, y, n_sm, st);
+    if (g3c_wgf_taken(w, m)) return g3c_wgf_mm(w, xq, xd, m, y, n_sm, st);
     if (g3c_wgb_supported(w, m)) return g3c_wgb_mm(w, (const __nv_bfloat16 *)xq, m, y, n_sm, st);
     if (g3c_wg4_supported(w, m)) return g3c_wg4_mm(w, xq, xd, m, y, n_sm, st);
     if (!g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
@@ -456,12 +458,14 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
                       cudaStream_t st) {
     const int wg = tq_wg(w, m), wgb = !wg && g3c_wgb_supported(w, m); /* up to 128 rows there, 64 for wg4 */
     const int wg4 = !wg && !wgb && g3c_wg4_supported(w, m);
-    if (!wg && !wgb && !wg4 && !g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
+    const int wgf = !wg && !wgb && !wg4 && g3c_wgf_supported(w, m); /* fp8: hi + lo e4m3 activations */
+    const int wmo = wgf ? g3c_wgf_lo_row(m) : 0;
+    if (!wg && !wgb && !wg4 && !wgf && !g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     tq_build();
-    tq_inst *ti = wg || wgb || wg4 ? NULL : tq_pick(w, m);
+    tq_inst *ti = wg || wgb || wg4 || wgf ? NULL : tq_pick(w, m);
     cudaError_t e = ti ? tq_setup(ti) : cudaSuccess; /* no-op after g3c_tq_init */
     if (e != cudaSuccess) return e;
-    const size_t need = g3c_tq_q8_bytes(m, w->k);
+    const size_t need = wgf ? g3c_wgf_q_bytes(m, w->k) : g3c_tq_q8_bytes(m, w->k);
     void *tmp = NULL;
     if (!q8 || q8_bytes < need) {
         /* a buffer is never freed or replaced (captured graphs keep its address); with no slot left, or during a
@@ -491,12 +495,14 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
         }
     }
     int8_t *xq = (int8_t *)q8;
-    float2 *xd = (float2 *)(xq + (size_t)2 * m * w->k); /* m*k is a multiple of 128: 8-byte aligned */
+    /* past the rows (fp8: lo rows up to mo + m); m*k is a multiple of 128: 8-byte aligned */
+    float2 *xd = (float2 *)(xq + (wgf ? (size_t)(wmo + m) * w->k : (size_t)2 * m * w->k));
     const long long th = (long long)m * (w->k / 4);
     e = g3c_launch(k_tq_quant, dim3((unsigned)((th + 255) / 256)), dim3(256), 0, st, xh, m, w->k, xq, xd,
                    g3c_tq_order(w, m));
     if (e == cudaSuccess)
-        e = wg    ? g3c_wg_mm(w, xq, xd, m, y, n_sm, st)
+        e = wgf   ? g3c_wgf_mm(w, xq, xd, m, y, n_sm, st)
+            : wg  ? g3c_wg_mm(w, xq, xd, m, y, n_sm, st)
             : wgb ? g3c_wgb_mm(w, (const __nv_bfloat16 *)xq, m, y, n_sm, st)
             : wg4 ? g3c_wg4_mm(w, xq, xd, m, y, n_sm, st)
                   : tq_run(ti, w, xq, xd, m, y, n_sm, st);

@@ -327,6 +327,7 @@ int g3c_tq_taken(const g3_dmat *w, int m) {
     const char *e = getenv("G3_CUDA_TQPRE"); /* 0: every tq product quantizes its input itself (k_tq_quant) */
     if (e && !strcmp(e, "0")) return 0;
     const int md = tcm_mode();
+    if (g3c_wgf_taken(w, m)) return 1; /* fp8 on tc_wg.cu's e4m3 kernel: hi + lo parts by the producer */
     return (md == 3 || md == 4) && g3c_tcm_supported(w, m) && g3c_tq_supported(w, m);
 }
 

@@ -1,4 +1,5 @@
-/* Batched products on per-channel int8 weights with Hopper's warpgroup MMA (wgmma, s8 x s8 -> s32): y += x W^T.
+/* Batched products on per-channel int8 weights with Hopper's warpgroup MMA (wgmma, s8 x s8 -> s32): y += x W^T; the
+ * same kernel for per-channel fp8 (e4m3) weights with e4m3 x e4m3 -> f32 MMAs (F8, at the end of this comment).
  * Taken by g3c_tq_mm / g3c_tq_mm_pre for int8 per channel from 33 rows ($G3_CUDA_WGMIN; below, tc_q8.cu's mma.sync
  * kernel is faster) up to 64, and by g3c_mm for decode batches of 65..256 distinct sequences (g3c_mm_ctx.qact) in
  * one or two launches of up to 128 rows, where the weights were dequantized to bf16 for cuBLAS before.
@@ -30,7 +31,20 @@
  * from all threads, ST - 1 stages in flight (the weights of the first stages are requested before the
  * programmatic-launch wait: they do not depend on the previous kernel). Rows >= m of the activation tiles are zeroed
  * once and never loaded. Work: a block takes an equal contiguous range of the
- * (channel tile, stage) units, so small matrices split K across blocks (stream-K, atomic adds). */
+ * (channel tile, stage) units, so small matrices split K across blocks (stream-K, atomic adds).
+ *
+ * fp8 (F8; g3c_tq_mm from 33 rows, g3c_tq_mm_pre when the producers wrote the parts): the weights are e4m3 bytes in
+ * the int8 layout, so tiles, swizzle and copies are the same; the activations come as two e4m3 parts per value, hi =
+ * e4m3(x/d) and lo = e4m3(x/d - hi) with d = amax/448 per row and block of 128 (tq_act.cuh), hi in rows [0, m) and
+ * lo in rows [mo, mo + m) of xq. Up to 32 rows (mo = m): a 64-row tile whose rows m..2m-1 are the lo parts, added
+ * into y as rows of their own. 33..64 rows (mo = 64): the hi and lo tiles of the same 64 tokens are the two halves of
+ * a 128-row stage and go through two MMAs into one accumulator (same d), 128 channels a tile, so the registers are
+ * those of the int8 64-row kernel; two stages of 32 KB, three blocks per SM ($G3_CUDA_WGFST=3: three, two). e4m3
+ * MMAs keep fewer bits in their sums than float32, which is why each stage's sums are still scaled and added in
+ * float32 (test_matmul_wgmma_fp8: within 2.1e-4 / 1.03e-3 of max|y| of an exact emulation at k = 5376). Measured on
+ * the H100 (session 16, run 05, aggregate decode tok/s, argmax on the GPU, against the staged bf16 kernel): 27B fp8
+ * 64 seqs 3765 against 2539, 128 seqs 3323 against 2576; 4B 64 seqs 13245 against 11553; 1B 26502 against 24651; at
+ * 17..32 rows slower at 4B / 1B (7559 / 14819 against 8319 / 17996 at 32 seqs), so from 33 rows ($G3_CUDA_WGFMIN). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,14 +59,29 @@ template <int BM, int BN, int ST> struct wg_cfg {
     static constexpr int SMEM = ST * SB + ST * BM * 4 + 2 * BN * 4 + 1024; /* + d [ST][BM] + scales [2][BN] + slack */
 };
 
+/* A stage's sums as float: int32 exact (|sum| <= 128 * 128 * 127), e4m3 products already float */
+template <bool F8> struct wg_acc {
+    typedef int T;
+    static __device__ __forceinline__ float f(int v) { return g3c_i2f_exact(v); }
+};
+template <> struct wg_acc<true> {
+    typedef float T;
+    static __device__ __forceinline__ float f(float v) { return v; }
+};
+
 /* One warpgroup per block, two or three blocks per SM: while one block turns a stage's int32 sums into floats
  * (which needs the MMAs of that stage complete), another's MMAs run. BM tokens x BN channels per tile: 64 x 128
  * (m64n128k32) or 128 x 64 (two m64n64k32 per k step, same weights). Units u of (tile = u / S, stage = u % S);
  * [L * b / grid, L * (b + 1) / grid) for block b. */
-template <int BM, int BN, int ST, bool PF>
+template <int BM, int BN, int ST, bool PF, bool F8>
 __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__restrict__ xq, const float2 *__restrict__ xd,
-                                                 int m, float *__restrict__ y, int S, long long L) {
+                                                 int m, float *__restrict__ y, int S, long long L, int mo) {
     constexpr int MT = BM / 64, NR = BN / 2; /* m64 tiles, accumulator registers per tile and thread */
+    /* e4m3 with 128 activation rows: the hi tile (rows 0..63) and the lo tile (64..127) of the same 64 tokens
+     * accumulate into one set of sums (same d), so 64 tokens x BN = 128 channels fit the registers */
+    constexpr int MA = F8 && BM == 128 ? 1 : MT;
+    /* F8: activation rows [0, m) hold the hi parts, [mo, mo + m) the lo parts (tile rows present) */
+    auto present = [&](int r) { return r < m || (F8 && r >= mo && r < mo + m); };
     constexpr int WB = wg_cfg<BM, BN, ST>::WB, SB = wg_cfg<BM, BN, ST>::SB;
     extern __shared__ uint8_t wg_raw[];
     const uint32_t raw_s = (uint32_t)__cvta_generic_to_shared(wg_raw);
@@ -76,19 +105,27 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
     auto load_x = [&](long long u, int slot) {
         const int st = (int)(u % S);
         uint8_t *dst = sm + slot * SB + WB;
-        for (int idx = tid; idx < m * 8; idx += WG_T) {
+        for (int idx = tid; idx < (F8 ? BM : m) * 8; idx += WG_T) {
             const int r = idx >> 3, c = idx & 7;
+            if (F8 && !present(r)) continue;
             g3c_cp16(dst + r * 128 + ((c ^ (r & 7)) << 4), xq + (size_t)r * K + st * 128 + c * 16);
         }
-        if (tid < m) wg_cp4(ds + slot * BM + tid, &xd[(size_t)tid * nb + st].x); /* m <= BM <= WG_T */
+        if (tid < BM && present(tid)) wg_cp4(ds + slot * BM + tid, &xd[(size_t)tid * nb + st].x); /* BM <= WG_T */
     };
-    /* activation rows m..BM-1 of every stage: zeros, never loaded */
-    for (int idx = tid; idx < ST * (BM - m) * 8; idx += WG_T) {
-        const int slot = idx / ((BM - m) * 8), rem = idx % ((BM - m) * 8), r = m + (rem >> 3);
-        *(uint4 *)(sm + slot * SB + WB + r * 128 + ((rem & 7) << 4)) = make_uint4(0, 0, 0, 0);
+    /* activation rows not present in every stage: zeros, never loaded */
+    if constexpr (F8) {
+        for (int idx = tid; idx < ST * BM * 8; idx += WG_T) {
+            const int slot = idx / (BM * 8), rem = idx % (BM * 8), r = rem >> 3;
+            if (!present(r)) *(uint4 *)(sm + slot * SB + WB + r * 128 + ((rem & 7) << 4)) = make_uint4(0, 0, 0, 0);
+        }
+    } else {
+        for (int idx = tid; idx < ST * (BM - m) * 8; idx += WG_T) {
+            const int slot = idx / ((BM - m) * 8), rem = idx % ((BM - m) * 8), r = m + (rem >> 3);
+            *(uint4 *)(sm + slot * SB + WB + r * 128 + ((rem & 7) << 4)) = make_uint4(0, 0, 0, 0);
+        }
     }
     for (int idx = tid; idx < ST * BM; idx += WG_T)
-        if (idx % BM >= m) ds[idx] = 0.f;
+        if (!present(idx % BM)) ds[idx] = 0.f;
     /* the scales of the tiles this block ends (at most two but for tiny K): read now, so that adding a finished tile
      * into y does not wait for global loads behind the weight streams of every other block (measured with
      * dev/cuda/wg_bench.cu, 27B at 64 rows, session 8, x0 -> x6: gate/up 79.5 -> 73.4 us, down 47.7 -> 40.5) */
@@ -99,10 +136,10 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
                       [&](int i, bool on) { if (on) load_x(u0 + i, i); });
     /* unit u0 + i has landed once group ST - 1 + i has: at the top of iteration i, 2 (ST - 1) + i groups exist */
     const int tr = 16 * wq + (lane >> 2); /* this thread's tokens in each m64 tile: tr, tr + 8 */
-    float acc[MT][NR];
-    int ai[MT][NR];
+    float acc[MA][NR];
+    typename wg_acc<F8>::T ai[MA][NR]; /* one stage's sums: int32 (int8) or float (e4m3) */
 #pragma unroll
-    for (int t = 0; t < MT; t++)
+    for (int t = 0; t < MA; t++)
 #pragma unroll
         for (int r = 0; r < NR; r++) acc[t][r] = 0.f, ai[t][r] = 0;
     int slot = 0;
@@ -118,22 +155,23 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
         const uint8_t *base = sm + slot * SB;
         const uint64_t db = wg_desc(base);
 #pragma unroll
-        for (int t = 0; t < MT; t++) wg_fence_regs(ai[t]);
+        for (int t = 0; t < MA; t++) wg_fence_regs(ai[t]);
         wg_fence();
 #pragma unroll
         for (int t = 0; t < MT; t++) {
             const uint64_t da = wg_desc(base + WB + t * 64 * 128);
 #pragma unroll
-            for (int ks = 0; ks < 4; ks++) wg_mma<NR>(ai[t], da + 2 * ks, db + 2 * ks, ks);
+            for (int ks = 0; ks < 4; ks++)
+                wg_mma<NR>(ai[MA == 1 ? 0 : t], da + 2 * ks, db + 2 * ks, MA == 1 && t > 0 ? 1 : ks);
         }
         wg_commit();
         wg_wait0();
 #pragma unroll
-        for (int t = 0; t < MT; t++) {
+        for (int t = 0; t < MA; t++) {
             wg_fence_regs(ai[t]);
             const float d0 = ds[slot * BM + 64 * t + tr], d1 = ds[slot * BM + 64 * t + tr + 8];
 #pragma unroll
-            for (int r = 0; r < NR; r++) acc[t][r] = fmaf((r & 2) ? d1 : d0, g3c_i2f_exact(ai[t][r]) /* |acc| <= 128 * 128 * 127 */, acc[t][r]);
+            for (int r = 0; r < NR; r++) acc[t][r] = fmaf((r & 2) ? d1 : d0, wg_acc<F8>::f(ai[t][r]), acc[t][r]);
         }
         const int tile = (int)(u / S), st = (int)(u % S);
         if (u + 1 == u1 || st + 1 == S) { /* the tile (or this block's share of it) is done: add into y */
@@ -145,10 +183,12 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
                 const float s0 = sc_ok ? scs[ch - tf * BN] : __ldg(w.s + ch);
                 const float s1 = ch + 1 < n ? (sc_ok ? scs[ch + 1 - tf * BN] : __ldg(w.s + ch + 1)) : 0.f;
 #pragma unroll
-                for (int t = 0; t < MT; t++)
+                for (int t = 0; t < MA; t++)
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
-                        const int tok = 64 * t + tr + 8 * h;
+                        int tok = 64 * t + tr + 8 * h;
+                        if constexpr (F8 && MA == 1 && MT == 1) /* lo rows stacked after the hi rows (mo = m) */
+                            if (tok >= mo) tok -= mo;
                         if (tok >= m) continue;
                         const float v0 = acc[t][4 * j + 2 * h] * s0, v1 = acc[t][4 * j + 2 * h + 1] * s1;
                         float *p = y + (size_t)tok * n + ch;
@@ -160,7 +200,7 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
                     }
             }
 #pragma unroll
-            for (int t = 0; t < MT; t++)
+            for (int t = 0; t < MA; t++)
 #pragma unroll
                 for (int r = 0; r < NR; r++) acc[t][r] = 0.f;
         }
@@ -174,8 +214,12 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
  * three in flight each). Measured on the H200 (27B int8, aggregate decode tok/s, argmax on the GPU; session 7 run 4,
  * 4 -> 3): 64 seqs 3962 -> 4250, 128 seqs 4907 -> 5265, 256 seqs 4981 -> 4981: more independent blocks per SM
  * beat more stages per block (each block waits for its own MMAs before scaling their sums). */
-template <int BM, int ST, bool PF> static void *wg_k(void) { return (void *)k_wg8<BM, BM == 64 ? 128 : 64, ST, PF>; }
-template <int BM, int ST> static size_t wg_smem(void) { return wg_cfg<BM, BM == 64 ? 128 : 64, ST>::SMEM; }
+/* channels per tile: 128 with 64 activation rows (or e4m3's 64 tokens as hi + lo tiles), 64 with 128 int8 rows */
+template <int BM, bool F8> struct wg_bn { static constexpr int BN = BM == 64 || F8 ? 128 : 64; };
+template <int BM, int ST, bool PF, bool F8> static void *wg_k(void) {
+    return (void *)k_wg8<BM, wg_bn<BM, F8>::BN, ST, PF, F8>;
+}
+template <int BM, int ST, bool F8> static size_t wg_smem(void) { return wg_cfg<BM, wg_bn<BM, F8>::BN, ST>::SMEM; }
 
 static int wg_stages(void) {
     const char *e = getenv("G3_CUDA_WGST");
@@ -203,28 +247,31 @@ int g3c_wg_supported(const g3_dmat *w, int m) {
            m <= 128;
 }
 
-/* the variants [BM 64 / 128][ST 4 / 3][PF on / off]: kernel, shared memory, resident blocks per SM (0: not set up) */
+/* the variants [int8 / e4m3][BM 64 / 128][ST 4 / 3 (e4m3 with BM 128: 2 / 3)][PF on / off]: kernel, shared
+ * memory, resident blocks per SM (0: not set up) */
 typedef struct wg_inst {
     void *k;
     size_t smem;
     int bps;
 } wg_inst;
-static wg_inst wg_tab[2][2][2];
+static wg_inst wg_tab[2][2][2][2];
 static int wg_ready; /* wg_tab filled */
 
-template <int BM, int ST> static void wg_fill(wg_inst (&t)[2]) {
-    t[0].k = wg_k<BM, ST, true>(), t[1].k = wg_k<BM, ST, false>();
-    t[0].smem = t[1].smem = wg_smem<BM, ST>();
+template <int BM, int ST, bool F8> static void wg_fill(wg_inst (&t)[2]) {
+    t[0].k = wg_k<BM, ST, true, F8>(), t[1].k = wg_k<BM, ST, false, F8>();
+    t[0].smem = t[1].smem = wg_smem<BM, ST, F8>();
 }
 
 static cudaError_t wg_setup(void) {
     if (!wg_ready) {
-        wg_fill<64, 4>(wg_tab[0][0]), wg_fill<64, 3>(wg_tab[0][1]);
-        wg_fill<128, 4>(wg_tab[1][0]), wg_fill<128, 3>(wg_tab[1][1]);
+        wg_fill<64, 4, false>(wg_tab[0][0][0]), wg_fill<64, 3, false>(wg_tab[0][0][1]);
+        wg_fill<128, 4, false>(wg_tab[0][1][0]), wg_fill<128, 3, false>(wg_tab[0][1][1]);
+        wg_fill<64, 4, true>(wg_tab[1][0][0]), wg_fill<64, 3, true>(wg_tab[1][0][1]);
+        wg_fill<128, 2, true>(wg_tab[1][1][0]), wg_fill<128, 3, true>(wg_tab[1][1][1]);
         wg_ready = 1;
     }
-    for (int i = 0; i < 8; i++) { /* no-op once bps is set */
-        wg_inst *v = &wg_tab[i >> 2][(i >> 1) & 1][i & 1];
+    for (int i = 0; i < 16; i++) { /* no-op once bps is set */
+        wg_inst *v = &wg_tab[i >> 3][(i >> 2) & 1][(i >> 1) & 1][i & 1];
         cudaError_t e = g3c_smem_setup(v->k, (int)v->smem, WG_T, &v->bps);
         if (e != cudaSuccess) return e;
     }
@@ -233,16 +280,63 @@ static cudaError_t wg_setup(void) {
 
 cudaError_t g3c_wg_init(void) { return wg_setup(); }
 
-cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
-                      cudaStream_t st) {
-    if (!g3c_wg_supported(w, m)) return cudaErrorInvalidValue;
+static int wgf_stages(void);
+/* m rows of y; big: 128 activation rows per tile (int8: 128 tokens x 64 channels; e4m3: the hi and lo tiles of up
+ * to 64 tokens x 128 channels), else 64 x 128; mo: e4m3's first lo row */
+static cudaError_t wg_run(int f8, const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, int big, int mo,
+                          float *y, int n_sm, cudaStream_t st) {
     cudaError_t e = wg_setup(); /* no-op after g3c_wg_init */
     if (e != cudaSuccess) return e;
-    const int big = m > 64, BN = big ? 64 : 128, S = w->k / 128, tiles = (w->n + BN - 1) / BN;
-    const wg_inst *v = &wg_tab[big][wg_stages() == 3][!wg_pf()];
+    const int BN = big && !f8 ? 64 : 128, S = w->k / 128, tiles = (w->n + BN - 1) / BN;
+    const wg_inst *v = &wg_tab[f8][big][f8 && big ? wgf_stages() == 3 : wg_stages() == 3][!wg_pf()];
     const long long L = (long long)tiles * S;
     long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * v->bps;
     if (blocks > L) blocks = L;
-    typedef void (*kfn)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long);
-    return g3c_launch((kfn)v->k, dim3((unsigned)blocks), dim3(WG_T), v->smem, st, *w, xq, xd, m, y, S, L);
+    typedef void (*kfn)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long, int);
+    return g3c_launch((kfn)v->k, dim3((unsigned)blocks), dim3(WG_T), v->smem, st, *w, xq, xd, m, y, S, L, mo);
+}
+
+cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
+                      cudaStream_t st) {
+    if (!g3c_wg_supported(w, m)) return cudaErrorInvalidValue;
+    return wg_run(0, w, xq, xd, m, m > 64, 0, y, n_sm, st);
+}
+
+/* ---- fp8 (e4m3, per channel) ----------------------------------------------------------------------------------- */
+/* 33..64 rows: two stages of 32 KB (three blocks per SM) or, $G3_CUDA_WGFST=3, three (two blocks per SM); measured
+ * on the H100 (27B fp8, 64 seqs, aggregate decode tok/s, argmax on the GPU; session 16 run 04): 3532 against 3309 */
+static int wgf_stages(void) {
+    const char *e = getenv("G3_CUDA_WGFST");
+    return e && !strcmp(e, "3") ? 3 : 2;
+}
+
+int g3c_wgf_enabled(void) { /* $G3_CUDA_WGF=0: off (the staged bf16 kernel, tc_stage.cu); read at every call */
+    const char *e = getenv("G3_CUDA_WGF");
+    return !(e && !strcmp(e, "0"));
+}
+
+int g3c_wgf_min_rows(void) { /* $G3_CUDA_WGFMIN: fewest rows taken here (default 33) */
+    const char *e = getenv("G3_CUDA_WGFMIN");
+    const int v = e && *e ? atoi(e) : 33;
+    return v < 1 ? 1 : v;
+}
+
+int g3c_wgf_supported(const g3_dmat *w, int m) {
+    return g3c_wgf_enabled() && w->qt == G3Q_FP8 && w->g == w->k && w->k % 128 == 0 && w->n >= 1 && m >= 1 &&
+           m <= 64;
+}
+
+int g3c_wgf_lo_row(int m) { return m <= 32 ? m : 64; }
+
+size_t g3c_wgf_q_bytes(int m, int k) {
+    const size_t rows = (size_t)g3c_wgf_lo_row(m) + m;
+    return rows * k + rows * (k / 128) * sizeof(float2);
+}
+
+int g3c_wgf_taken(const g3_dmat *w, int m) { return m >= g3c_wgf_min_rows() && g3c_wgf_supported(w, m); }
+
+cudaError_t g3c_wgf_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
+                       cudaStream_t st) {
+    if (!g3c_wgf_supported(w, m)) return cudaErrorInvalidValue;
+    return wg_run(1, w, xq, xd, m, m > 32, g3c_wgf_lo_row(m), y, n_sm, st);
 }

@@ -1,4 +1,5 @@
 /* Hopper warpgroup MMA (wgmma): the MMA instructions (int8: m64n64k32, m64n128k32 with A and B in shared memory;
+ * fp8 e4m3 x e4m3 -> f32 in the same shapes and layouts;
  * m64n16k32, m64n32k32, m64n64k32 with A in registers, s8 x s8 -> s32; bf16: m64n16/32/64/128k16 with A in registers,
  * -> f32), fence / commit / wait, the register fence that keeps the compiler off the accumulators while an MMA is in
  * flight, the 128-byte-swizzle descriptor, and the cp.async copies that fill the tiles. Used by tc_wg.cu, tc_wg4.cu,
@@ -48,6 +49,40 @@ static __device__ __forceinline__ void wg_mma_n128(int (&d)[64], uint64_t da, ui
                  : "l"(da), "l"(db), "r"(acc));
 }
 
+/* D (f32, 32 registers) = or += A . B^T: m64n64k32, A and B K-major e4m3 tiles in shared memory (descriptors) */
+static __device__ __forceinline__ void wg_mma_f8_n64(float (&d)[32], uint64_t da, uint64_t db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+                 "}, %32, %33, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(acc));
+}
+/* D (f32, 64 registers) = or += A . B^T: m64n128k32, A and B K-major e4m3 tiles in shared memory (descriptors) */
+static __device__ __forceinline__ void wg_mma_f8_n128(float (&d)[64], uint64_t da, uint64_t db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                 "}, %64, %65, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+                   "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
+                   "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(acc));
+}
 /* D (s32, 8 registers) = or += A . B^T: m64n16k32, A from registers (a0..a3: the m16n8k32 A fragment of
  * this warp's 16 rows), B K-major in shared memory (descriptor) */
 static __device__ __forceinline__ void wg_mma_rs_n16(int (&d)[8], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -164,6 +199,10 @@ template <int N> static __device__ __forceinline__ void wg_fence_regs(float (&d)
 template <int N> static __device__ __forceinline__ void wg_mma(int (&d)[N], uint64_t da, uint64_t db, int acc) {
     if constexpr (N == 32) wg_mma_n64(d, da, db, acc);
     else wg_mma_n128(d, da, db, acc);
+}
+template <int N> static __device__ __forceinline__ void wg_mma(float (&d)[N], uint64_t da, uint64_t db, int acc) {
+    if constexpr (N == 32) wg_mma_f8_n64(d, da, db, acc);
+    else wg_mma_f8_n128(d, da, db, acc);
 }
 
 /* The start of a block's ring of ST cp.async stages over its stream-K units: the weights of the first ST - 1 units,
