@@ -214,9 +214,11 @@ cudaError_t g3c_wg_init(void);
  * reads), written by the producer or k_tq_quant (tq_act.cuh, il G3C_TQ_FP8 + g3c_wgf_lo_row(m)): hi rows [0, m), lo
  * rows from g3c_wgf_lo_row(m), xd [rows][k/128] (g3c_wgf_q_bytes(m, k) with xd right after the rows). g3c_wgf_taken:
  * the forward's 9..64-row products and g3c_tc_mm take it from g3c_wgf_min_rows() rows ($G3_CUDA_WGF=0: never,
- * $G3_CUDA_WGFMIN: 33). */
+ * $G3_CUDA_WGFMIN: 33), and from 17 rows on matrices where g3c_wgf_big (n k >= $G3_CUDA_WGFW, 16 M), which g3c_mm
+ * also asks of the launches of decode batches beyond 64 rows. */
 int g3c_wgf_supported(const g3_dmat *w, int m);
 int g3c_wgf_taken(const g3_dmat *w, int m);
+int g3c_wgf_big(const g3_dmat *w);
 int g3c_wgf_min_rows(void);
 int g3c_wgf_lo_row(int m);
 size_t g3c_wgf_q_bytes(int m, int k);

@@ -47,13 +47,6 @@ static int qbig_enabled(void) { /* $G3_CUDA_QBIG=0: quantized decode batches bey
     return !(e && !strcmp(e, "0"));
 }
 
-/* $G3_CUDA_WGFW: fewest weights (n k) of an fp8 matrix that decode batches beyond 64 rows take to tc_wg.cu's e4m3
- * kernel (default 16 M; smaller ones stay on the staged kernel) */
-static double wgf_big_weights(void) {
-    const char *e = getenv("G3_CUDA_WGFW");
-    return e && *e ? atof(e) : 16777216.0;
-}
-
 int g3c_mm_path(const g3c_mm_ctx *c, const g3_dmat *w, int m) {
     const int quant = w->qt != G3Q_BF16;
     if (m <= qgemv_rows(w) && g3c_qgemv_supported(w, m)) return G3C_PATH_QGEMV;
@@ -111,7 +104,7 @@ cudaError_t g3c_mm(const g3c_mm_ctx *c, const g3_dmat *w, const float *x, const 
         /* fp8: the e4m3 kernel (tc_wg.cu, each launch quantizing its own rows) on matrices of 16 M weights or more
          * ($G3_CUDA_WGFW), the staged kernel on smaller ones (measured on the H100, session 16 run 05: 1B fp8 at 128
          * seqs 6% slower with every product on the e4m3 kernel, 4B 9% and 27B 29% faster) */
-        const int f8_staged = w->qt == G3Q_FP8 && (double)w->n * w->k < wgf_big_weights();
+        const int f8_staged = w->qt == G3Q_FP8 && !g3c_wgf_big(w);
         for (int i0 = 0; i0 < m; i0 += per) {
             const int mm = m - i0 < per ? m - i0 : per;
             const __nv_bfloat16 *xi = xh + (size_t)i0 * w->k;

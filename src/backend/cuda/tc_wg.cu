@@ -333,7 +333,19 @@ size_t g3c_wgf_q_bytes(int m, int k) {
     return rows * k + rows * (k / 128) * sizeof(float2);
 }
 
-int g3c_wgf_taken(const g3_dmat *w, int m) { return m >= g3c_wgf_min_rows() && g3c_wgf_supported(w, m); }
+/* $G3_CUDA_WGFW: fewest weights (n k) of an fp8 matrix that takes the e4m3 kernel from 17 rows (below
+ * g3c_wgf_min_rows()) and in the launches of decode batches beyond 64 rows (default 16 M; smaller ones keep the
+ * staged kernel there). Measured on the H100 (session 16 run 07, aggregate decode tok/s against the staged kernel):
+ * 32 seqs 27B 2011 against 1843, 4B 8369 against 8353 (gate/up and down taken); at 16 seqs 27B 1093 against 1061
+ * but 4B 4809 against 4990, hence from 17 rows */
+int g3c_wgf_big(const g3_dmat *w) {
+    const char *e = getenv("G3_CUDA_WGFW");
+    return (double)w->n * w->k >= (e && *e ? atof(e) : 16777216.0);
+}
+
+int g3c_wgf_taken(const g3_dmat *w, int m) {
+    return g3c_wgf_supported(w, m) && (m >= g3c_wgf_min_rows() || (m >= 17 && g3c_wgf_big(w)));
+}
 
 cudaError_t g3c_wgf_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                        cudaStream_t st) {
