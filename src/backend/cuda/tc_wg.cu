@@ -310,7 +310,7 @@ static int wgf_stages(void) {
     return e && !strcmp(e, "3") ? 3 : 2;
 }
 
-int g3c_wgf_enabled(void) { /* $G3_CUDA_WGF=0: off (the staged bf16 kernel, tc_stage.cu); read at every call */
+static int wgf_enabled(void) { /* $G3_CUDA_WGF=0: off (the staged bf16 kernel, tc_stage.cu); read at every call */
     const char *e = getenv("G3_CUDA_WGF");
     return !(e && !strcmp(e, "0"));
 }
@@ -322,7 +322,7 @@ int g3c_wgf_min_rows(void) { /* $G3_CUDA_WGFMIN: fewest rows taken here (default
 }
 
 int g3c_wgf_supported(const g3_dmat *w, int m) {
-    return g3c_wgf_enabled() && w->qt == G3Q_FP8 && w->g == w->k && w->k % 128 == 0 && w->n >= 1 && m >= 1 &&
+    return wgf_enabled() && w->qt == G3Q_FP8 && w->g == w->k && w->k % 128 == 0 && w->n >= 1 && m >= 1 &&
            m <= 64;
 }
 

@@ -16,8 +16,9 @@
 #include <string.h>
 
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_fp8.h>
+
+#include "backend/cuda/tc_frag.cuh"
 
 /* The 32 lanes of a warp hold the 128 values of one block, lane l values 4l..4l+3 (v); every lane calls, ok equal
  * across the warp. The block starts at value `off` of the buffer xq ([m][K] bytes, or bf16 values for il 3); xd: its
@@ -52,10 +53,8 @@ static __device__ __forceinline__ void g3c_tq_quant4(float4 v, bool ok, int8_t *
         for (int p = 0; p < 2; p++) {
             const __nv_fp8x2_storage_t h =
                 __nv_cvt_float2_to_fp8x2(make_float2(q[2 * p], q[2 * p + 1]), __NV_SATFINITE, __NV_E4M3);
-            const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(h, __NV_E4M3);
-            __half_raw h0, h1;
-            h0.x = hr.x, h1.x = hr.y;
-            const float b0 = __half2float(__half(h0)), b1 = __half2float(__half(h1));
+            float b0, b1;
+            tc_fp8x2(h, b0, b1);
             const __nv_fp8x2_storage_t l =
                 __nv_cvt_float2_to_fp8x2(make_float2(q[2 * p] - b0, q[2 * p + 1] - b1), __NV_SATFINITE, __NV_E4M3);
             hi |= (uint32_t)h << (16 * p), lo |= (uint32_t)l << (16 * p);
