@@ -333,8 +333,10 @@ static void test_matmul_wgmma(void **state) {
 }
 
 /* fp8 on e4m3 warpgroup MMA (tc_wg.cu): up to 32 rows as 64-row tiles (lo parts at rows m..2m-1), 33..64 as hi and
- * lo tiles of 64 tokens summed in one accumulator (lo parts at 64..), decode batches beyond 64 in launches of <= 64;
- * shapes as for int8 (odd n, one stage, stream-K), every stage count and the prefetch variant. Against the emulation
+ * lo tiles of 64 tokens summed in one accumulator (lo parts at 64..), decode batches of 65..128 rows in one launch
+ * of two warpgroups on one weight tile (lo parts at 128..), beyond in equal launches (129 = 65 + 64; with
+ * $G3_CUDA_WGF2=0 every launch <= 64 rows); shapes as for int8 (odd n, one stage, stream-K), every stage count and
+ * the prefetch variant. Against the emulation
  * of hi + lo e4m3 activations (2e-3 of max|y|, where the hi parts alone are >= 1e-2 away), W . x, and the staged
  * bf16 kernel ($G3_CUDA_WGF=0), which must give a different y (else the e4m3 kernel did not run). */
 static void test_matmul_wgmma_fp8(void **state) {
@@ -342,12 +344,20 @@ static void test_matmul_wgmma_fp8(void **state) {
     need_gpu();
     setenv("G3_CUDA_WGFMIN", "9", 1); /* from 9 rows (default 33) */
     setenv("G3_CUDA_WGFW", "0", 1);   /* beyond 64 rows on every matrix (default: 16 M weights and more) */
-    const int ms[] = {9, 16, 32, 33, 64, 65, 100, 129};
+    const int ms[] = {9, 16, 32, 33, 64, 65, 100, 128, 129, 256};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
         run_wgq("fp8", 264, 5376, ms[i], 1);
         run_wgq("fp8", 37, 21504, ms[i], 1);
         run_wgq("fp8", 45, 128, ms[i], 1);
     }
+    setenv("G3_CUDA_WGF2ST", "4", 1); /* 65..128 rows: four stages */
+    run_wgq("fp8", 264, 5376, 100, 1);
+    run_wgq("fp8", 37, 21504, 128, 1);
+    unsetenv("G3_CUDA_WGF2ST");
+    setenv("G3_CUDA_WGF2", "0", 1); /* beyond 64 rows in launches of <= 64 */
+    run_wgq("fp8", 264, 5376, 100, 1);
+    run_wgq("fp8", 37, 21504, 128, 1);
+    unsetenv("G3_CUDA_WGF2");
     setenv("G3_CUDA_WGST", "4", 1); /* up to 32 rows: four stages */
     run_wgq("fp8", 264, 5376, 20, 1);
     unsetenv("G3_CUDA_WGST");
@@ -357,6 +367,7 @@ static void test_matmul_wgmma_fp8(void **state) {
     unsetenv("G3_CUDA_WGFST");
     setenv("G3_CUDA_WGPF", "0", 1);
     run_wgq("fp8", 264, 5376, 64, 1);
+    run_wgq("fp8", 264, 5376, 100, 1);
     unsetenv("G3_CUDA_WGPF");
     setenv("G3_CUDA_WGFMIN", "1", 1); /* from one row (default: the bf16 kernels below 33) */
     run_wgq("fp8", 264, 5376, 1, 1);

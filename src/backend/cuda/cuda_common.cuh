@@ -209,13 +209,14 @@ int g3c_wg_min_rows(void);
 cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                       cudaStream_t st);
 cudaError_t g3c_wg_init(void);
-/* tc_wg.cu, fp8 (e4m3 per channel): products of 1..64 rows on e4m3 warpgroup MMA, the activations split into e4m3 hi
+/* tc_wg.cu, fp8 (e4m3 per channel): products of 1..128 rows on e4m3 warpgroup MMA, the activations split into e4m3 hi
  * + lo parts per row and block of 128 values (d = amax/448; ~8 bits of each value, as the bf16 copy the staged kernel
  * reads), written by the producer or k_tq_quant (tq_act.cuh, il G3C_TQ_FP8 + g3c_wgf_lo_row(m)): hi rows [0, m), lo
  * rows from g3c_wgf_lo_row(m), xd [rows][k/128] (g3c_wgf_q_bytes(m, k) with xd right after the rows). g3c_wgf_taken:
  * the forward's 9..64-row products and g3c_tc_mm take it from g3c_wgf_min_rows() rows ($G3_CUDA_WGF=0: never,
- * $G3_CUDA_WGFMIN: 33), and from 17 rows on matrices where g3c_wgf_big (n k >= $G3_CUDA_WGFW, 16 M), which g3c_mm
- * also asks of the launches of decode batches beyond 64 rows. */
+ * $G3_CUDA_WGFMIN: 33), and from 17 rows on matrices where g3c_wgf_big (n k >= $G3_CUDA_WGFW, 16 M); g3c_mm for
+ * decode batches of 65..256 rows in equal launches of up to 128 (65..128 rows: two warpgroups, lo rows from 128;
+ * with $G3_CUDA_WGF2=0 launches of up to 64, on matrices where g3c_wgf_big, as before). */
 int g3c_wgf_supported(const g3_dmat *w, int m);
 int g3c_wgf_taken(const g3_dmat *w, int m);
 int g3c_wgf_big(const g3_dmat *w);

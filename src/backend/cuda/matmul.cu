@@ -96,14 +96,16 @@ cudaError_t g3c_mm(const g3c_mm_ctx *c, const g3_dmat *w, const float *x, const 
             *fused = fuse ? 2 : 0;
             return g3c_tc_mm(w, xh, m, sp, y, fuse ? &gg : NULL, c->n_sm, c->st);
         }
-        /* equal launches (>= 33 rows each) of <= 128 rows on wgmma for decode batches on per-channel int8 and int4
-         * (tc_wg.cu, tc_wgb.cu: g3c_tq_mm), else of <= 64 on the 9..64-row kernels; plain activations: hi rows
-         * [0, m) of xh */
-        const int wgp = c->qact && (g3c_wg_supported(w, 128) || g3c_wgb_supported(w, 128)), lim = wgp ? 128 : 64;
+        /* equal launches (>= 33 rows each) of <= 128 rows on wgmma for decode batches on per-channel int8, int4
+         * and fp8 (tc_wg.cu, tc_wgb.cu, tc_wg.cu's two-warpgroup e4m3 kernel: g3c_tq_mm), else of <= 64 on the
+         * 9..64-row kernels; plain activations: hi rows [0, m) of xh */
+        const int wgp = c->qact && (g3c_wg_supported(w, 128) || g3c_wgb_supported(w, 128) || g3c_wgf_supported(w, 128)),
+                  lim = wgp ? 128 : 64;
         const int nl = (m + lim - 1) / lim, per = (m + nl - 1) / nl;
-        /* fp8: the e4m3 kernel (tc_wg.cu, each launch quantizing its own rows) on matrices of 16 M weights or more
-         * ($G3_CUDA_WGFW), the staged kernel on smaller ones (measured on the H100, session 16 run 05: 1B fp8 at 128
-         * seqs 6% slower with every product on the e4m3 kernel, 4B 9% and 27B 29% faster) */
+        /* fp8 in launches of <= 64 ($G3_CUDA_WGF2=0): the e4m3 kernel (tc_wg.cu, each launch quantizing its own
+         * rows) on matrices of 16 M weights or more ($G3_CUDA_WGFW), the staged kernel on smaller ones (measured on
+         * the H100, session 16 run 05: 1B fp8 at 128 seqs 6% slower with every product on the e4m3 kernel, 4B 9% and
+         * 27B 29% faster) */
         const int f8_staged = w->qt == G3Q_FP8 && !g3c_wgf_big(w);
         for (int i0 = 0; i0 < m; i0 += per) {
             const int mm = m - i0 < per ? m - i0 : per;

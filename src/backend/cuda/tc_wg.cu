@@ -44,7 +44,16 @@
  * float32 (test_matmul_wgmma_fp8: within 2.1e-4 / 1.03e-3 of max|y| of an exact emulation at k = 5376). Measured on
  * the H100 (session 16, run 05, aggregate decode tok/s, argmax on the GPU, against the staged bf16 kernel): 27B fp8
  * 64 seqs 3765 against 2539, 128 seqs 3323 against 2576; 4B 64 seqs 13245 against 11553; 1B 26502 against 24651; at
- * 17..32 rows slower at 4B / 1B (7559 / 14819 against 8319 / 17996 at 32 seqs), so from 33 rows ($G3_CUDA_WGFMIN). */
+ * 17..32 rows slower at 4B / 1B (7559 / 14819 against 8319 / 17996 at 32 seqs), so from 33 rows ($G3_CUDA_WGFMIN).
+ * 65..128 rows (decode batches, g3c_mm; mo = 128): two warpgroups a block (NWG 2) read one weight tile of 128
+ * channels, each against the hi and lo tiles of its 64 tokens, so a 128-row batch reads the weights once instead of
+ * once per launch of 64 (the registers of a warpgroup as at 33..64 rows: 128 tokens in one warpgroup would need twice
+ * the accumulators); three stages of 48 KB, one block per SM ($G3_CUDA_WGF2ST=4: four). Measured on the H100
+ * (session 17, run 02, against launches of <= 64, $G3_CUDA_WGF2=0): 27B fp8 128 / 256 seqs 3975 / 4014 against 3299
+ * / 3261; 4B 17154 / 17930 against 13829 / 14483 and 1B 34637 / 38296 against 28427 / 30745 with every matrix taking
+ * it (the launches of 64 kept the staged kernel for matrices of < 16 M weights); four stages 3890 / 3908 at 27B. At
+ * 128 rows the products run at ~0.35 of the bandwidth (CUPTI: gate/up 213 us for 231 MB): each 16 KB weight stage
+ * brings 32 KB of activations from L2. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,22 +82,30 @@ template <> struct wg_acc<true> {
  * (which needs the MMAs of that stage complete), another's MMAs run. BM tokens x BN channels per tile: 64 x 128
  * (m64n128k32) or 128 x 64 (two m64n64k32 per k step, same weights). Units u of (tile = u / S, stage = u % S);
  * [L * b / grid, L * (b + 1) / grid) for block b. */
-template <int BM, int BN, int ST, bool PF, bool F8>
-__global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__restrict__ xq, const float2 *__restrict__ xd,
-                                                 int m, float *__restrict__ y, int S, long long L, int mo) {
-    constexpr int MT = BM / 64, NR = BN / 2; /* m64 tiles, accumulator registers per tile and thread */
-    /* e4m3 with 128 activation rows: the hi tile (rows 0..63) and the lo tile (64..127) of the same 64 tokens
-     * accumulate into one set of sums (same d), so 64 tokens x BN = 128 channels fit the registers */
-    constexpr int MA = F8 && BM == 128 ? 1 : MT;
-    /* F8: activation rows [0, m) hold the hi parts, [mo, mo + m) the lo parts (tile rows present) */
-    auto present = [&](int r) { return r < m || (F8 && r >= mo && r < mo + m); };
+template <int BM, int BN, int ST, bool PF, bool F8, int NWG = 1>
+__global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
+    k_wg8(g3_dmat w, const int8_t *__restrict__ xq, const float2 *__restrict__ xd, int m, float *__restrict__ y, int S,
+          long long L, int mo) {
+    constexpr int NT = WG_T * NWG;                /* threads */
+    constexpr int MT = BM / 64 / NWG, NR = BN / 2; /* m64 tiles per warpgroup, accumulator registers per tile and thread */
+    /* e4m3 with 128 activation rows a warpgroup: the hi tile (rows 0..63) and the lo tile (64..127) of the same 64
+     * tokens accumulate into one set of sums (same d), so 64 tokens x BN = 128 channels fit the registers */
+    constexpr int MA = F8 && BM / NWG == 128 ? 1 : MT;
+    /* F8: activation rows [0, m) hold the hi parts, [mo, mo + m) the lo parts. Tile row r is activation row r, except
+     * with two warpgroups (NWG 2, 65..128 tokens, mo = 128): warpgroup g's 128 tile rows are the hi then the lo rows
+     * of tokens 64 g .. 64 g + 63, read against the same weight tile */
+    auto grow = [&](int r) { return NWG == 1 ? r : ((r & 64) ? mo : 0) + 64 * (r >> 7) + (r & 63); };
+    auto present = [&](int r) {
+        if constexpr (NWG > 1) return 64 * (r >> 7) + (r & 63) < m;
+        else return r < m || (F8 && r >= mo && r < mo + m);
+    };
     constexpr int WB = wg_cfg<BM, BN, ST>::WB, SB = wg_cfg<BM, BN, ST>::SB;
     extern __shared__ uint8_t wg_raw[];
     const uint32_t raw_s = (uint32_t)__cvta_generic_to_shared(wg_raw);
     uint8_t *sm = wg_raw + (((raw_s + 1023u) & ~1023u) - raw_s);
     float *ds = (float *)(sm + ST * SB);
     float *scs = ds + ST * BM; /* the channel scales of the block's first two tiles */
-    const int tid = threadIdx.x, wq = tid >> 5, lane = tid & 31;
+    const int tid = threadIdx.x, wgi = NWG > 1 ? tid >> 7 : 0, wq = (tid & (WG_T - 1)) >> 5, lane = tid & 31;
     const int n = w.n, K = w.k, nb = K / 128;
     const long long u0 = L * blockIdx.x / gridDim.x, u1 = L * (blockIdx.x + 1) / gridDim.x;
     const int8_t *W = (const int8_t *)w.q;
@@ -96,8 +113,8 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
         const int tile = (int)(u / S), st = (int)(u % S);
         uint8_t *dst = sm + slot * SB;
 #pragma unroll
-        for (int j = 0; j < BN * 8 / WG_T; j++) {
-            const int idx = tid + WG_T * j, r = idx >> 3, c = idx & 7, row = tile * BN + r;
+        for (int j = 0; j < BN * 8 / NT; j++) {
+            const int idx = tid + NT * j, r = idx >> 3, c = idx & 7, row = tile * BN + r;
             const int8_t *src = W + (size_t)(row < n ? row : 0) * K + st * 128 + c * 16;
             wg_cp16<PF>(dst + r * 128 + ((c ^ (r & 7)) << 4), src, row < n ? 16 : 0);
         }
@@ -105,33 +122,33 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
     auto load_x = [&](long long u, int slot) {
         const int st = (int)(u % S);
         uint8_t *dst = sm + slot * SB + WB;
-        for (int idx = tid; idx < (F8 ? BM : m) * 8; idx += WG_T) {
+        for (int idx = tid; idx < (F8 ? BM : m) * 8; idx += NT) {
             const int r = idx >> 3, c = idx & 7;
             if (F8 && !present(r)) continue;
-            g3c_cp16(dst + r * 128 + ((c ^ (r & 7)) << 4), xq + (size_t)r * K + st * 128 + c * 16);
+            g3c_cp16(dst + r * 128 + ((c ^ (r & 7)) << 4), xq + (size_t)grow(r) * K + st * 128 + c * 16);
         }
-        if (tid < BM && present(tid)) wg_cp4(ds + slot * BM + tid, &xd[(size_t)tid * nb + st].x); /* BM <= WG_T */
+        if (tid < BM && present(tid)) wg_cp4(ds + slot * BM + tid, &xd[(size_t)grow(tid) * nb + st].x); /* BM <= NT */
     };
     /* activation rows not present in every stage: zeros, never loaded */
     if constexpr (F8) {
-        for (int idx = tid; idx < ST * BM * 8; idx += WG_T) {
+        for (int idx = tid; idx < ST * BM * 8; idx += NT) {
             const int slot = idx / (BM * 8), rem = idx % (BM * 8), r = rem >> 3;
             if (!present(r)) *(uint4 *)(sm + slot * SB + WB + r * 128 + ((rem & 7) << 4)) = make_uint4(0, 0, 0, 0);
         }
     } else {
-        for (int idx = tid; idx < ST * (BM - m) * 8; idx += WG_T) {
+        for (int idx = tid; idx < ST * (BM - m) * 8; idx += NT) {
             const int slot = idx / ((BM - m) * 8), rem = idx % ((BM - m) * 8), r = m + (rem >> 3);
             *(uint4 *)(sm + slot * SB + WB + r * 128 + ((rem & 7) << 4)) = make_uint4(0, 0, 0, 0);
         }
     }
-    for (int idx = tid; idx < ST * BM; idx += WG_T)
+    for (int idx = tid; idx < ST * BM; idx += NT)
         if (!present(idx % BM)) ds[idx] = 0.f;
     /* the scales of the tiles this block ends (at most two but for tiny K): read now, so that adding a finished tile
      * into y does not wait for global loads behind the weight streams of every other block (measured with
      * dev/cuda/wg_bench.cu, 27B at 64 rows, session 8, x0 -> x6: gate/up 79.5 -> 73.4 us, down 47.7 -> 40.5) */
     const int tf = (int)(u0 / S), sc_ok = u1 > u0 && (int)((u1 - 1) / S) - tf < 2;
     if (sc_ok)
-        for (int i = tid; i < 2 * BN; i += WG_T) scs[i] = tf * BN + i < n ? __ldg(w.s + tf * BN + i) : 0.f;
+        for (int i = tid; i < 2 * BN; i += NT) scs[i] = tf * BN + i < n ? __ldg(w.s + tf * BN + i) : 0.f;
     wg_ring_start<ST>(u1 - u0 < ST ? (int)(u1 - u0) : ST, [&](int i, bool on) { if (on) load_w(u0 + i, i); },
                       [&](int i, bool on) { if (on) load_x(u0 + i, i); });
     /* unit u0 + i has landed once group ST - 1 + i has: at the top of iteration i, 2 (ST - 1) + i groups exist */
@@ -159,7 +176,7 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
         wg_fence();
 #pragma unroll
         for (int t = 0; t < MT; t++) {
-            const uint64_t da = wg_desc(base + WB + t * 64 * 128);
+            const uint64_t da = wg_desc(base + WB + (wgi * MT + t) * 64 * 128);
 #pragma unroll
             for (int ks = 0; ks < 4; ks++)
                 wg_mma<NR>(ai[MA == 1 ? 0 : t], da + 2 * ks, db + 2 * ks, MA == 1 && t > 0 ? 1 : ks);
@@ -169,7 +186,8 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
 #pragma unroll
         for (int t = 0; t < MA; t++) {
             wg_fence_regs(ai[t]);
-            const float d0 = ds[slot * BM + 64 * t + tr], d1 = ds[slot * BM + 64 * t + tr + 8];
+            const int dr = slot * BM + wgi * (BM / NWG) + 64 * t + tr;
+            const float d0 = ds[dr], d1 = ds[dr + 8];
 #pragma unroll
             for (int r = 0; r < NR; r++) acc[t][r] = fmaf((r & 2) ? d1 : d0, wg_acc<F8>::f(ai[t][r]), acc[t][r]);
         }
@@ -186,7 +204,7 @@ __global__ void __launch_bounds__(WG_T, 3) k_wg8(g3_dmat w, const int8_t *__rest
                 for (int t = 0; t < MA; t++)
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
-                        int tok = 64 * t + tr + 8 * h;
+                        int tok = 64 * (wgi * MA + t) + tr + 8 * h;
                         if constexpr (F8 && MA == 1 && MT == 1) /* lo rows stacked after the hi rows (mo = m) */
                             if (tok >= mo) tok -= mo;
                         if (tok >= m) continue;
@@ -255,15 +273,24 @@ typedef struct wg_inst {
     int bps;
 } wg_inst;
 static wg_inst wg_tab[2][2][2][2];
+/* e4m3 at 65..128 rows: two warpgroups a block on one weight tile [ST 3 / 4][PF on / off] */
+static wg_inst wgf2_tab[2][2];
 static int wg_ready; /* wg_tab filled */
+#define WGF2_BM 256 /* activation rows a stage: 2 warpgroups x (64 tokens' hi + lo rows) */
 
 template <int BM, int ST, bool F8> static void wg_fill(wg_inst (&t)[2]) {
     t[0].k = wg_k<BM, ST, true, F8>(), t[1].k = wg_k<BM, ST, false, F8>();
     t[0].smem = t[1].smem = wg_smem<BM, ST, F8>();
 }
 
+template <int ST> static void wgf2_fill(wg_inst (&t)[2]) {
+    t[0].k = (void *)k_wg8<WGF2_BM, 128, ST, true, true, 2>, t[1].k = (void *)k_wg8<WGF2_BM, 128, ST, false, true, 2>;
+    t[0].smem = t[1].smem = wg_cfg<WGF2_BM, 128, ST>::SMEM;
+}
+
 static cudaError_t wg_setup(void) {
     if (!wg_ready) {
+        wgf2_fill<3>(wgf2_tab[0]), wgf2_fill<4>(wgf2_tab[1]);
         wg_fill<64, 4, false>(wg_tab[0][0][0]), wg_fill<64, 3, false>(wg_tab[0][0][1]);
         wg_fill<128, 4, false>(wg_tab[0][1][0]), wg_fill<128, 3, false>(wg_tab[0][1][1]);
         wg_fill<64, 4, true>(wg_tab[1][0][0]), wg_fill<64, 3, true>(wg_tab[1][0][1]);
@@ -275,25 +302,35 @@ static cudaError_t wg_setup(void) {
         cudaError_t e = g3c_smem_setup(v->k, (int)v->smem, WG_T, &v->bps);
         if (e != cudaSuccess) return e;
     }
+    for (int i = 0; i < 4; i++) {
+        wg_inst *v = &wgf2_tab[i >> 1][i & 1];
+        cudaError_t e = g3c_smem_setup(v->k, (int)v->smem, 2 * WG_T, &v->bps);
+        if (e != cudaSuccess) return e;
+    }
     return cudaSuccess;
 }
 
 cudaError_t g3c_wg_init(void) { return wg_setup(); }
 
 static int wgf_stages(void);
+static int wgf2_stages(void);
 /* m rows of y; big: 128 activation rows per tile (int8: 128 tokens x 64 channels; e4m3: the hi and lo tiles of up
- * to 64 tokens x 128 channels), else 64 x 128; mo: e4m3's first lo row */
+ * to 64 tokens x 128 channels), else 64 x 128; e4m3 beyond 64 rows: two warpgroups, 256 activation rows (hi and lo
+ * tiles of up to 128 tokens) x 128 channels; mo: e4m3's first lo row */
 static cudaError_t wg_run(int f8, const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, int big, int mo,
                           float *y, int n_sm, cudaStream_t st) {
     cudaError_t e = wg_setup(); /* no-op after g3c_wg_init */
     if (e != cudaSuccess) return e;
+    const int two = f8 && m > 64;
     const int BN = big && !f8 ? 64 : 128, S = w->k / 128, tiles = (w->n + BN - 1) / BN;
-    const wg_inst *v = &wg_tab[f8][big][f8 && big ? wgf_stages() == 3 : wg_stages() == 3][!wg_pf()];
+    const wg_inst *v = two ? &wgf2_tab[wgf2_stages() == 4][!wg_pf()]
+                           : &wg_tab[f8][big][f8 && big ? wgf_stages() == 3 : wg_stages() == 3][!wg_pf()];
     const long long L = (long long)tiles * S;
     long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * v->bps;
     if (blocks > L) blocks = L;
     typedef void (*kfn)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long, int);
-    return g3c_launch((kfn)v->k, dim3((unsigned)blocks), dim3(WG_T), v->smem, st, *w, xq, xd, m, y, S, L, mo);
+    return g3c_launch((kfn)v->k, dim3((unsigned)blocks), dim3(WG_T * (two ? 2 : 1)), v->smem, st, *w, xq, xd, m, y, S,
+                      L, mo);
 }
 
 cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
@@ -310,6 +347,18 @@ static int wgf_stages(void) {
     return e && !strcmp(e, "3") ? 3 : 2;
 }
 
+/* 65..128 rows: $G3_CUDA_WGF2ST=4: four stages of 48 KB (default three); one block of two warpgroups per SM */
+static int wgf2_stages(void) {
+    const char *e = getenv("G3_CUDA_WGF2ST");
+    return e && !strcmp(e, "4") ? 4 : 3;
+}
+
+/* $G3_CUDA_WGF2=0: no 65..128-row launches (decode batches beyond 64 rows in launches of <= 64, as before) */
+static int wgf2_enabled(void) {
+    const char *e = getenv("G3_CUDA_WGF2");
+    return !(e && !strcmp(e, "0"));
+}
+
 static int wgf_enabled(void) { /* $G3_CUDA_WGF=0: off (the staged bf16 kernel, tc_stage.cu); read at every call */
     const char *e = getenv("G3_CUDA_WGF");
     return !(e && !strcmp(e, "0"));
@@ -323,10 +372,10 @@ int g3c_wgf_min_rows(void) { /* $G3_CUDA_WGFMIN: fewest rows taken here (default
 
 int g3c_wgf_supported(const g3_dmat *w, int m) {
     return wgf_enabled() && w->qt == G3Q_FP8 && w->g == w->k && w->k % 128 == 0 && w->n >= 1 && m >= 1 &&
-           m <= 64;
+           m <= (wgf2_enabled() ? 128 : 64);
 }
 
-int g3c_wgf_lo_row(int m) { return m <= 32 ? m : 64; }
+int g3c_wgf_lo_row(int m) { return m <= 32 ? m : m <= 64 ? 64 : 128; }
 
 size_t g3c_wgf_q_bytes(int m, int k) {
     const size_t rows = (size_t)g3c_wgf_lo_row(m) + m;
@@ -334,8 +383,8 @@ size_t g3c_wgf_q_bytes(int m, int k) {
 }
 
 /* $G3_CUDA_WGFW: fewest weights (n k) of an fp8 matrix that takes the e4m3 kernel from 17 rows (below
- * g3c_wgf_min_rows()) and in the launches of decode batches beyond 64 rows (default 16 M; smaller ones keep the
- * staged kernel there). Measured on the H100 (session 16 run 07, aggregate decode tok/s against the staged kernel):
+ * g3c_wgf_min_rows()) and, with $G3_CUDA_WGF2=0, in the launches of <= 64 rows of decode batches beyond 64 rows
+ * (default 16 M; smaller ones keep the staged kernel there). Measured on the H100 (session 16 run 07, aggregate decode tok/s against the staged kernel):
  * 32 seqs 27B 2011 against 1843, 4B 8369 against 8353 (gate/up and down taken); at 16 seqs 27B 1093 against 1061
  * but 4B 4809 against 4990, hence from 17 rows */
 int g3c_wgf_big(const g3_dmat *w) {
