@@ -242,6 +242,15 @@ int g3_cli_bench(int argc, char **argv) {
     if (eo.ctx_size > c->max_ctx) eo.ctx_size = c->max_ctx;
     eo.prefill_chunk = n_prompt < 512 ? n_prompt : 512;
     if (dec_ctx) eo.prefill_chunk = chunk;
+    eo.kv_block = 16; /* the engine's default, named for the pool size below */
+    if (!dec_ctx) {
+        /* the pool for what the bench holds at once, not max_b full contexts: one prefill of n_prompt tokens, or B
+         * sequences of dec_prompt + n_gen tokens (27B at 256 seqs: ~1 GB of K/V instead of ~70 GB); a block more per
+         * sequence for the last position, a few for the prefix cache's entries */
+        const int blk = eo.kv_block, per_seq = (dec_prompt + n_gen + blk - 1) / blk + 1;
+        const int pre = (n_tok + n_gen + 8) / blk + 2;
+        eo.n_kv_blocks = (max_b * per_seq > pre ? max_b * per_seq : pre) + 8;
+    }
     if (dec_ctx && dec_ctx + n_gen + extra > eo.ctx_size) {
         g3_fail(&err, G3_ERR_ARG, "--context %d + --n-gen %d does not fit the model's context (%d)", dec_ctx, n_gen,
                 eo.ctx_size);
@@ -258,6 +267,10 @@ int g3_cli_bench(int argc, char **argv) {
     printf("model %s: %s, %.3f B parameters, %.2f GB of weights read per token%s%s; backend %s; load %.1f s\n",
            random ? random : mo.model, c->size_name, (double)m->n_params / 1e9, decode_bytes / 1e9,
            mo.quant ? " as " : "", mo.quant ? mo.quant : "", g3_engine_backend_name(e), t_load);
+    g3_engine_stats st0;
+    g3_engine_get_stats(e, &st0);
+    printf("kv cache: %d blocks of %d tokens (global and sliding layers' pools), up to %d sequences of %d tokens\n",
+           st0.kv_blocks_total, eo.kv_block, max_b, g3_engine_ctx_size(e));
     prompt = malloc(sizeof(int32_t) * (size_t)n_tok);
     lg = malloc(sizeof(float) * (size_t)c->vocab);
     step_ms = malloc(sizeof(double) * (size_t)n_gen);
@@ -305,6 +318,8 @@ int g3_cli_bench(int argc, char **argv) {
                 goto fail;
             }
         }
+        g3_engine_stats sb;
+        g3_engine_get_stats(e, &sb);
         int active = 1, first_done = 0;
         double t_dec0 = 0;
         int tokens_at_t0 = 0, n_steps = 0, stopped = 0, tokens_end = 0;
@@ -338,6 +353,11 @@ int g3_cli_bench(int argc, char **argv) {
         if (dec_ctx) printf("; context %d..%d", dec_ctx, dec_ctx + n_gen);
         if (bw > 0) printf(" = %.0f%% of %.1f GB/s", 100.0 * gbs / bw, (double)bw);
         printf("; first token %.1f ms)\n", 1e3 * ttft);
+        g3_engine_stats sa;
+        g3_engine_get_stats(e, &sa);
+        if (sa.n_preempted > sb.n_preempted) /* the B sequences did not all fit the KV pool at once */
+            printf("decode   batch %3d: %lld sequences preempted for lack of KV blocks: not a rate of %d together\n", B,
+                   (long long)(sa.n_preempted - sb.n_preempted), B);
         if (n_steps > 0) { /* one slow step (a graph captured on first use) shows as max far above the median */
             qsort(step_ms, (size_t)n_steps, sizeof *step_ms, cmp_double);
             printf("decode   batch %3d: step times min %.2f / median %.2f / max %.2f ms over %d steps\n", B,

@@ -83,6 +83,12 @@ check "info on a truncated GGUF fails with a message" bash -c "[ $rc -ne 0 ] && 
 "$BIN" info "$MODEL" >"$TMP/info" 2>&1
 check "info prints config, types, parameters, memory" bash -c "grep -q 'layers' '$TMP/info' && grep -q 'parameters:' '$TMP/info' && grep -q 'KV cache' '$TMP/info' && grep -q 'BF16' '$TMP/info'"
 
+# --- bench: the KV pool sized for the sequences it runs (not max_b full contexts), every sequence held at once -----
+"$BIN" bench -m "$MODEL" --backend cpu -p 24 -n 6 -b 1,6 -r 1 >"$TMP/bench" 2>&1
+check "bench sizes its KV pool for its sequences and runs 6 together without preemption" bash -c \
+  "grep -q '^kv cache: [0-9]* blocks of 16 tokens' '$TMP/bench' && grep -q '^decode   batch   6:' '$TMP/bench' && \
+   ! grep -q 'preempted' '$TMP/bench'"
+
 # --- bench --profile: time per dispatch of a decode step on a GPU backend (lavapipe here), a note on the CPU -----
 "$BIN" bench -m "$MODEL" --backend cpu -p 8 -n 2 --profile >"$TMP/prof" 2>&1
 check "bench --profile on the CPU backend prints a note" grep -q "^profile | cpu | --profile times" "$TMP/prof"
