@@ -428,6 +428,44 @@ static void test_tq_producers(void **state) {
     g3_model_free(m);
 }
 
+/* The engine's warm-up prefill at create (one prompt chunk on CUDA, engine.c's warm_prefill) leaves nothing behind:
+ * no KV blocks held or cached, no tokens counted, with a pool of exactly one sequence's blocks (the chunk shortened to
+ * fit), and a prompt's logits after it equal those of an engine created without it ($G3_WARMUP=0) within the products'
+ * atomic-order rounding. 270M shape, 2 layers, random bf16 weights. */
+static void test_warmup(void **state) {
+    (void)state;
+    const int n = 24;
+    int32_t prompt[24];
+    g3_model *m = random_270m(13, 5, prompt, n);
+    const int V = m->cfg.vocab;
+    g3_engine_opts o;
+    g3_engine_opts_default(&o);
+    o.backend = "cuda", o.ctx_size = 256, o.prefill_chunk = 512, o.max_seqs = 2, o.n_kv_blocks = 16;
+    float *lg[2];
+    for (int run = 0; run < 2; run++) {
+        if (run) setenv("G3_WARMUP", "0", 1);
+        g3_engine *e = NULL;
+        g3_error err = {0};
+        const g3_status rc = g3_engine_create(m, &o, &e, &err);
+        unsetenv("G3_WARMUP");
+        if (rc != G3_OK) fail_msg("engine: %s", err.msg);
+        g3_engine_stats st;
+        g3_engine_get_stats(e, &st);
+        assert_int_equal(st.kv_blocks_used, 0);
+        assert_int_equal(st.kv_blocks_cached, 0);
+        assert_int_equal(st.prompt_tokens, 0);
+        assert_int_equal(st.generated_tokens, 0);
+        lg[run] = malloc(sizeof(float) * (size_t)V);
+        if (g3_engine_logits(e, prompt, n, 0, lg[run], &err) != G3_OK) fail_msg("logits: %s", err.msg);
+        g3_engine_free(e);
+    }
+    const double d = tu_rel_err_rows(lg[0], lg[1], 1, V);
+    printf("  270M shape, 2 layers: logits after the warm-up against an engine without it: %.2e\n", d);
+    assert_true(d < 1e-4);
+    free(lg[0]), free(lg[1]);
+    g3_model_free(m);
+}
+
 /* The bf16 K/V cache through the engine on random bf16 weights, a 40-token prompt: prefill chunks of 20 (the flash
  * kernel reading keys written by the chunk before) and single rows (the decode kernel), against the float32 cache;
  * the 270M shape (head_dim 256, GQA 4 heads / 1; 2 layers: the CUDA-core flash kernel) and one layer of the 27B shape
@@ -555,6 +593,7 @@ int main(void) {
         cmocka_unit_test(test_own_models),
         cmocka_unit_test(test_tq_producers),
         cmocka_unit_test(test_kv16_random),
+        cmocka_unit_test(test_warmup),
         cmocka_unit_test(test_prepared_graphs),
         cmocka_unit_test(test_create_after_oom),
 #else
