@@ -334,7 +334,7 @@ static void test_matmul_wgmma(void **state) {
 
 /* fp8 on e4m3 warpgroup MMA (tc_wg.cu): up to 32 rows as 64-row tiles (lo parts at rows m..2m-1), 33..64 as hi and
  * lo tiles of 64 tokens summed in one accumulator (lo parts at 64..), decode batches of 65..128 rows in one launch
- * of two warpgroups on one weight tile (lo parts at 128..), beyond in equal launches (129 = 65 + 64; with
+ * of four (or two) warpgroups on one weight tile (lo parts at 128..), beyond in equal launches (129 = 65 + 64; with
  * $G3_CUDA_WGF2=0 every launch <= 64 rows); shapes as for int8 (odd n, one stage, stream-K), every stage count and
  * the prefetch variant. Against the emulation
  * of hi + lo e4m3 activations (2e-3 of max|y|, where the hi parts alone are >= 1e-2 away), W . x, and the staged
@@ -354,6 +354,14 @@ static void test_matmul_wgmma_fp8(void **state) {
     run_wgq("fp8", 264, 5376, 100, 1);
     run_wgq("fp8", 37, 21504, 128, 1);
     unsetenv("G3_CUDA_WGF2ST");
+    setenv("G3_CUDA_WGF2W", "2", 1); /* 65..128 rows: two warpgroups (128 channels each; default four) */
+    const int m4[] = {65, 100, 128, 256};
+    for (size_t i = 0; i < sizeof m4 / sizeof m4[0]; i++) {
+        run_wgq("fp8", 264, 5376, m4[i], 1);
+        run_wgq("fp8", 37, 21504, m4[i], 1);
+        run_wgq("fp8", 45, 128, m4[i], 1);
+    }
+    unsetenv("G3_CUDA_WGF2W");
     setenv("G3_CUDA_WGF2", "0", 1); /* beyond 64 rows in launches of <= 64 */
     run_wgq("fp8", 264, 5376, 100, 1);
     run_wgq("fp8", 37, 21504, 128, 1);

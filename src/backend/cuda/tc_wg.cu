@@ -45,13 +45,15 @@
  * the H100 (session 16, run 05, aggregate decode tok/s, argmax on the GPU, against the staged bf16 kernel): 27B fp8
  * 64 seqs 3765 against 2539, 128 seqs 3323 against 2576; 4B 64 seqs 13245 against 11553; 1B 26502 against 24651; at
  * 17..32 rows slower at 4B / 1B (7559 / 14819 against 8319 / 17996 at 32 seqs), so from 33 rows ($G3_CUDA_WGFMIN).
- * 65..128 rows (decode batches, g3c_mm; mo = 128): two warpgroups a block (NWG 2) read one weight tile of 128
- * channels, each against the hi and lo tiles of its 64 tokens, so a 128-row batch reads the weights once instead of
- * once per launch of 64 (the registers of a warpgroup as at 33..64 rows: 128 tokens in one warpgroup would need twice
- * the accumulators); three stages of 48 KB, one block per SM ($G3_CUDA_WGF2ST=4: four). Measured on the H100
+ * 65..128 rows (decode batches, g3c_mm; mo = 128): the warpgroups of a block read one weight tile of 128 channels,
+ * each against the hi and lo tiles of its 64 tokens, so a 128-row batch reads the weights once instead of once per
+ * launch of 64 (128 tokens in one warpgroup would need twice the accumulators): four warpgroups (NWG 4: two token
+ * groups x two channel groups of 64, 114 registers) or two (NWG 2, 128 channels each, 152 registers;
+ * $G3_CUDA_WGF2W=2); three stages of 48 KB, one block per SM ($G3_CUDA_WGF2ST=4: four). Measured on the H100
  * (session 17, run 02, against launches of <= 64, $G3_CUDA_WGF2=0): 27B fp8 128 / 256 seqs 3975 / 4014 against 3299
  * / 3261; 4B 17154 / 17930 against 13829 / 14483 and 1B 34637 / 38296 against 28427 / 30745 with every matrix taking
- * it (the launches of 64 kept the staged kernel for matrices of < 16 M weights); four stages 3890 / 3908 at 27B. At
+ * it (the launches of 64 kept the staged kernel for matrices of < 16 M weights); four stages 3890 / 3908 at 27B
+ * (all with two warpgroups; four: +0-3%, wgf2_groups below). At
  * 128 rows the products run at ~0.35 of the bandwidth (CUPTI: gate/up 213 us for 231 MB): each 16 KB weight stage
  * brings 32 KB of activations from L2. */
 #include <stdlib.h>
@@ -86,11 +88,14 @@ template <int BM, int BN, int ST, bool PF, bool F8, int NWG = 1>
 __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
     k_wg8(g3_dmat w, const int8_t *__restrict__ xq, const float2 *__restrict__ xd, int m, float *__restrict__ y, int S,
           long long L, int mo) {
-    constexpr int NT = WG_T * NWG;                /* threads */
-    constexpr int MT = BM / 64 / NWG, NR = BN / 2; /* m64 tiles per warpgroup, accumulator registers per tile and thread */
+    constexpr int NT = WG_T * NWG; /* threads */
+    /* warpgroups split the tile: NTH token groups (each its own activation rows) x NCH channel groups (each its own
+     * weight rows): 1 x 1, 2 x 1 (NWG 2) or 2 x 2 (NWG 4: 64 channels a warpgroup) */
+    constexpr int NTH = NWG == 1 ? 1 : 2, NCH = NWG / NTH, BNW = BN / NCH;
+    constexpr int MT = BM / 64 / NTH, NR = BNW / 2; /* m64 tiles per warpgroup, accumulator registers per tile and thread */
     /* e4m3 with 128 activation rows a warpgroup: the hi tile (rows 0..63) and the lo tile (64..127) of the same 64
      * tokens accumulate into one set of sums (same d), so 64 tokens x BN = 128 channels fit the registers */
-    constexpr int MA = F8 && BM / NWG == 128 ? 1 : MT;
+    constexpr int MA = F8 && BM / NTH == 128 ? 1 : MT;
     /* F8: activation rows [0, m) hold the hi parts, [mo, mo + m) the lo parts. Tile row r is activation row r, except
      * with two warpgroups (NWG 2, 65..128 tokens, mo = 128): warpgroup g's 128 tile rows are the hi then the lo rows
      * of tokens 64 g .. 64 g + 63, read against the same weight tile */
@@ -106,6 +111,7 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
     float *ds = (float *)(sm + ST * SB);
     float *scs = ds + ST * BM; /* the channel scales of the block's first two tiles */
     const int tid = threadIdx.x, wgi = NWG > 1 ? tid >> 7 : 0, wq = (tid & (WG_T - 1)) >> 5, lane = tid & 31;
+    const int th = NTH > 1 ? wgi % NTH : 0, chg = NCH > 1 ? wgi / NTH : 0; /* this warpgroup's token / channel group */
     const int n = w.n, K = w.k, nb = K / 128;
     const long long u0 = L * blockIdx.x / gridDim.x, u1 = L * (blockIdx.x + 1) / gridDim.x;
     const int8_t *W = (const int8_t *)w.q;
@@ -170,13 +176,13 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
             g3c_cp_commit();
         }
         const uint8_t *base = sm + slot * SB;
-        const uint64_t db = wg_desc(base);
+        const uint64_t db = wg_desc(base + chg * BNW * 128);
 #pragma unroll
         for (int t = 0; t < MA; t++) wg_fence_regs(ai[t]);
         wg_fence();
 #pragma unroll
         for (int t = 0; t < MT; t++) {
-            const uint64_t da = wg_desc(base + WB + (wgi * MT + t) * 64 * 128);
+            const uint64_t da = wg_desc(base + WB + (th * MT + t) * 64 * 128);
 #pragma unroll
             for (int ks = 0; ks < 4; ks++)
                 wg_mma<NR>(ai[MA == 1 ? 0 : t], da + 2 * ks, db + 2 * ks, MA == 1 && t > 0 ? 1 : ks);
@@ -186,14 +192,14 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
 #pragma unroll
         for (int t = 0; t < MA; t++) {
             wg_fence_regs(ai[t]);
-            const int dr = slot * BM + wgi * (BM / NWG) + 64 * t + tr;
+            const int dr = slot * BM + th * (BM / NTH) + 64 * t + tr;
             const float d0 = ds[dr], d1 = ds[dr + 8];
 #pragma unroll
             for (int r = 0; r < NR; r++) acc[t][r] = fmaf((r & 2) ? d1 : d0, wg_acc<F8>::f(ai[t][r]), acc[t][r]);
         }
         const int tile = (int)(u / S), st = (int)(u % S);
         if (u + 1 == u1 || st + 1 == S) { /* the tile (or this block's share of it) is done: add into y */
-            const int ch0 = tile * BN + 2 * (lane & 3);
+            const int ch0 = tile * BN + chg * BNW + 2 * (lane & 3);
 #pragma unroll
             for (int j = 0; j < NR / 4; j++) {
                 const int ch = ch0 + 8 * j;
@@ -204,7 +210,7 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
                 for (int t = 0; t < MA; t++)
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
-                        int tok = 64 * (wgi * MA + t) + tr + 8 * h;
+                        int tok = 64 * (th * MA + t) + tr + 8 * h;
                         if constexpr (F8 && MA == 1 && MT == 1) /* lo rows stacked after the hi rows (mo = m) */
                             if (tok >= mo) tok -= mo;
                         if (tok >= m) continue;
@@ -273,8 +279,9 @@ typedef struct wg_inst {
     int bps;
 } wg_inst;
 static wg_inst wg_tab[2][2][2][2];
-/* e4m3 at 65..128 rows: two warpgroups a block on one weight tile [ST 3 / 4][PF on / off] */
-static wg_inst wgf2_tab[2][2];
+/* e4m3 at 65..128 rows: four (or two: $G3_CUDA_WGF2W=2) warpgroups a block on one weight tile
+ * [warpgroups 2 / 4][ST 3 / 4][PF on / off] */
+static wg_inst wgf2_tab[2][2][2];
 static int wg_ready; /* wg_tab filled */
 #define WGF2_BM 256 /* activation rows a stage: 2 warpgroups x (64 tokens' hi + lo rows) */
 
@@ -283,14 +290,16 @@ template <int BM, int ST, bool F8> static void wg_fill(wg_inst (&t)[2]) {
     t[0].smem = t[1].smem = wg_smem<BM, ST, F8>();
 }
 
-template <int ST> static void wgf2_fill(wg_inst (&t)[2]) {
-    t[0].k = (void *)k_wg8<WGF2_BM, 128, ST, true, true, 2>, t[1].k = (void *)k_wg8<WGF2_BM, 128, ST, false, true, 2>;
+template <int NWG, int ST> static void wgf2_fill(wg_inst (&t)[2]) {
+    t[0].k = (void *)k_wg8<WGF2_BM, 128, ST, true, true, NWG>;
+    t[1].k = (void *)k_wg8<WGF2_BM, 128, ST, false, true, NWG>;
     t[0].smem = t[1].smem = wg_cfg<WGF2_BM, 128, ST>::SMEM;
 }
 
 static cudaError_t wg_setup(void) {
     if (!wg_ready) {
-        wgf2_fill<3>(wgf2_tab[0]), wgf2_fill<4>(wgf2_tab[1]);
+        wgf2_fill<2, 3>(wgf2_tab[0][0]), wgf2_fill<2, 4>(wgf2_tab[0][1]);
+        wgf2_fill<4, 3>(wgf2_tab[1][0]), wgf2_fill<4, 4>(wgf2_tab[1][1]);
         wg_fill<64, 4, false>(wg_tab[0][0][0]), wg_fill<64, 3, false>(wg_tab[0][0][1]);
         wg_fill<128, 4, false>(wg_tab[0][1][0]), wg_fill<128, 3, false>(wg_tab[0][1][1]);
         wg_fill<64, 4, true>(wg_tab[1][0][0]), wg_fill<64, 3, true>(wg_tab[1][0][1]);
@@ -302,9 +311,9 @@ static cudaError_t wg_setup(void) {
         cudaError_t e = g3c_smem_setup(v->k, (int)v->smem, WG_T, &v->bps);
         if (e != cudaSuccess) return e;
     }
-    for (int i = 0; i < 4; i++) {
-        wg_inst *v = &wgf2_tab[i >> 1][i & 1];
-        cudaError_t e = g3c_smem_setup(v->k, (int)v->smem, 2 * WG_T, &v->bps);
+    for (int i = 0; i < 8; i++) {
+        wg_inst *v = &wgf2_tab[i >> 2][(i >> 1) & 1][i & 1];
+        cudaError_t e = g3c_smem_setup(v->k, (int)v->smem, (i >> 2 ? 4 : 2) * WG_T, &v->bps);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
@@ -314,6 +323,7 @@ cudaError_t g3c_wg_init(void) { return wg_setup(); }
 
 static int wgf_stages(void);
 static int wgf2_stages(void);
+static int wgf2_groups(void);
 /* m rows of y; big: 128 activation rows per tile (int8: 128 tokens x 64 channels; e4m3: the hi and lo tiles of up
  * to 64 tokens x 128 channels), else 64 x 128; e4m3 beyond 64 rows: two warpgroups, 256 activation rows (hi and lo
  * tiles of up to 128 tokens) x 128 channels; mo: e4m3's first lo row */
@@ -321,16 +331,15 @@ static cudaError_t wg_run(int f8, const g3_dmat *w, const int8_t *xq, const floa
                           float *y, int n_sm, cudaStream_t st) {
     cudaError_t e = wg_setup(); /* no-op after g3c_wg_init */
     if (e != cudaSuccess) return e;
-    const int two = f8 && m > 64;
+    const int two = f8 && m > 64, nwg = two ? wgf2_groups() : 1;
     const int BN = big && !f8 ? 64 : 128, S = w->k / 128, tiles = (w->n + BN - 1) / BN;
-    const wg_inst *v = two ? &wgf2_tab[wgf2_stages() == 4][!wg_pf()]
+    const wg_inst *v = two ? &wgf2_tab[nwg == 4][wgf2_stages() == 4][!wg_pf()]
                            : &wg_tab[f8][big][f8 && big ? wgf_stages() == 3 : wg_stages() == 3][!wg_pf()];
     const long long L = (long long)tiles * S;
     long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * v->bps;
     if (blocks > L) blocks = L;
     typedef void (*kfn)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long, int);
-    return g3c_launch((kfn)v->k, dim3((unsigned)blocks), dim3(WG_T * (two ? 2 : 1)), v->smem, st, *w, xq, xd, m, y, S,
-                      L, mo);
+    return g3c_launch((kfn)v->k, dim3((unsigned)blocks), dim3(WG_T * nwg), v->smem, st, *w, xq, xd, m, y, S, L, mo);
 }
 
 cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
@@ -351,6 +360,16 @@ static int wgf_stages(void) {
 static int wgf2_stages(void) {
     const char *e = getenv("G3_CUDA_WGF2ST");
     return e && !strcmp(e, "4") ? 4 : 3;
+}
+
+/* warpgroups a block at 65..128 rows: 4 (two token groups x two channel groups of 64 channels) or, $G3_CUDA_WGF2W=2,
+ * two (one channel group of 128). Measured on the H100 (session 17 run 06, aggregate decode tok/s, two rounds each,
+ * 4 against 2): 27B fp8 128 seqs 4084 / 4059 against 4010 / 4029, 256 seqs 4093 / 4098 against 4094 / 4077; 4B 128
+ * seqs 17192 / 17156 against 16685 / 16698, 256 seqs 17918 / 18016 against 17386 / 17458; 1B 256 seqs 39120 / 39036
+ * against 38598 / 38600; four stages with four warpgroups no better (27B 3990 / 4024) */
+static int wgf2_groups(void) {
+    const char *e = getenv("G3_CUDA_WGF2W");
+    return e && !strcmp(e, "2") ? 2 : 4;
 }
 
 /* $G3_CUDA_WGF2=0: no 65..128-row launches (decode batches beyond 64 rows in launches of <= 64, as before) */
