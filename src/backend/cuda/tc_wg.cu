@@ -97,8 +97,8 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
      * tokens accumulate into one set of sums (same d), so 64 tokens x BN = 128 channels fit the registers */
     constexpr int MA = F8 && BM / NTH == 128 ? 1 : MT;
     /* F8: activation rows [0, m) hold the hi parts, [mo, mo + m) the lo parts. Tile row r is activation row r, except
-     * with two warpgroups (NWG 2, 65..128 tokens, mo = 128): warpgroup g's 128 tile rows are the hi then the lo rows
-     * of tokens 64 g .. 64 g + 63, read against the same weight tile */
+     * with several warpgroups (NWG 2 / 4, 65..128 tokens, mo = 128): token group g's 128 tile rows are the hi then the
+     * lo rows of tokens 64 g .. 64 g + 63, read against the same weight tile */
     auto grow = [&](int r) { return NWG == 1 ? r : ((r & 64) ? mo : 0) + 64 * (r >> 7) + (r & 63); };
     auto present = [&](int r) {
         if constexpr (NWG > 1) return 64 * (r >> 7) + (r & 63) < m;
