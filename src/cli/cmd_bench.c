@@ -75,8 +75,8 @@ static void print_profile(const char *backend, const char *what, char *text) {
     }
 }
 
-/* --profile: one decode step of B sequences at position pos (each row its own sequence, blocks mapped to the whole
- * context) through the backend's profile, on a backend of its own configured as the engine's (the engine is freed
+/* --profile: one decode step of B sequences at position pos (each row its own sequence, its blocks up to pos mapped,
+ * so the pool holds B * (pos / 16 + 1) blocks, not B whole contexts) through the backend's profile, on a backend of its own configured as the engine's (the engine is freed
  * before: no two copies of the weights). The step runs twice (the first warms up) and the second is printed. */
 static int profile_decode(const g3_model *m, const char *backend, int device, int n_threads, int max_b, int max_rows,
                           int ctx, int pos, const int *bs, int n_bs, g3_error *err) {
@@ -94,10 +94,11 @@ static int profile_decode(const g3_model *m, const char *backend, int device, in
     }
     const g3_config *c = &m->cfg;
     int blk = 16, bps = (ctx + blk - 1) / blk; /* the engine's default KV block */
+    const int need = pos / blk + 1;            /* blocks a sequence reads and writes at position pos */
     g3_backend_cfg bc = {.n_threads = n_threads, .max_seqs = max_b, .max_rows = max_rows, .kv_block = blk,
                          .max_blocks_per_seq = bps, .device = device};
-    bc.n_blocks_global = g3_layers_of_kind(c, 0) ? max_b * bps : 0;
-    bc.n_blocks_local = g3_layers_of_kind(c, 1) ? max_b * bps : 0;
+    bc.n_blocks_global = g3_layers_of_kind(c, 0) ? max_b * need : 0;
+    bc.n_blocks_local = g3_layers_of_kind(c, 1) ? max_b * need : 0;
     const g3_backend_ops *ops = g3_backend_find(backend);
     g3_backend *b = NULL;
     size_t cap = 16384;
@@ -113,7 +114,7 @@ static int profile_decode(const g3_model *m, const char *backend, int device, in
         if (!ops) g3_fail(err, G3_ERR_ARG, "backend %s not found", backend);
         goto done;
     }
-    for (int i = 0; i < max_b * bps; i++) bt[i] = i;
+    for (int i = 0; i < max_b * bps; i++) bt[i] = i % bps < need ? i / bps * need + i % bps : 0;
     int32_t *tok = rows, *ps = rows + max_b, *seq = rows + 2 * max_b, *out = rows + 3 * max_b;
     for (int i = 0; i < max_b; i++)
         tok[i] = (int32_t)((1000u + 7919u * (unsigned)i) % (unsigned)c->vocab), ps[i] = pos, seq[i] = i, out[i] = i;
