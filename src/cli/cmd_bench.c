@@ -76,10 +76,11 @@ static void print_profile(const char *backend, const char *what, char *text) {
 }
 
 /* --profile: one decode step of B sequences at position pos (each row its own sequence, its blocks up to pos mapped,
- * so the pool holds B * (pos / 16 + 1) blocks, not B whole contexts) through the backend's profile, on a backend of its own configured as the engine's (the engine is freed
- * before: no two copies of the weights). The step runs twice (the first warms up) and the second is printed. */
+ * so the pool holds B * (pos / blk + 1) blocks, not B whole contexts) through the backend's profile, on a backend of
+ * its own configured as the engine's, blocks of blk tokens (the engine is freed before: no two copies of the
+ * weights). The step runs twice (the first warms up) and the second is printed. */
 static int profile_decode(const g3_model *m, const char *backend, int device, int n_threads, int max_b, int max_rows,
-                          int ctx, int pos, const int *bs, int n_bs, g3_error *err) {
+                          int blk, int ctx, int pos, const int *bs, int n_bs, g3_error *err) {
     int is_vulkan = !strcmp(backend, "vulkan"), is_cuda = !strcmp(backend, "cuda");
 #ifndef G3_HAVE_VULKAN
     is_vulkan = 0;
@@ -93,8 +94,7 @@ static int profile_decode(const g3_model *m, const char *backend, int device, in
         return 0;
     }
     const g3_config *c = &m->cfg;
-    int blk = 16, bps = (ctx + blk - 1) / blk; /* the engine's default KV block */
-    const int need = pos / blk + 1;            /* blocks a sequence reads and writes at position pos */
+    const int bps = (ctx + blk - 1) / blk, need = pos / blk + 1; /* blocks a sequence reads and writes at pos */
     g3_backend_cfg bc = {.n_threads = n_threads, .max_seqs = max_b, .max_rows = max_rows, .kv_block = blk,
                          .max_blocks_per_seq = bps, .device = device};
     bc.n_blocks_global = g3_layers_of_kind(c, 0) ? max_b * need : 0;
@@ -243,7 +243,7 @@ int g3_cli_bench(int argc, char **argv) {
     if (eo.ctx_size > c->max_ctx) eo.ctx_size = c->max_ctx;
     eo.prefill_chunk = n_prompt < 512 ? n_prompt : 512;
     if (dec_ctx) eo.prefill_chunk = chunk;
-    eo.kv_block = 16; /* the engine's default, named for the pool size below */
+    eo.kv_block = 16; /* the engine's default, named for the pool sizes below and in --profile */
     if (!dec_ctx) {
         /* the pool for what the bench holds at once, not max_b full contexts: one prefill of n_prompt tokens, or B
          * sequences of dec_prompt + n_gen tokens (27B at 256 seqs: ~1 GB of K/V instead of ~70 GB); a block more per
@@ -375,8 +375,8 @@ int g3_cli_bench(int argc, char **argv) {
         if (pos >= ctx) pos = ctx - 1;
         g3_engine_free(e);
         e = NULL;
-        if (profile_decode(m, backend, eo.device, eo.n_threads, max_b, eo.prefill_chunk + max_b, ctx, pos, bs, 2,
-                           &err)) {
+        if (profile_decode(m, backend, eo.device, eo.n_threads, max_b, eo.prefill_chunk + max_b, eo.kv_block, ctx, pos,
+                           bs, 2, &err)) {
             fprintf(stderr, "gemma3 bench: profile: %s\n", err.msg);
             goto out;
         }

@@ -153,11 +153,8 @@ g3_status g3_engine_create(g3_model *m, const g3_engine_opts *opts, g3_engine **
             return g3_fail(err, G3_ERR_NOMEM, "out of memory for engine buffers");
         }
     }
-    if (e->ops->prepare && !o->lazy_setup && (rc = e->ops->prepare(e->be, o->max_seqs, err)) != G3_OK) {
-        g3_engine_free(e);
-        return rc;
-    }
-    if (e->ops->prepare && !o->lazy_setup && (rc = warm_prefill(e, err)) != G3_OK) {
+    if (e->ops->prepare && !o->lazy_setup &&
+        ((rc = e->ops->prepare(e->be, o->max_seqs, err)) != G3_OK || (rc = warm_prefill(e, err)) != G3_OK)) {
         g3_engine_free(e);
         return rc;
     }
@@ -560,9 +557,9 @@ static g3_status warm_prefill(g3_engine *e, g3_error *err) {
             n = (e->kv.n_blocks[k] - 1) * e->opts.kv_block;
     if (n < 1) return G3_OK;
     int32_t *tok = calloc((size_t)n, sizeof *tok);
-    float *lg = malloc(sizeof(float) * (size_t)e->model->cfg.vocab);
-    g3_status rc = tok && lg ? g3_engine_logits(e, tok, n, 0, lg, err) : g3_fail(err, G3_ERR_NOMEM, "out of memory");
-    free(tok), free(lg);
+    /* the logits land in the engine's own buffer, unused before the first step */
+    g3_status rc = tok ? g3_engine_logits(e, tok, n, 0, e->logits, err) : g3_fail(err, G3_ERR_NOMEM, "out of memory");
+    free(tok);
     return rc;
 }
 
