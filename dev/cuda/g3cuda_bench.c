@@ -4,6 +4,7 @@
  *
  *   g3cuda_bench [--sizes 1b,4b,27b] [--quants bf16,int8,int4] [--gemm split|bf16] [--steps 64] [--batches 8,32,64,256]
  *                [--profile 1]   (also: time of each launch group in one eager prefill, decode step and batch step)
+ *                [--batch1 0]    (aggregate decode only: no prefill or batch-1 measurements, e.g. under a profiler)
  *
  * Prints one markdown row per measurement. Decode figures come twice: logits copied to the host (the backend
  * interface) and argmax on the device (only token ids come back). Prefill is timed in the chosen GEMM mode and
@@ -57,7 +58,7 @@ static int list(const char *s, char out[][16], int max) {
 int main(int argc, char **argv) {
     char sizes[8][16], quants[8][16], batches_s[8][16];
     int ns = list("1b,4b,27b", sizes, 8), nq = list("bf16,int8,int4", quants, 8), nb = list("8,32,64,256", batches_s, 8);
-    int gemm = 0, steps = 64, prof = 0;
+    int gemm = 0, steps = 64, prof = 0, one = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--sizes")) ns = list(argv[i + 1], sizes, 8);
         else if (!strcmp(argv[i], "--quants")) nq = list(argv[i + 1], quants, 8);
@@ -65,6 +66,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gemm")) gemm = !strcmp(argv[i + 1], "bf16") ? 2 : 1;
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--profile")) prof = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--batch1")) one = atoi(argv[i + 1]);
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
     }
     if (g3_cuda_device_count() == 0) {
@@ -112,70 +114,72 @@ int main(int argc, char **argv) {
                                       (double)c.n_heads * c.head_dim * c.hidden + 3.0 * c.hidden * c.ffn) *
                                c.n_layers;
             fprintf(stderr, "%s %s: created in %.1f s, %.2f GB resident\n", sizes[si], quants[qi], tload, wb / 1e9);
-            /* prefill 512 (slot 0) */
-            for (int i = 0; i < PROMPT; i++) tok[i] = (i * 7919 + 3) % c.vocab, pos[i] = i, seq[i] = 0;
-            outr[0] = PROMPT - 1;
-            g3_batch bt = {.n_rows = PROMPT, .token = tok, .pos = pos, .seq = seq, .n_out = 1, .out_rows = outr,
-                           .bt_global = btg, .bt_local = btl};
             float *logits = malloc(sizeof(float) * (size_t)c.vocab * MAXB);
-            if (g3_backend_cuda.forward(b, &bt, logits, &err) != G3_OK) { fprintf(stderr, "%s\n", err.msg); return 1; }
-            double best = 1e9;
-            for (int r = 0; r < 3; r++) {
-                t0 = now();
-                g3_backend_cuda.forward(b, &bt, logits, &err);
-                double t = now() - t0;
-                if (t < best) best = t;
-            }
-            double pf = PROMPT / best;
-            printf("| %s | %s | %s | prefill 512 tok/s | %.0f | %.0f (at %.0f TFLOP/s) | %.2f |\n", sizes[si], quants[qi],
-                   gm, pf, tf * 1e12 / flops_tok, tf, pf / (tf * 1e12 / flops_tok));
-            printf("| %s | %s | %s | time to first token, 512 prompt (ms) | %.1f | | |\n", sizes[si], quants[qi], gm,
-                   best * 1e3);
-            if (gemm != 2) { /* the same prefill with plain bf16 activations, then back */
-                if (g3_cuda_set_gemm(b, 2, &err) != G3_OK) { fprintf(stderr, "%s\n", err.msg); return 1; }
-                g3_backend_cuda.forward(b, &bt, logits, &err);
-                double bp = 1e9;
+            const double lim = rd * 1e9 / wb; /* decode steps per second at the streaming read */
+            if (one) {
+                /* prefill 512 (slot 0) */
+                for (int i = 0; i < PROMPT; i++) tok[i] = (i * 7919 + 3) % c.vocab, pos[i] = i, seq[i] = 0;
+                outr[0] = PROMPT - 1;
+                g3_batch bt = {.n_rows = PROMPT, .token = tok, .pos = pos, .seq = seq, .n_out = 1, .out_rows = outr,
+                               .bt_global = btg, .bt_local = btl};
+                if (g3_backend_cuda.forward(b, &bt, logits, &err) != G3_OK) { fprintf(stderr, "%s\n", err.msg); return 1; }
+                double best = 1e9;
                 for (int r = 0; r < 3; r++) {
                     t0 = now();
                     g3_backend_cuda.forward(b, &bt, logits, &err);
                     double t = now() - t0;
-                    if (t < bp) bp = t;
+                    if (t < best) best = t;
                 }
-                printf("| %s | %s | bf16 | prefill 512 tok/s | %.0f | %.0f (at %.0f TFLOP/s) | %.2f |\n", sizes[si],
-                       quants[qi], PROMPT / bp, tf * 1e12 / flops_tok, tf, PROMPT / bp / (tf * 1e12 / flops_tok));
-                printf("| %s | %s | bf16 | time to first token, 512 prompt (ms) | %.1f | | |\n", sizes[si], quants[qi],
-                       bp * 1e3);
-                if (g3_cuda_set_gemm(b, 1, &err) != G3_OK) { fprintf(stderr, "%s\n", err.msg); return 1; }
-            }
-            /* batch-1 decode after the prompt */
-            double lim = rd * 1e9 / wb;
-            for (int mode = 0; mode < 2; mode++) {
-                int n = steps, p0 = PROMPT;
-                tok[0] = 5, seq[0] = 0, outr[0] = 0;
-                g3_batch d1 = {.n_rows = 1, .token = tok, .pos = pos, .seq = seq, .n_out = 1, .out_rows = outr,
-                               .bt_global = btg, .bt_local = btl};
-                pos[0] = p0;
-                g3_backend_cuda.forward(b, &d1, logits, &err); /* warm-up and graph capture */
-                t0 = now();
-                for (int i = 0; i < n && p0 + 1 + i < CTX; i++) {
-                    pos[0] = p0 + 1 + i;
-                    g3_status rc = mode ? g3_cuda_forward_argmax(b, &d1, ids, &err)
-                                        : g3_backend_cuda.forward(b, &d1, logits, &err);
-                    if (rc) { fprintf(stderr, "%s\n", err.msg); return 1; }
-                    tok[0] = mode ? ids[0] : 5;
+                double pf = PROMPT / best;
+                printf("| %s | %s | %s | prefill 512 tok/s | %.0f | %.0f (at %.0f TFLOP/s) | %.2f |\n", sizes[si], quants[qi],
+                       gm, pf, tf * 1e12 / flops_tok, tf, pf / (tf * 1e12 / flops_tok));
+                printf("| %s | %s | %s | time to first token, 512 prompt (ms) | %.1f | | |\n", sizes[si], quants[qi], gm,
+                       best * 1e3);
+                if (gemm != 2) { /* the same prefill with plain bf16 activations, then back */
+                    if (g3_cuda_set_gemm(b, 2, &err) != G3_OK) { fprintf(stderr, "%s\n", err.msg); return 1; }
+                    g3_backend_cuda.forward(b, &bt, logits, &err);
+                    double bp = 1e9;
+                    for (int r = 0; r < 3; r++) {
+                        t0 = now();
+                        g3_backend_cuda.forward(b, &bt, logits, &err);
+                        double t = now() - t0;
+                        if (t < bp) bp = t;
+                    }
+                    printf("| %s | %s | bf16 | prefill 512 tok/s | %.0f | %.0f (at %.0f TFLOP/s) | %.2f |\n", sizes[si],
+                           quants[qi], PROMPT / bp, tf * 1e12 / flops_tok, tf, PROMPT / bp / (tf * 1e12 / flops_tok));
+                    printf("| %s | %s | bf16 | time to first token, 512 prompt (ms) | %.1f | | |\n", sizes[si], quants[qi],
+                           bp * 1e3);
+                    if (g3_cuda_set_gemm(b, 1, &err) != G3_OK) { fprintf(stderr, "%s\n", err.msg); return 1; }
                 }
-                double t = (now() - t0) / n;
-                printf("| %s | %s | %s | batch-1 decode tok/s (%s) | %.1f | %.1f (%.2f GB at %.0f GB/s) | %.2f |\n",
-                       sizes[si], quants[qi], gm, mode ? "argmax on GPU" : "logits to host", 1 / t, lim, wb / 1e9, rd,
-                       (1 / t) / lim);
-                if (mode) fprintf(stderr, "%s %s: batch-1 decode graph has %d nodes\n", sizes[si], quants[qi],
-                                  g3_cuda_graph_nodes(b, 1));
-                if (mode && prof) {
-                    for (int i = 0; i < PROMPT; i++) tok[i] = (i * 7919 + 3) % c.vocab, pos[i] = i, seq[i] = 0;
-                    outr[0] = PROMPT - 1;
-                    profile(b, &bt, sizes[si], quants[qi], "prefill 512");
-                    tok[0] = 5, pos[0] = p0 + n + 1, outr[0] = 0;
-                    profile(b, &d1, sizes[si], quants[qi], "decode 1");
+                /* batch-1 decode after the prompt */
+                for (int mode = 0; mode < 2; mode++) {
+                    int n = steps, p0 = PROMPT;
+                    tok[0] = 5, seq[0] = 0, outr[0] = 0;
+                    g3_batch d1 = {.n_rows = 1, .token = tok, .pos = pos, .seq = seq, .n_out = 1, .out_rows = outr,
+                                   .bt_global = btg, .bt_local = btl};
+                    pos[0] = p0;
+                    g3_backend_cuda.forward(b, &d1, logits, &err); /* warm-up and graph capture */
+                    t0 = now();
+                    for (int i = 0; i < n && p0 + 1 + i < CTX; i++) {
+                        pos[0] = p0 + 1 + i;
+                        g3_status rc = mode ? g3_cuda_forward_argmax(b, &d1, ids, &err)
+                                            : g3_backend_cuda.forward(b, &d1, logits, &err);
+                        if (rc) { fprintf(stderr, "%s\n", err.msg); return 1; }
+                        tok[0] = mode ? ids[0] : 5;
+                    }
+                    double t = (now() - t0) / n;
+                    printf("| %s | %s | %s | batch-1 decode tok/s (%s) | %.1f | %.1f (%.2f GB at %.0f GB/s) | %.2f |\n",
+                           sizes[si], quants[qi], gm, mode ? "argmax on GPU" : "logits to host", 1 / t, lim, wb / 1e9, rd,
+                           (1 / t) / lim);
+                    if (mode) fprintf(stderr, "%s %s: batch-1 decode graph has %d nodes\n", sizes[si], quants[qi],
+                                      g3_cuda_graph_nodes(b, 1));
+                    if (mode && prof) {
+                        for (int i = 0; i < PROMPT; i++) tok[i] = (i * 7919 + 3) % c.vocab, pos[i] = i, seq[i] = 0;
+                        outr[0] = PROMPT - 1;
+                        profile(b, &bt, sizes[si], quants[qi], "prefill 512");
+                        tok[0] = 5, pos[0] = p0 + n + 1, outr[0] = 0;
+                        profile(b, &d1, sizes[si], quants[qi], "decode 1");
+                    }
                 }
             }
             /* aggregate decode */
