@@ -312,6 +312,13 @@ static void test_matmul_wgmma(void **state) {
         run_wg(45, 128, ms[i], 1);
     }
     run_mm("int8", 160, 256, 100, 1, 1, 5.0e-4, 2e-2); /* GeGLU after the product */
+    /* blocks of several units: shares that end mid-kernel (atomics) and each block's last (bulk reductions) */
+    run_wg(2048, 5376, 64, 1);
+    run_wg(2048, 5376, 100, 1);
+    setenv("G3_CUDA_WGBR", "0", 1); /* every share by float2 atomics */
+    run_wg(264, 5376, 64, 1);
+    run_wg(2048, 5376, 100, 1);
+    unsetenv("G3_CUDA_WGBR");
     setenv("G3_CUDA_WGST", "4", 1); /* four stages, two blocks per SM */
     run_wg(264, 5376, 40, 1);
     run_wg(37, 21504, 100, 1);
@@ -350,6 +357,12 @@ static void test_matmul_wgmma_fp8(void **state) {
         run_wgq("fp8", 37, 21504, ms[i], 1);
         run_wgq("fp8", 45, 128, ms[i], 1);
     }
+    run_wgq("fp8", 2048, 5376, 64, 1); /* blocks of several units (mid-kernel shares by atomics) */
+    run_wgq("fp8", 2048, 5376, 128, 1);
+    setenv("G3_CUDA_WGBR", "0", 1); /* every share by float2 atomics */
+    run_wgq("fp8", 264, 5376, 64, 1);
+    run_wgq("fp8", 264, 5376, 100, 1);
+    unsetenv("G3_CUDA_WGBR");
     setenv("G3_CUDA_WGF2ST", "4", 1); /* 65..128 rows: four stages */
     run_wgq("fp8", 264, 5376, 100, 1);
     run_wgq("fp8", 37, 21504, 128, 1);
@@ -440,9 +453,10 @@ static float bf16_round(float f) { /* to the nearest bf16, ties to even (finite 
 }
 /* One int4 product of m rows against the bf16-rounded activations times the resident weights in double: the kernel
  * rounds each weight once more to bf16 (its scale and offset first), ~2^-9 of a group's range, so the product is
- * within a few 1e-3 of max|y| (H100, session 15: 1.9-3.5e-3; 2.7-4.2e-3 when the weights were rounded as s q + z);
- * an activation paired with the wrong weight (the k order of the producers and of the kernel disagreeing) moves it
- * by the order of max|y| itself. Activations of mixed scales per block. */
+ * within a few 1e-3 of max|y| (H100, session 15: 1.9-3.5e-3; 2.7-4.2e-3 when the weights were rounded as s q + z;
+ * H200, session 19: 4.2e-3 at n = 96, k = 384, m = 16 once other tests drew more random numbers first, hence the
+ * bound 6e-3); an activation paired with the wrong weight (the k order of the producers and of the kernel
+ * disagreeing) moves it by the order of max|y| itself. Activations of mixed scales per block. */
 static void run_wgb(int n, int k, int m) {
     float *w = malloc(sizeof(float) * (size_t)n * k), *x = malloc(sizeof(float) * (size_t)m * k);
     float *y = malloc(sizeof(float) * (size_t)m * n), *wd = malloc(sizeof(float) * (size_t)n * k);
@@ -464,7 +478,7 @@ static void run_wgb(int n, int k, int m) {
     const int path = g3_cuda_test_mm_path(G3_DTYPE_F32, n, k, "int4", 1, m);
     printf("  int4 n=%-4d k=%-5d m=%-3d path %d: vs bf16(x) . W %.2e of max|y|\n", n, k, m, path, de / mx);
     assert_int_equal(path, 1);
-    if (!(de / mx <= 4e-3)) fail_msg("int4 n=%d k=%d m=%d: %g of max|y| from bf16(x) . W", n, k, m, de / mx);
+    if (!(de / mx <= 6e-3)) fail_msg("int4 n=%d k=%d m=%d: %g of max|y| from bf16(x) . W", n, k, m, de / mx);
     free(w), free(x), free(y), free(wd);
 }
 

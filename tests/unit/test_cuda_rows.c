@@ -259,6 +259,10 @@ static void test_row_kernels(void **state) {
             run_rows(G3C_TEST_TO_BF16, ms[i], 5376);
             run_rows(G3C_TEST_FINISH, ms[i], 4096);
         }
+        run_rows(G3C_TEST_FINISH, 300, 4100); /* many rows: the strided kernel, a partial last round */
+        setenv("G3_CUDA_FIN", "1", 1);        /* one float4 a thread at any size */
+        run_rows(G3C_TEST_FINISH, 512, 4096);
+        unsetenv("G3_CUDA_FIN");
         for (int f = 1; f <= 3; f++) { /* the flags of the prefill forward ($G3_CUDA_NOZERO) */
             run_rows_f(G3C_TEST_ADD_NORM, f, 512, 5376);
             run_rows_f(G3C_TEST_GEGLU, f, 512, 2 * 4096);

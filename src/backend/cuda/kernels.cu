@@ -415,7 +415,56 @@ cudaError_t g3c_to_bf16(const float *x, int m, int n, __nv_bfloat16 *xh, int spl
 cudaError_t g3c_gather_rows(const float *src, const int32_t *rows, int n, int n_cols, float *dst, cudaStream_t st) {
     return g3c_launch(k_gather, dim3(grid_for((size_t)n * n_cols)), dim3(256), 0, st, src, rows, n, n_cols, dst);
 }
+/* The same over many rows: a grid of a few blocks per SM striding over the float4s, FI of them in flight per thread
+ * (k_finish4's one float4 per thread makes 16384 blocks at 64 rows of 262144 logits) */
+#define FI 4
+__global__ void __launch_bounds__(256) k_finish4s(float *y, int ny, size_t n4, float cap, float *out) {
+    g3c_pdl_wait();
+    float4 *y4 = (float4 *)y;
+    const size_t stride = (size_t)gridDim.x * 256;
+    for (size_t e0 = blockIdx.x * (size_t)256 + threadIdx.x; e0 < n4; e0 += FI * stride) {
+        float4 v[FI];
+#pragma unroll
+        for (int h = 0; h < FI; h++) {
+            const size_t e = e0 + h * stride;
+            v[h] = e < n4 ? __ldcg(y4 + e) : make_float4(0.f, 0.f, 0.f, 0.f);
+            if (ny > 1 && e < n4) v[h] = f4add(v[h], __ldcg(y4 + n4 + e));
+        }
+#pragma unroll
+        for (int h = 0; h < FI; h++) {
+            const size_t e = e0 + h * stride;
+            if (e >= n4) continue;
+            y4[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (ny > 1) y4[n4 + e] = make_float4(0.f, 0.f, 0.f, 0.f);
+            float4 o = v[h];
+            if (cap > 0.f)
+                o = make_float4(cap * tanhf(o.x / cap), cap * tanhf(o.y / cap), cap * tanhf(o.z / cap),
+                                cap * tanhf(o.w / cap));
+            __stcs((float4 *)out + e, o);
+        }
+    }
+}
+
+/* $G3_CUDA_FIN=1: k_finish4 (one float4 a thread) at any size; by default k_finish4s from 256 K float4s (4 rows of 262144 logits) (read at every
+ * call) */
+static int finish_strided(size_t n4) {
+    const char *e = getenv("G3_CUDA_FIN");
+    return !(e && !strcmp(e, "1")) && n4 >= 262144;
+}
+
 cudaError_t g3c_finish_logits(float *y, int ny, int m, int V, float cap, float *out, cudaStream_t st) {
+    if (V % 4 == 0 && ny <= 2 && g3c_rowk_enabled() && finish_strided((size_t)m * V / 4)) {
+        static int n_sm = 0;
+        if (!n_sm) {
+            int dev = 0;
+            if (cudaGetDevice(&dev) != cudaSuccess ||
+                cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n_sm < 1)
+                n_sm = 132;
+        }
+        const size_t n4 = (size_t)m * V / 4, want = (n4 + FI * 256 - 1) / (FI * 256);
+        const int grid = (int)(want < (size_t)n_sm * 4 ? want : (size_t)n_sm * 4);
+        return g3c_launch(k_finish4s, dim3(grid), dim3(256), 0, st, y, ny, n4, cap, out);
+    }
     if (V % 4 == 0 && ny <= 2 && g3c_rowk_enabled()) /* wide rows: vectorized at any m */
         return g3c_launch(k_finish4, dim3(grid4((size_t)m * V / 4)), dim3(256), 0, st, y, ny, (size_t)m * V / 4, cap,
                           out);

@@ -31,7 +31,13 @@
  * from all threads, ST - 1 stages in flight (the weights of the first stages are requested before the
  * programmatic-launch wait: they do not depend on the previous kernel). Rows >= m of the activation tiles are zeroed
  * once and never loaded. Work: a block takes an equal contiguous range of the
- * (channel tile, stage) units, so small matrices split K across blocks (stream-K, atomic adds).
+ * (channel tile, stage) units, so small matrices split K across blocks (stream-K, atomic adds). The block's last
+ * share (BR, $G3_CUDA_WGBR=0: off) is written into the idle ring as [token][channel] rows and added into y by one
+ * bulk reduction per row (cp.reduce.async.bulk .add.f32) instead of 8-byte atomics from every thread; shares that
+ * end mid-kernel keep the atomics (the ring is busy then). Measured on the H200 (session 19 run 01, 27B, 64 rows):
+ * alone (g3wg_bench) qkv / o / gate/up / down 18.6 / 12.3 / 67.4 / 36.3 us against 19.4 / 13.0 / 68.1 / 37.0; in the
+ * replayed step (CUPTI) the o product 1 us faster, the others the same, a layer 185.4 against 186.3 us; aggregate
+ * decode within noise at 27B (int8 64 seqs 5247 / 5226 against 5221 / 5220), +1-2% at 4B / 1B int8 128-256 seqs.
  *
  * fp8 (F8; g3c_tq_mm from 33 rows, g3c_tq_mm_pre when the producers wrote the parts): the weights are e4m3 bytes in
  * the int8 layout, so tiles, swizzle and copies are the same; the activations come as two e4m3 parts per value, hi =
@@ -84,7 +90,7 @@ template <> struct wg_acc<true> {
  * (which needs the MMAs of that stage complete), another's MMAs run. BM tokens x BN channels per tile: 64 x 128
  * (m64n128k32) or 128 x 64 (two m64n64k32 per k step, same weights). Units u of (tile = u / S, stage = u % S);
  * [L * b / grid, L * (b + 1) / grid) for block b. */
-template <int BM, int BN, int ST, bool PF, bool F8, int NWG = 1>
+template <int BM, int BN, int ST, bool PF, bool F8, int NWG = 1, bool BR = false>
 __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
     k_wg8(g3_dmat w, const int8_t *__restrict__ xq, const float2 *__restrict__ xd, int m, float *__restrict__ y, int S,
           long long L, int mo) {
@@ -198,7 +204,8 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
             for (int r = 0; r < NR; r++) acc[t][r] = fmaf((r & 2) ? d1 : d0, wg_acc<F8>::f(ai[t][r]), acc[t][r]);
         }
         const int tile = (int)(u / S), st = (int)(u % S);
-        if (u + 1 == u1 || st + 1 == S) { /* the tile (or this block's share of it) is done: add into y */
+        /* the tile (or this block's share of it) is done: add into y (BR: the block's last share after the loop) */
+        if ((!BR && u + 1 == u1) || (st + 1 == S && !(BR && u + 1 == u1))) {
             const int ch0 = tile * BN + chg * BNW + 2 * (lane & 3);
 #pragma unroll
             for (int j = 0; j < NR / 4; j++) {
@@ -231,6 +238,44 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
         slot = slot + 1 == ST ? 0 : slot + 1;
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
+    if constexpr (BR) { /* the last share: staged in the (now idle) ring as [token][channel] rows, then one bulk
+                         * reduction per token row (cp.reduce.async.bulk ... add.f32), a whole row segment per request
+                         * instead of 8-byte atomics from every thread; n % 4 == 0 (16-byte rows), no stacked lo rows */
+        constexpr int TOKS = 64 * NTH * MA, RS = BN * 4 + 32; /* +32 B a row: the 8-byte stores of a half-warp hit
+                                                               * distinct banks */
+        static_assert(TOKS * RS <= ST * SB, "the staging rows fit in the ring");
+        static_assert(!(F8 && MA == 1 && MT == 1), "stacked lo rows add into the same token: atomics only");
+        if (u1 > u0) { /* block-uniform */
+            __syncthreads(); /* every warpgroup's MMAs have read their last stage */
+            const int tile = (int)((u1 - 1) / S), cr0 = chg * BNW + 2 * (lane & 3);
+#pragma unroll
+            for (int j = 0; j < NR / 4; j++) {
+                const int cr = cr0 + 8 * j, ch = tile * BN + cr;
+                if (ch >= n) continue;
+                const float s0 = sc_ok ? scs[ch - tf * BN] : __ldg(w.s + ch);
+                const float s1 = ch + 1 < n ? (sc_ok ? scs[ch + 1 - tf * BN] : __ldg(w.s + ch + 1)) : 0.f;
+#pragma unroll
+                for (int t = 0; t < MA; t++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int tok = 64 * (th * MA + t) + tr + 8 * h;
+                        if (tok < m)
+                            *(float2 *)(sm + tok * RS + cr * 4) =
+                                make_float2(acc[t][4 * j + 2 * h] * s0, acc[t][4 * j + 2 * h + 1] * s1);
+                    }
+            }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* st.shared -> the bulk copy's reads */
+            __syncthreads();
+            const int bytes = 4 * min(BN, n - tile * BN);
+            for (int r = tid; r < m && r < TOKS; r += NT)
+                asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
+                                 y + (size_t)r * n + (size_t)tile * BN),
+                             "r"((unsigned)__cvta_generic_to_shared(sm + r * RS)), "r"(bytes)
+                             : "memory");
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); /* done (and visible) before the block exits */
+        }
+    }
 }
 
 /* ---- dispatch -------------------------------------------------------------------------------------------------- */
@@ -240,8 +285,8 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
  * beat more stages per block (each block waits for its own MMAs before scaling their sums). */
 /* channels per tile: 128 with 64 activation rows (or e4m3's 64 tokens as hi + lo tiles), 64 with 128 int8 rows */
 template <int BM, bool F8> struct wg_bn { static constexpr int BN = BM == 64 || F8 ? 128 : 64; };
-template <int BM, int ST, bool PF, bool F8> static void *wg_k(void) {
-    return (void *)k_wg8<BM, wg_bn<BM, F8>::BN, ST, PF, F8>;
+template <int BM, int ST, bool PF, bool F8, bool BR> static void *wg_k(void) {
+    return (void *)k_wg8<BM, wg_bn<BM, F8>::BN, ST, PF, F8, 1, BR>;
 }
 template <int BM, int ST, bool F8> static size_t wg_smem(void) { return wg_cfg<BM, wg_bn<BM, F8>::BN, ST>::SMEM; }
 
@@ -252,6 +297,13 @@ static int wg_stages(void) {
 /* $G3_CUDA_WGPF=0: weights without the L2 prefetch hint (comparison) */
 static int wg_pf(void) {
     const char *e = getenv("G3_CUDA_WGPF");
+    return !(e && !strcmp(e, "0"));
+}
+
+/* $G3_CUDA_WGBR=0: every share of a tile added into y by float2 atomics; by default the block's last share goes
+ * through shared memory and bulk reductions (where n % 4 == 0 and no lo rows are stacked) */
+static int wg_br(void) {
+    const char *e = getenv("G3_CUDA_WGBR");
     return !(e && !strcmp(e, "0"));
 }
 
@@ -271,29 +323,34 @@ int g3c_wg_supported(const g3_dmat *w, int m) {
            m <= 128;
 }
 
-/* the variants [int8 / e4m3][BM 64 / 128][ST 4 / 3 (e4m3 with BM 128: 2 / 3)][PF on / off]: kernel, shared
- * memory, resident blocks per SM (0: not set up) */
+/* the variants [int8 / e4m3][BM 64 / 128][ST 4 / 3 (e4m3 with BM 128: 2 / 3)][PF on / off][BR off / on]: kernel,
+ * shared memory, resident blocks per SM (0: not set up) */
 typedef struct wg_inst {
     void *k;
     size_t smem;
     int bps;
 } wg_inst;
-static wg_inst wg_tab[2][2][2][2];
+static wg_inst wg_tab[2][2][2][2][2];
 /* e4m3 at 65..128 rows: four (or two: $G3_CUDA_WGF2W=2) warpgroups a block on one weight tile
- * [warpgroups 2 / 4][ST 3 / 4][PF on / off] */
-static wg_inst wgf2_tab[2][2][2];
+ * [warpgroups 2 / 4][ST 3 / 4][PF on / off][BR off / on] */
+static wg_inst wgf2_tab[2][2][2][2];
 static int wg_ready; /* wg_tab filled */
 #define WGF2_BM 256 /* activation rows a stage: 2 warpgroups x (64 tokens' hi + lo rows) */
 
-template <int BM, int ST, bool F8> static void wg_fill(wg_inst (&t)[2]) {
-    t[0].k = wg_k<BM, ST, true, F8>(), t[1].k = wg_k<BM, ST, false, F8>();
-    t[0].smem = t[1].smem = wg_smem<BM, ST, F8>();
+/* e4m3 up to 32 rows (BM 64) stacks its lo rows onto the hi rows' tokens: no BR variant (the atomics one twice) */
+template <int BM, int ST, bool F8> static void wg_fill(wg_inst (&t)[2][2]) {
+    constexpr bool BR = !(F8 && BM == 64);
+    t[0][0].k = wg_k<BM, ST, true, F8, false>(), t[1][0].k = wg_k<BM, ST, false, F8, false>();
+    t[0][1].k = wg_k<BM, ST, true, F8, BR>(), t[1][1].k = wg_k<BM, ST, false, F8, BR>();
+    t[0][0].smem = t[1][0].smem = t[0][1].smem = t[1][1].smem = wg_smem<BM, ST, F8>();
 }
 
-template <int NWG, int ST> static void wgf2_fill(wg_inst (&t)[2]) {
-    t[0].k = (void *)k_wg8<WGF2_BM, 128, ST, true, true, NWG>;
-    t[1].k = (void *)k_wg8<WGF2_BM, 128, ST, false, true, NWG>;
-    t[0].smem = t[1].smem = wg_cfg<WGF2_BM, 128, ST>::SMEM;
+template <int NWG, int ST> static void wgf2_fill(wg_inst (&t)[2][2]) {
+    t[0][0].k = (void *)k_wg8<WGF2_BM, 128, ST, true, true, NWG, false>;
+    t[1][0].k = (void *)k_wg8<WGF2_BM, 128, ST, false, true, NWG, false>;
+    t[0][1].k = (void *)k_wg8<WGF2_BM, 128, ST, true, true, NWG, true>;
+    t[1][1].k = (void *)k_wg8<WGF2_BM, 128, ST, false, true, NWG, true>;
+    t[0][0].smem = t[1][0].smem = t[0][1].smem = t[1][1].smem = wg_cfg<WGF2_BM, 128, ST>::SMEM;
 }
 
 static cudaError_t wg_setup(void) {
@@ -306,14 +363,14 @@ static cudaError_t wg_setup(void) {
         wg_fill<128, 2, true>(wg_tab[1][1][0]), wg_fill<128, 3, true>(wg_tab[1][1][1]);
         wg_ready = 1;
     }
-    for (int i = 0; i < 16; i++) { /* no-op once bps is set */
-        wg_inst *v = &wg_tab[i >> 3][(i >> 2) & 1][(i >> 1) & 1][i & 1];
+    for (int i = 0; i < 32; i++) { /* no-op once bps is set */
+        wg_inst *v = &wg_tab[i >> 4][(i >> 3) & 1][(i >> 2) & 1][(i >> 1) & 1][i & 1];
         cudaError_t e = g3c_smem_setup(v->k, (int)v->smem, WG_T, &v->bps);
         if (e != cudaSuccess) return e;
     }
-    for (int i = 0; i < 8; i++) {
-        wg_inst *v = &wgf2_tab[i >> 2][(i >> 1) & 1][i & 1];
-        cudaError_t e = g3c_smem_setup(v->k, (int)v->smem, (i >> 2 ? 4 : 2) * WG_T, &v->bps);
+    for (int i = 0; i < 16; i++) {
+        wg_inst *v = &wgf2_tab[i >> 3][(i >> 2) & 1][(i >> 1) & 1][i & 1];
+        cudaError_t e = g3c_smem_setup(v->k, (int)v->smem, (i >> 3 ? 4 : 2) * WG_T, &v->bps);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
@@ -333,8 +390,9 @@ static cudaError_t wg_run(int f8, const g3_dmat *w, const int8_t *xq, const floa
     if (e != cudaSuccess) return e;
     const int two = f8 && m > 64, nwg = two ? wgf2_groups() : 1;
     const int BN = big && !f8 ? 64 : 128, S = w->k / 128, tiles = (w->n + BN - 1) / BN;
-    const wg_inst *v = two ? &wgf2_tab[nwg == 4][wgf2_stages() == 4][!wg_pf()]
-                           : &wg_tab[f8][big][f8 && big ? wgf_stages() == 3 : wg_stages() == 3][!wg_pf()];
+    const int br = wg_br() && w->n % 4 == 0 && !((uintptr_t)y & 15);
+    const wg_inst *v = two ? &wgf2_tab[nwg == 4][wgf2_stages() == 4][!wg_pf()][br]
+                           : &wg_tab[f8][big][f8 && big ? wgf_stages() == 3 : wg_stages() == 3][!wg_pf()][br];
     const long long L = (long long)tiles * S;
     long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * v->bps;
     if (blocks > L) blocks = L;
