@@ -263,9 +263,6 @@ static void test_row_kernels(void **state) {
         setenv("G3_CUDA_FIN", "1", 1);        /* one float4 a thread at any size */
         run_rows(G3C_TEST_FINISH, 512, 4096);
         unsetenv("G3_CUDA_FIN");
-        setenv("G3_CUDA_GGB", "1", 1); /* GeGLU on one block per SM, striding */
-        run_rows(G3C_TEST_GEGLU, 512, 2 * 4096);
-        unsetenv("G3_CUDA_GGB");
         for (int f = 1; f <= 3; f++) { /* the flags of the prefill forward ($G3_CUDA_NOZERO) */
             run_rows_f(G3C_TEST_ADD_NORM, f, 512, 5376);
             run_rows_f(G3C_TEST_GEGLU, f, 512, 2 * 4096);

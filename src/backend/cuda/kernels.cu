@@ -390,27 +390,20 @@ cudaError_t g3c_add_norm_f(float *x, float *y, int ny, const float *w1, const fl
     }
     return g3c_launch(k_add_norm, dim3(m), dim3(NT), 0, st, x, y, ny, w1, w2, eps, m, H, xn, xh, split);
 }
-static int dev_sms(void);
-/* k_geglu4's grid: one float4 a thread, or with $G3_CUDA_GGB=b (measurement) at most b blocks per SM, striding */
-static int geglu_grid(size_t n4) {
-    const char *e = getenv("G3_CUDA_GGB");
-    const int g = grid4(n4), b = e && *e ? atoi(e) : 0;
-    return b > 0 && g > b * dev_sms() ? b * dev_sms() : g;
-}
 cudaError_t g3c_geglu(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, cudaStream_t st) {
     return g3c_geglu_f(y, ny, m, F, a, ah, split, 0, st);
 }
 cudaError_t g3c_geglu_f(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, int flags,
                         cudaStream_t st) {
     if (m >= G3C_ROWK_MIN && ny <= 2 && F % 4 == 0 && g3c_rowk_enabled())
-        return g3c_launch(k_geglu4, dim3(geglu_grid((size_t)m * F / 4)), dim3(256), 0, st, y, ny, m, F, a, ah, split,
+        return g3c_launch(k_geglu4, dim3(grid4((size_t)m * F / 4)), dim3(256), 0, st, y, ny, m, F, a, ah, split,
                           flags, (int8_t *)NULL, (float2 *)NULL, 0);
     return g3c_launch(k_geglu, dim3(grid_for((size_t)m * F)), dim3(256), 0, st, y, ny, m, F, a, ah, split);
 }
 cudaError_t g3c_geglu_tq(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, int8_t *xq,
                          float2 *xd, int il, cudaStream_t st) {
     if (F % 128 || ny > 2) return cudaErrorInvalidValue;
-    return g3c_launch(k_geglu4, dim3(geglu_grid((size_t)m * F / 4)), dim3(256), 0, st, y, ny, m, F, a, ah, split, 0, xq, xd,
+    return g3c_launch(k_geglu4, dim3(grid4((size_t)m * F / 4)), dim3(256), 0, st, y, ny, m, F, a, ah, split, 0, xq, xd,
                       il);
 }
 cudaError_t g3c_to_bf16(const float *x, int m, int n, __nv_bfloat16 *xh, int split, cudaStream_t st) {
