@@ -366,19 +366,14 @@ int g3c_attn2_supported(const g3c_attn_args *a) {
  * (C 1: 32.3, 4: 28.8); 32 rows at 65..96 keys C = 1: 15.4 us (C 2: 21.1); 64 rows C = 1: 28.6 us (C 2: 38.2).
  * *wpb may be NULL. */
 int g3c_attn2_cluster(int m, int NKV, int *wpb) {
-    static int n_sm = 0, fc = -1, fw = -1;
+    static int fc = -1, fw = -1;
     if (fc < 0) {
         const char *e = getenv("G3_CUDA_ATTN2_C"), *w = getenv("G3_CUDA_ATTN2_W");
         const int v = e ? atoi(e) : 0, vw = w ? atoi(w) : 0;
         fc = v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
         fw = vw == 4 || vw == 16 ? vw : 0;
     }
-    if (!n_sm) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n_sm < 1)
-            n_sm = 132;
-    }
+    const int n_sm = g3c_dev_sms();
     int C = 1;
     while (C < 8 && (long long)m * NKV * C < n_sm) C *= 2;
     if (fc) C = fc;

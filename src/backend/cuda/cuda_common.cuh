@@ -433,6 +433,7 @@ size_t g3c_attn_part_floats(int rows_x_splits, int NH, int D);
 /* ---- many rows and prefill (kernels.cu, attention_prefill.cu) ------------------------------------------------- */
 #define G3C_ROWK_MIN 16 /* rows from which the many-row variants of the row-wise kernels are used */
 int g3c_rowk_enabled(void); /* 1 unless $G3_CUDA_ROWK=0 */
+int g3c_dev_sms(void);      /* multiprocessors of the current device, asked once (132 if it cannot be asked) */
 /* g3c_qkv_post for many rows (m >= G3C_ROWK_MIN, ny <= 2; otherwise it calls g3c_qkv_post). */
 cudaError_t g3c_qkv_post_rows(const g3c_attn_args *a, float *y, int ny, const float *qn, const float *kn,
                               float *qout, cudaStream_t st);

@@ -452,7 +452,7 @@ static int finish_strided(size_t n4) {
     return !(e && !strcmp(e, "1")) && n4 >= 262144;
 }
 
-static int dev_sms(void) { /* multiprocessors of the current device (132 if it cannot be asked) */
+int g3c_dev_sms(void) {
     static int n_sm = 0;
     if (!n_sm) {
         int dev = 0;
@@ -464,15 +464,15 @@ static int dev_sms(void) { /* multiprocessors of the current device (132 if it c
 }
 
 cudaError_t g3c_finish_logits(float *y, int ny, int m, int V, float cap, float *out, cudaStream_t st) {
-    if (V % 4 == 0 && ny <= 2 && g3c_rowk_enabled() && finish_strided((size_t)m * V / 4)) {
-        const int n_sm = dev_sms();
-        const size_t n4 = (size_t)m * V / 4, want = (n4 + FI * 256 - 1) / (FI * 256);
-        const int grid = (int)(want < (size_t)n_sm * 4 ? want : (size_t)n_sm * 4);
-        return g3c_launch(k_finish4s, dim3(grid), dim3(256), 0, st, y, ny, n4, cap, out);
+    if (V % 4 == 0 && ny <= 2 && g3c_rowk_enabled()) { /* wide rows: vectorized at any m */
+        const size_t n4 = (size_t)m * V / 4;
+        if (finish_strided(n4)) {
+            const size_t want = (n4 + FI * 256 - 1) / (FI * 256), most = (size_t)g3c_dev_sms() * 4;
+            return g3c_launch(k_finish4s, dim3((unsigned)(want < most ? want : most)), dim3(256), 0, st, y, ny, n4,
+                              cap, out);
+        }
+        return g3c_launch(k_finish4, dim3(grid4(n4)), dim3(256), 0, st, y, ny, n4, cap, out);
     }
-    if (V % 4 == 0 && ny <= 2 && g3c_rowk_enabled()) /* wide rows: vectorized at any m */
-        return g3c_launch(k_finish4, dim3(grid4((size_t)m * V / 4)), dim3(256), 0, st, y, ny, (size_t)m * V / 4, cap,
-                          out);
     return g3c_launch(k_finish, dim3(grid_for((size_t)m * V)), dim3(256), 0, st, y, ny, (size_t)m * V, cap, out);
 }
 cudaError_t g3c_argmax(const float *logits, int m, int V, int32_t *ids, cudaStream_t st) {

@@ -161,6 +161,7 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
     const int tf = (int)(u0 / S), sc_ok = u1 > u0 && (int)((u1 - 1) / S) - tf < 2;
     if (sc_ok)
         for (int i = tid; i < 2 * BN; i += NT) scs[i] = tf * BN + i < n ? __ldg(w.s + tf * BN + i) : 0.f;
+    auto ch_scale = [&](int c) { return c < n ? (sc_ok ? scs[c - tf * BN] : __ldg(w.s + c)) : 0.f; }; /* c's scale */
     wg_ring_start<ST>(u1 - u0 < ST ? (int)(u1 - u0) : ST, [&](int i, bool on) { if (on) load_w(u0 + i, i); },
                       [&](int i, bool on) { if (on) load_x(u0 + i, i); });
     /* unit u0 + i has landed once group ST - 1 + i has: at the top of iteration i, 2 (ST - 1) + i groups exist */
@@ -211,8 +212,7 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
             for (int j = 0; j < NR / 4; j++) {
                 const int ch = ch0 + 8 * j;
                 if (ch >= n) continue;
-                const float s0 = sc_ok ? scs[ch - tf * BN] : __ldg(w.s + ch);
-                const float s1 = ch + 1 < n ? (sc_ok ? scs[ch + 1 - tf * BN] : __ldg(w.s + ch + 1)) : 0.f;
+                const float s0 = ch_scale(ch), s1 = ch_scale(ch + 1);
 #pragma unroll
                 for (int t = 0; t < MA; t++)
 #pragma unroll
@@ -252,8 +252,7 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
             for (int j = 0; j < NR / 4; j++) {
                 const int cr = cr0 + 8 * j, ch = tile * BN + cr;
                 if (ch >= n) continue;
-                const float s0 = sc_ok ? scs[ch - tf * BN] : __ldg(w.s + ch);
-                const float s1 = ch + 1 < n ? (sc_ok ? scs[ch + 1 - tf * BN] : __ldg(w.s + ch + 1)) : 0.f;
+                const float s0 = ch_scale(ch), s1 = ch_scale(ch + 1);
 #pragma unroll
                 for (int t = 0; t < MA; t++)
 #pragma unroll
