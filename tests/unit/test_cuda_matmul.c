@@ -616,14 +616,17 @@ static void test_qgemv(void **state) {
     (void)state;
     need_gpu();
     /* a failed test may have left them set */
-    unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV");
-    const int ms[] = {1, 2, 3, 4, 8}; /* 1-2: the persistent kernel (passes 0, 1), else two launches */
-    for (int pass = 0; pass < 4; pass++) {
+    unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPKS");
+    const int ms[] = {1, 2, 3, 4, 8}; /* 1-2: the persistent kernel (passes 0, 1, 4, 5), else two launches */
+    for (int pass = 0; pass < 6; pass++) {
         /* pass 0: default residual plane up to 2 rows; pass 1: q alone at every m (the faster variant); passes 2, 3:
-         * the same with $G3_CUDA_QGEMVP=0 (two launches, not the persistent kernel at 1-2 rows) */
+         * the same with $G3_CUDA_QGEMVP=0 (two launches, not the persistent kernel at 1-2 rows); the persistent
+         * kernel takes K in slices of <= 5376 by default (on 132 SMs: k 21504 in 4); pass 4: whole rows per block
+         * ($G3_CUDA_QPKS=0); pass 5: slices of <= 1800 (5376 in 3, 4096 in 4, 2816 in 2) */
         setenv("G3_CUDA_QGEMV", "8", 1);
         if (pass & 1) setenv("G3_CUDA_Q8LO", "0", 1);
         if (pass & 2) setenv("G3_CUDA_QGEMVP", "0", 1);
+        if (pass & 4) setenv("G3_CUDA_QPKS", pass & 1 ? "1800" : "0", 1);
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
             /* n = 45: not a multiple of any row tile (8 rows per block at short rows, 2-4 at long ones) */
             run_qgemv(G3_DTYPE_F32, "int8", 45, 5376, ms[i], 0);  /* per channel, 2 warps per row */
@@ -645,7 +648,28 @@ static void test_qgemv(void **state) {
         run_qgemv(G3_DTYPE_F32, "int8", 9001, 96, 2, 0);
         run_qgemv(G3_DTYPE_F32, "int4", 9002, 128, 2, 1);
         run_qgemv(G3_DTYPE_F32, "int8", 9002, 256, 1, 1);
-        unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP");
+        if (pass & 4) run_qgemv(G3_DTYPE_F32, "int8", 9001, 5376, 2, 0); /* slices of many row groups per warp */
+        { /* the slices taken: by default 21504 in 4 where the SMs divide by 4 (H100 / H200: 132), 5376 whole; at
+           * <= 1800: 5376 in 3 (132 SMs); none with GeGLU or =0; every slice whole groups of 128 */
+            int n_sm = 0, k4 = g3_cuda_test_qp_kslices(G3_DTYPE_F32, 45, 21504, "int8", 0, &n_sm);
+            const int k5 = g3_cuda_test_qp_kslices(G3_DTYPE_F32, 45, 5376, "int4", 0, &n_sm);
+            const int kg = g3_cuda_test_qp_kslices(G3_DTYPE_F32, 45, 21504, "int8", 1, &n_sm);
+            printf("  K-slices (pass %d, %d SMs): 21504 int8 %d, 5376 int4 %d, GeGLU %d\n", pass, n_sm, k4, k5, kg);
+            assert_int_equal(kg, 1);
+            if (!(pass & 4)) {
+                assert_int_equal(k5, 1);
+                if (n_sm % 4 == 0) assert_int_equal(k4, 4);
+            } else if (!(pass & 1)) {
+                assert_int_equal(k4, 1), assert_int_equal(k5, 1);
+            } else if (n_sm % 3 == 0) {
+                assert_int_equal(k5, 3);
+            }
+            assert_true(k4 >= 1 && 21504 % (128 * k4) == 0 && n_sm % k4 == 0);
+        }
+        /* GeGLU at 1-2 rows on row groups of 14 steps (fewer row groups than warps) and of 3 steps */
+        run_qgemv(G3_DTYPE_F32, "int8", 130, 21504, 1, 1);
+        run_qgemv(G3_DTYPE_F32, "int4", 9002, 5376, 2, 1);
+        unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QPKS");
     }
     /* the switch: 0 = today's choice (tensor cores for exact int4/int8 per channel, CUDA-core GEMV for groups < 128) */
     setenv("G3_CUDA_QGEMV", "0", 1);

@@ -26,7 +26,7 @@
  * K/V cache: G3_CUDA_KV=f32 (float32 elements, read at create; `--kv-cache f32`), bf16, auto (the default: bf16 where the decode attention kernel takes the shape, head_dim 64 / 128 / 256, else f32)
  * Batches of 9..64 rows on quantized weights: G3_CUDA_TCM=0 (warp kernel), 1 (staged bf16 kernel for all; default: int8 tensor cores, tc_q8.cu, for per-channel int8 and int4), G3_CUDA_TQOCC=1|2 (int8-core kernel at 1 or 2 blocks/SM; default 2 for int8, 1 for int4), G3_CUDA_TQPRE=0 (each int8-core product quantizes its input in a launch of its own, instead of the add-norm / GeGLU before it)
  * Decode: G3_CUDA_ATTN2=0 (round-1 attention kernels; G3_CUDA_ATTN2_C/_W: cluster size, warps; G3_CUDA_ATTN2_KPR=2: a bf16 cache's keys in groups of twice the float32 group, faster at long contexts with many rows), G3_CUDA_DFUSE=0|1 (QK-norm/RoPE/cache write fused into attention: default 1 only with ATTN2=0), G3_CUDA_DNORM=0 (old add-norm, argmax)
- * dp4a decode (int8/int4): G3_CUDA_QGEMV=n (rows; default 4 for per-channel int8, 8 for the rest; 0 off), G3_CUDA_Q8LO=n (lo plane, 2), G3_CUDA_QGEMVP=0 (k_q8 + k_qgemv at 1-2 rows too), G3_CUDA_PNORM=0 (the decode add-norm as its own kernel, not in the qkv and gate/up products' prologue); G3_CUDA_GEMVPF=0|1|2 (bf16 GEMV: first, pipelined, persistent; default 0 at 1-2 rows, 1 at 3-4), G3_CUDA_GEMVPRE=0|1|2 (chunks per lane and row the first bf16 GEMV loads before its launch wait; default 1), G3_CUDA_BF16TC=n (fewest rows, up to 8, at which bf16 weights take the tensor-core kernel; default 5, 9 never) */
+ * dp4a decode (int8/int4): G3_CUDA_QGEMV=n (rows; default 4 for per-channel int8, 8 for the rest; 0 off), G3_CUDA_Q8LO=n (lo plane, 2), G3_CUDA_QGEMVP=0 (k_q8 + k_qgemv at 1-2 rows too), G3_CUDA_PNORM=0 (the decode add-norm as its own kernel, not in the qkv and gate/up products' prologue), G3_CUDA_QPKS=n (the 1-2-row kernel's K-slices for products without GeGLU or add-norm: slices of <= n values, default 5376, 0 whole rows); G3_CUDA_GEMVPF=0|1|2 (bf16 GEMV: first, pipelined, persistent; default 0 at 1-2 rows, 1 at 3-4), G3_CUDA_GEMVPRE=0|1|2 (chunks per lane and row the first bf16 GEMV loads before its launch wait; default 1), G3_CUDA_BF16TC=n (fewest rows, up to 8, at which bf16 weights take the tensor-core kernel; default 5, 9 never) */
 #ifndef G3_BACKEND_CUDA_API_H
 #define G3_BACKEND_CUDA_API_H
 
@@ -85,6 +85,8 @@ g3_status g3_cuda_test_qgemv_pn(uint32_t src_type, const void *w, int n, int k, 
 /* Path the forward takes for m rows of such a matrix: 0 CUDA-core GEMV, 1 tensor-core kernel, 2 cuBLAS; -1 if the
  * format is not supported. */
 int g3_cuda_test_mm_path(uint32_t src_type, int n, int k, const char *quant, int gemm, int m);
+/* K-slices the one-row dp4a kernel takes for that matrix ($G3_CUDA_QPKS; 0: no GPU); *n_sm: the SM count */
+int g3_cuda_test_qp_kslices(uint32_t src_type, int n, int k, const char *quant, int geglu, int *n_sm);
 
 typedef struct g3_cuda_attn_test {
     int NH, NKV, D, kind, window, kv_block, mbps, n_blocks, n_layers_kind, layer_in_kind, n_splits;

@@ -173,6 +173,7 @@ typedef struct g3c_qp_pre {
 } g3c_qp_pre;
 int g3c_pnorm_enabled(void);
 int g3c_qgemv_pn_supported(const g3_dmat *w, int m, int geglu);
+int g3c_qgemvp_kslices(const g3_dmat *w, int geglu, int *n_sm); /* K-slices at 1-2 rows (0: no GPU); the SM count */
 cudaError_t g3c_qgemv_pn(const g3_dmat *w, const g3c_qp_pre *pre, int m, float *y, int ldy, int geglu,
                          cudaStream_t st);
 

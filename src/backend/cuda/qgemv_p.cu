@@ -18,7 +18,13 @@
  * 159.8, int8 114.3 -> 114.8; 4B int4 548.2 -> 546.7, int8 482.6 -> 488.7; 1B int4 810.6 -> 846.7, int8 838.6 ->
  * 869.4. Per layer (27B int4, CUPTI under graph replay) the products grew by about what the add-norm kernels took:
  * after the wait, the prologue is a chain of dependent steps (an L2 round trip for y, two block sums, the
- * quantization) wherever it runs. */
+ * quantization) wherever it runs.
+ *
+ * K-slices (products without GeGLU or add-norm, $G3_CUDA_QPKS, qp_kslices): the grid is split into ks groups of
+ * blocks, group j streaming slice j of K of every row and quantizing only that slice of x; the slices' partial sums
+ * meet in y through the atomics of the stream-K outputs. Measured on the H200 (session 20, 27B int8 one row, CUPTI):
+ * the down product (4 slices of 5376) 35.9 -> 32.8 us a layer; batch-1 decode int8 113.9 -> 117.1, int4 157.0 ->
+ * 161.4 tok/s; at two rows +3-4% (27B), +4-6% (4B / 1B). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -155,13 +161,18 @@ static __device__ __forceinline__ void q8_load_pn(const float *sf, const float *
 template <int QT, int M, int U, bool PC, bool HL, bool PN>
 __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__restrict__ x, int ldx, int m,
                                                      float *__restrict__ y, int ldy, int geglu, int gsh, int sk,
-                                                     g3c_qp_pre pre) {
+                                                     int ks, g3c_qp_pre pre) {
     constexpr int R = 2, V = QT == G3Q_INT4 ? 32 : 16, NW = QP_T / 32;
     extern __shared__ __align__(16) unsigned char qp_sm[];
     __shared__ float pn_red[NW][M], pn_inv2[M];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, K = w.k, nch = K / V, ngr = K / w.g;
-    const int nrg = (w.n + R - 1) / R, spr = (nch + 32 * U - 1) / (32 * U), tw = gridDim.x * NW;
-    const size_t row_bytes = QT == G3Q_INT4 ? (size_t)K / 2 : (size_t)K;
+    /* ks K-slices (sk only): block b takes slice b % ks of every row (K values from kof); the ks-th part of the grid
+     * on that slice shares its (row group, step) units, and each block quantizes only its slice of x */
+    const int kb = blockIdx.x / ks, nkb = gridDim.x / ks, K = w.k / ks, kof = (blockIdx.x % ks) * K;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nch = K / V, ngr = w.k / w.g, gof = kof / w.g;
+    const int nrg = (w.n + R - 1) / R, spr = (nch + 32 * U - 1) / (32 * U), tw = nkb * NW;
+    const size_t row_bytes = QT == G3Q_INT4 ? (size_t)w.k / 2 : (size_t)w.k;
+    const size_t wof = QT == G3Q_INT4 ? (size_t)kof / 2 : (size_t)kof;
+    x += kof;
     int8_t *sq = (int8_t *)qp_sm, *sl = sq + (size_t)M * K;
     float2 *sd = (float2 *)(sq + (size_t)(HL ? 2 : 1) * M * K);
     float *sf = (float *)(sd + (size_t)M * (K / 32)), *sw = sf + (size_t)M * K; /* PN: [M][K], [2][K] floats */
@@ -171,8 +182,8 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const int nr = min(rg * R + r, w.n - 1);
-            const uint4 *wr = (const uint4 *)((const uint8_t *)w.q + (size_t)nr * row_bytes);
-            const float *sr = w.s + (size_t)nr * ngr, *zr = QT == G3Q_INT4 ? w.z + (size_t)nr * ngr : w.s;
+            const uint4 *wr = (const uint4 *)((const uint8_t *)w.q + (size_t)nr * row_bytes + wof);
+            const float *sr = w.s + (size_t)nr * ngr + gof, *zr = QT == G3Q_INT4 ? w.z + (size_t)nr * ngr + gof : w.s;
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int cc = s * 32 * U + 32 * u + lane;
@@ -184,7 +195,7 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
         }
     };
     int rg, s, left; /* the warp's steps (g3c_warp_steps) */
-    g3c_warp_steps(blockIdx.x * NW + warp, tw, nrg, spr, sk, rg, s, left);
+    g3c_warp_steps(kb * NW + warp, tw, nrg, spr, sk, rg, s, left);
     auto more = [&](int g, int l) { return sk ? l > 0 : g < nrg; };
     uint4 wa[U][R];
     float sa[U][R], za[U][R];
@@ -292,16 +303,31 @@ cudaError_t g3c_qgemv_init(void) {
     return e;
 }
 
+/* K-slices of a product without GeGLU or add-norm prologue (27B: the down product's 21504-long rows in 4): the
+ * fewest ks (up to 8) that divide the SMs and K into slices of <= $G3_CUDA_QPKS values (default 5376; 0: whole
+ * rows), each whole quantization blocks and weight groups; 1 where none fits. Each block then quantizes k / ks
+ * values of x instead of k (86 KB of floats read through L2 per block at k = 21504, two rounds of loads). */
+static int qp_kslices(const g3_dmat *w, int geglu, int pn) {
+    const char *e = getenv("G3_CUDA_QPKS");
+    const int lim = e && *e ? atoi(e) : 5376;
+    if (geglu || pn || lim <= 0 || w->k <= lim) return 1;
+    const int unit = w->g > 128 && w->g < w->k ? w->g : 128;
+    for (int ks = 2; ks <= 8; ks++)
+        if (qp_n_sm % ks == 0 && w->k % (ks * unit) == 0 && w->k / ks <= lim) return ks;
+    return 1;
+}
+
 template <int QT, int M, bool PC, bool HL, bool PN>
 static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
                             const g3c_qp_pre *pre, cudaStream_t st) {
     const int V = QT == G3Q_INT4 ? 32 : 16, gsh = PC ? 0 : log2_exact(w->g / V);
+    const int ks = qp_kslices(w, geglu, PN), per = qp_n_sm / ks;
     const int nrg = (w->n + 1) / 2, need = (nrg + QP_T / 32 - 1) / (QP_T / 32);
-    const int blocks = need < qp_n_sm ? need : qp_n_sm;
+    const int blocks = ks * (need < per ? need : per);
     g3c_qp_pre none;
     memset(&none, 0, sizeof none);
     return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>, dim3(blocks), dim3(QP_T),
-                      qp_smem(M, w->k, HL, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1,
+                      qp_smem(M, w->k / ks, HL, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1, ks,
                       pre ? *pre : none);
 }
 
@@ -351,6 +377,12 @@ cudaError_t g3c_qgemv_pn(const g3_dmat *w, const g3c_qp_pre *pre, int m, float *
     if (e != cudaSuccess) return e;
     if (qp_n_sm <= 0) return cudaErrorInvalidValue;
     return qp_launch(w, pre->xi, w->k, m, y, ldy, geglu, pre, st);
+}
+
+int g3c_qgemvp_kslices(const g3_dmat *w, int geglu, int *n_sm) {
+    if (g3c_qgemv_init() != cudaSuccess || qp_n_sm <= 0) return 0;
+    *n_sm = qp_n_sm;
+    return qp_kslices(w, geglu, 0);
 }
 
 int g3c_qgemvp_usable(const g3_dmat *w, int m, int geglu) {
