@@ -617,16 +617,20 @@ static void test_qgemv(void **state) {
     need_gpu();
     /* a failed test may have left them set */
     unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPKS");
-    const int ms[] = {1, 2, 3, 4, 8}; /* 1-2: the persistent kernel (passes 0, 1, 4, 5), else two launches */
-    for (int pass = 0; pass < 6; pass++) {
+    unsetenv("G3_CUDA_QPRING");
+    const int ms[] = {1, 2, 3, 4, 8}; /* 1-2: the persistent kernel (passes 0, 1, 4, 5, 6), else two launches */
+    for (int pass = 0; pass < 7; pass++) {
         /* pass 0: default residual plane up to 2 rows; pass 1: q alone at every m (the faster variant); passes 2, 3:
          * the same with $G3_CUDA_QGEMVP=0 (two launches, not the persistent kernel at 1-2 rows); the persistent
          * kernel takes K in slices of <= 5376 by default (on 132 SMs: k 21504 in 4); pass 4: whole rows per block
-         * ($G3_CUDA_QPKS=0); pass 5: slices of <= 1800 (5376 in 3, 4096 in 4, 2816 in 2) */
+         * ($G3_CUDA_QPKS=0); pass 5: slices of <= 1800 (5376 in 3, 4096 in 4, 2816 in 2), q alone; passes 4 and 6
+         * (default slices): the weights through the shared-memory ring of bulk copies ($G3_CUDA_QPRING=2; int4 and
+         * per-channel int8 with the residual plane) */
         setenv("G3_CUDA_QGEMV", "8", 1);
-        if (pass & 1) setenv("G3_CUDA_Q8LO", "0", 1);
-        if (pass & 2) setenv("G3_CUDA_QGEMVP", "0", 1);
-        if (pass & 4) setenv("G3_CUDA_QPKS", pass & 1 ? "1800" : "0", 1);
+        if (pass == 1 || pass == 3 || pass == 5) setenv("G3_CUDA_Q8LO", "0", 1);
+        if (pass == 2 || pass == 3) setenv("G3_CUDA_QGEMVP", "0", 1);
+        if (pass == 4 || pass == 5) setenv("G3_CUDA_QPKS", pass == 5 ? "1800" : "0", 1);
+        if (pass == 4 || pass == 6) setenv("G3_CUDA_QPRING", "2", 1);
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
             /* n = 45: not a multiple of any row tile (8 rows per block at short rows, 2-4 at long ones) */
             run_qgemv(G3_DTYPE_F32, "int8", 45, 5376, ms[i], 0);  /* per channel, 2 warps per row */
@@ -648,7 +652,7 @@ static void test_qgemv(void **state) {
         run_qgemv(G3_DTYPE_F32, "int8", 9001, 96, 2, 0);
         run_qgemv(G3_DTYPE_F32, "int4", 9002, 128, 2, 1);
         run_qgemv(G3_DTYPE_F32, "int8", 9002, 256, 1, 1);
-        if (pass & 4) run_qgemv(G3_DTYPE_F32, "int8", 9001, 5376, 2, 0); /* slices of many row groups per warp */
+        if (pass >= 4) run_qgemv(G3_DTYPE_F32, "int8", 9001, 5376, 2, 0); /* slices of many row groups per warp */
         { /* the slices taken: by default 21504 in 4 where the SMs divide by 4 (H100 / H200: 132), 5376 whole; at
            * <= 1800: 5376 in 3 (132 SMs); none with GeGLU or =0; every slice whole groups of 128 */
             int n_sm = 0, k4 = g3_cuda_test_qp_kslices(G3_DTYPE_F32, 45, 21504, "int8", 0, &n_sm);
@@ -656,10 +660,10 @@ static void test_qgemv(void **state) {
             const int kg = g3_cuda_test_qp_kslices(G3_DTYPE_F32, 45, 21504, "int8", 1, &n_sm);
             printf("  K-slices (pass %d, %d SMs): 21504 int8 %d, 5376 int4 %d, GeGLU %d\n", pass, n_sm, k4, k5, kg);
             assert_int_equal(kg, 1);
-            if (!(pass & 4)) {
+            if (pass != 4 && pass != 5) {
                 assert_int_equal(k5, 1);
                 if (n_sm % 4 == 0) assert_int_equal(k4, 4);
-            } else if (!(pass & 1)) {
+            } else if (pass == 4) {
                 assert_int_equal(k4, 1), assert_int_equal(k5, 1);
             } else if (n_sm % 3 == 0) {
                 assert_int_equal(k5, 3);
@@ -669,7 +673,7 @@ static void test_qgemv(void **state) {
         /* GeGLU at 1-2 rows on row groups of 14 steps (fewer row groups than warps) and of 3 steps */
         run_qgemv(G3_DTYPE_F32, "int8", 130, 21504, 1, 1);
         run_qgemv(G3_DTYPE_F32, "int4", 9002, 5376, 2, 1);
-        unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QPKS");
+        unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QPKS"), unsetenv("G3_CUDA_QPRING");
     }
     /* the switch: 0 = today's choice (tensor cores for exact int4/int8 per channel, CUDA-core GEMV for groups < 128) */
     setenv("G3_CUDA_QGEMV", "0", 1);
@@ -749,8 +753,10 @@ static void run_qgemv_pn(uint32_t src_type, const char *quant, int n, int k, int
 static void test_qgemv_pn(void **state) {
     (void)state;
     need_gpu();
-    unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV");
-    for (int m = 1; m <= 2; m++) {
+    unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPRING");
+    for (int pass = 0; pass < 4; pass++) { /* 1, 2 rows; passes 2, 3: weights through the ring ($G3_CUDA_QPRING=2) */
+        const int m = 1 + (pass & 1);
+        if (pass == 2) setenv("G3_CUDA_QPRING", "2", 1);
         run_qgemv_pn(G3_DTYPE_F32, "int4", 45, 5376, m, 0);   /* 27B qkv-like: k = hidden */
         run_qgemv_pn(G3_DTYPE_F32, "int8", 45, 5376, m, 0);   /* per channel */
         run_qgemv_pn(G3_DTYPE_F32, "int4", 9002, 1152, m, 1); /* gate/up: GeGLU, more row groups than warps */
@@ -758,6 +764,7 @@ static void test_qgemv_pn(void **state) {
         run_qgemv_pn(G3_DTYPE_Q4_0, "bf16", 45, 1152, m, 0);  /* int4 groups of 32 */
         run_qgemv_pn(G3_DTYPE_Q8_0, "bf16", 130, 1152, m, 1); /* int8 groups of 32 */
     }
+    unsetenv("G3_CUDA_QPRING");
 }
 
 /* bf16 weights on every CUDA-core GEMV variant ($G3_CUDA_GEMVPF): exact float32 arithmetic as the first GEMV (same

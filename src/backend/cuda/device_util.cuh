@@ -95,4 +95,34 @@ static __device__ __forceinline__ void g3c_cp16(void *dst, const void *src) {
 }
 static __device__ __forceinline__ void g3c_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
+/* Bulk copies (cp.async.bulk, the copy engine of sm_90) completing on an mbarrier in shared memory: init with an
+ * arrival count (then g3c_mb_init_fence before the copy engine uses it), expect_tx (one arrival that also announces
+ * the bytes to come), the copy (16-byte aligned, a multiple of 16 bytes), and the wait on a phase's parity.
+ * g3c_fence_async orders this thread's earlier reads of shared memory before a later bulk copy into it. */
+static __device__ __forceinline__ void g3c_mb_init(uint64_t *b, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(b)), "r"(count)
+                 : "memory");
+}
+static __device__ __forceinline__ void g3c_mb_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+static __device__ __forceinline__ void g3c_mb_expect(uint64_t *b, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(b)),
+                 "r"(bytes)
+                 : "memory");
+}
+static __device__ __forceinline__ void g3c_mb_wait(uint64_t *b, unsigned parity) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(b);
+    asm volatile("{\n.reg .pred p;\nWAIT_%=: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT_%=;\n}\n" ::"r"(a),
+                 "r"(parity)
+                 : "memory");
+}
+static __device__ __forceinline__ void g3c_bulk_g2s(void *dst, const void *src, unsigned bytes, uint64_t *b) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(bytes), "r"((unsigned)__cvta_generic_to_shared(b))
+                 : "memory");
+}
+static __device__ __forceinline__ void g3c_fence_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 #endif

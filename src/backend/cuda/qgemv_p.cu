@@ -31,6 +31,11 @@
 #include "backend/cuda/qgemv_common.cuh"
 
 /* ---- persistent variant with the quantization inside (m <= 2, $G3_CUDA_QGEMVP) ----------------------------------- */
+/* shared memory of the activations: q (and q_lo), (d, sum) per 32, and with the add-norm prologue x and its weights */
+static __host__ __device__ size_t qp_smem(int m, int k, int hl, int pn) {
+    return (size_t)(hl ? 2 : 1) * m * k + (size_t)m * (k / 32) * 8 + (pn ? (size_t)(m + 2) * k * 4 : 0);
+}
+
 /* One block of QP_T threads per SM: the block quantizes x into shared memory itself (same layout and rounding as k_q8,
  * no separate launch), then each warp walks its row groups (2 rows; row group g = warp id + total warps * j) step by
  * step (U chunks per row and lane, whole rows per warp: no cross-warp reduction), the next step's weights always in
@@ -158,11 +163,20 @@ static __device__ __forceinline__ void q8_load_pn(const float *sf, const float *
     }
 }
 
-template <int QT, int M, int U, bool PC, bool HL, bool PN>
+/* RG ($G3_CUDA_QPRING, opt-in): the weights come through a ring of QP_D steps a warp in shared memory, filled by bulk
+ * copies (cp.async.bulk, one per row and step, issued by lane 0, completing on the slot's mbarrier) that run QP_D
+ * steps ahead, so each warp has QP_D - 1 steps in flight while it works on one (the register double buffer: one;
+ * Nsight Compute finds the products waiting on their loads, DRAM 70-73% busy). Measured on the H200 (session 20,
+ * runs 08-09, CUPTI at 27B int8 one row): the down product 32.8 -> 29.2-29.6 us a layer, but the o product +0.4-0.9
+ * and the gate/up product with its add-norm prologue +1.1 (ring on o and down, $G3_CUDA_QPRING=1) or +12 us (ring on
+ * every product, =2; 224 KB of shared memory a block); one-row decode with =1: 27B int8 the same (121), int4 -0.5%,
+ * two rows int4 -3.5%; 4B int8 +3-4%, int4 +1.5%. So not the default. */
+#define QP_D 3
+template <int QT, int M, int U, bool PC, bool HL, bool PN, bool RG = false>
 __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__restrict__ x, int ldx, int m,
                                                      float *__restrict__ y, int ldy, int geglu, int gsh, int sk,
                                                      int ks, g3c_qp_pre pre) {
-    constexpr int R = 2, V = QT == G3Q_INT4 ? 32 : 16, NW = QP_T / 32;
+    constexpr int R = 2, V = QT == G3Q_INT4 ? 32 : 16, NW = QP_T / 32, SB = 32 * U * 16; /* SB: bytes a row and step */
     extern __shared__ __align__(16) unsigned char qp_sm[];
     __shared__ float pn_red[NW][M], pn_inv2[M];
     /* ks K-slices (sk only): block b takes slice b % ks of every row (K values from kof); the ks-th part of the grid
@@ -176,6 +190,9 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     int8_t *sq = (int8_t *)qp_sm, *sl = sq + (size_t)M * K;
     float2 *sd = (float2 *)(sq + (size_t)(HL ? 2 : 1) * M * K);
     float *sf = (float *)(sd + (size_t)M * (K / 32)), *sw = sf + (size_t)M * K; /* PN: [M][K], [2][K] floats */
+    /* RG: the ring [NW][QP_D][R][SB] after the above (128-byte aligned), then its mbarriers [NW][QP_D] */
+    uint8_t *ring = qp_sm + ((qp_smem(M, K, HL, PN) + 127) & ~(size_t)127);
+    uint64_t *mbar = (uint64_t *)(ring + (size_t)NW * QP_D * R * SB);
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
     /* weights and scales of step s of row group rg (zeros past the row or past the last row group) */
     auto load = [&](bool any, int rg, int s, uint4 (&wv)[U][R], float (&sv)[U][R], float (&zv)[U][R]) {
@@ -188,7 +205,7 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
             for (int u = 0; u < U; u++) {
                 const int cc = s * 32 * U + 32 * u + lane;
                 const bool ok = any && cc < nch;
-                wv[u][r] = ok ? g3c_ld_stream(wr + cc) : zero4;
+                if constexpr (!RG) wv[u][r] = ok ? g3c_ld_stream(wr + cc) : zero4;
                 sv[u][r] = !PC && ok ? __ldg(sr + (cc >> gsh)) : 0.f;
                 zv[u][r] = QT == G3Q_INT4 && ok ? __ldg(zr + (cc >> gsh)) : 0.f;
             }
@@ -200,6 +217,37 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     uint4 wa[U][R];
     float sa[U][R], za[U][R];
     load(more(rg, left), rg, s, wa, sa, za); /* independent of the previous kernel */
+    /* RG: the issue cursor (gi, si, li) runs QP_D steps ahead of (rg, s, left) over the same sequence */
+    int gi = rg, si = s, li = left;
+    auto issue = [&](int slot) { /* lane 0: step (gi, si) into the warp's slot */
+        uint64_t *bar = mbar + warp * QP_D + slot;
+        uint8_t *dst = ring + (size_t)(warp * QP_D + slot) * R * SB;
+        const int c0 = si * 32 * U, cnt = min(32 * U, nch - c0);
+        g3c_fence_async();
+        g3c_mb_expect(bar, (unsigned)(R * cnt * 16));
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int nr = min(gi * R + r, w.n - 1);
+            g3c_bulk_g2s(dst + r * SB, (const uint8_t *)w.q + (size_t)nr * row_bytes + wof + (size_t)c0 * 16,
+                         (unsigned)(cnt * 16), bar);
+        }
+    };
+    auto advance_issue = [&]() {
+        if (si + 1 == spr) gi += sk ? 1 : tw, si = 0;
+        else si++;
+        li--;
+    };
+    if constexpr (RG) {
+        if (lane == 0) {
+            for (int d = 0; d < QP_D; d++) g3c_mb_init(mbar + warp * QP_D + d, 1);
+            g3c_mb_init_fence();
+        }
+        __syncwarp();
+        for (int d = 0; d < QP_D && more(gi, li); d++) {
+            if (lane == 0) issue(d);
+            advance_issue();
+        }
+    }
     if constexpr (PN) qp_pre_load(pre, K, m, sf, sw);
     g3c_pdl_wait();
     if (pre.zero)
@@ -233,16 +281,35 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int i = 0; i < M; i++) acc[r][i] = 0.f;
+    int j = 0; /* RG: steps done by this warp */
     while (more(rg, left)) { /* warp-uniform */
         const int rn = s + 1 == spr ? rg + (sk ? 1 : tw) : rg, sn = s + 1 == spr ? 0 : s + 1;
         uint4 wb[U][R];
         float sb[U][R], zb[U][R];
         load(more(rn, left - 1), rn, sn, wb, sb, zb); /* next step in flight during this one's math */
+        const int slot = j % QP_D;
+        if constexpr (RG) { /* this step's weights from its slot */
+            g3c_mb_wait(mbar + warp * QP_D + slot, (unsigned)(j / QP_D) & 1u);
+            const uint4 *src = (const uint4 *)(ring + (size_t)(warp * QP_D + slot) * R * SB);
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    wa[u][r] = s * 32 * U + 32 * u + lane < nch ? src[r * (SB / 16) + 32 * u + lane] : zero4;
+        }
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int cc = s * 32 * U + 32 * u + lane;
             if (cc >= nch) break;
             q_chunk<QT, R, M, PC, HL, true>(wa[u], sa[u], za[u], cc, K, xq, xl, xd, acc);
+        }
+        if constexpr (RG) { /* the slot is read: refill it QP_D steps ahead */
+            __syncwarp();
+            if (more(gi, li)) {
+                if (lane == 0) issue(slot);
+                advance_issue();
+            }
+            j++;
         }
         if (s + 1 == spr || (sk && left == 1)) { /* row group (or the range) done: warp sums, outputs */
             float sc[R]; /* per-channel int8: the channel scales, applied once to the sums */
@@ -254,14 +321,19 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
-            for (int r = 0; r < R; r++) wa[u][r] = wb[u][r], sa[u][r] = sb[u][r], za[u][r] = zb[u][r];
+            for (int r = 0; r < R; r++) {
+                if constexpr (!RG) wa[u][r] = wb[u][r];
+                sa[u][r] = sb[u][r], za[u][r] = zb[u][r];
+            }
     }
 }
 
 /* ---- persistent variant: dispatch ---- */
 #define QP_SMEM_MAX (200 << 10)
-static size_t qp_smem(int m, int k, int hl, int pn) {
-    return (size_t)(hl ? 2 : 1) * m * k + (size_t)m * (k / 32) * 8 + (pn ? (size_t)(m + 2) * k * 4 : 0);
+#define QP_SMEM_RG (226 << 10) /* the ring variants: the 227 KB a block may have, less its static shared memory */
+/* bytes of the ring variant (M rows: U = 3 at one row, 2 at two) */
+static size_t qp_smem_rg(int m, int k, int hl, int pn) {
+    return ((qp_smem(m, k, hl, pn) + 127) & ~(size_t)127) + (size_t)(QP_T / 32) * QP_D * (2 * 32 * (m <= 1 ? 3 : 2) * 16 + 8);
 }
 
 int g3c_qgemvp_enabled(void) { /* $G3_CUDA_QGEMVP: 0 = the two-launch path at 1-2 rows too; read at every call */
@@ -287,6 +359,7 @@ template <int QT, bool PC, bool PN> static void qp_kernels(void **k) { /* M 1, 2
 }
 
 static int qp_n_sm = 0;
+static int qp_ring_ok = 0; /* the ring variants' shared memory set up (g3c_qgemv_init) */
 cudaError_t g3c_qgemv_init(void) {
     static int done = 0;
     if (done) return cudaSuccess;
@@ -299,8 +372,28 @@ cudaError_t g3c_qgemv_init(void) {
     qp_kernels<G3Q_INT8, false, true>(ks + 16), qp_kernels<G3Q_INT8, true, true>(ks + 20);
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_MAX);
+    void *kr[8] = {(void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, false, true>,
+                   (void *)k_qgemv_p<G3Q_INT4, 2, 2, false, true, false, true>,
+                   (void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, true, true>,
+                   (void *)k_qgemv_p<G3Q_INT4, 2, 2, false, true, true, true>,
+                   (void *)k_qgemv_p<G3Q_INT8, 1, 3, true, true, false, true>,
+                   (void *)k_qgemv_p<G3Q_INT8, 2, 2, true, true, false, true>,
+                   (void *)k_qgemv_p<G3Q_INT8, 1, 3, true, true, true, true>,
+                   (void *)k_qgemv_p<G3Q_INT8, 2, 2, true, true, true, true>};
+    cudaError_t er = cudaSuccess; /* a device with less shared memory a block: no ring, nothing else lost */
+    for (size_t i = 0; i < sizeof kr / sizeof kr[0] && e == cudaSuccess && er == cudaSuccess; i++)
+        er = cudaFuncSetAttribute(kr[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_RG);
+    qp_ring_ok = er == cudaSuccess;
+    if (er != cudaSuccess) (void)cudaGetLastError();
     if (e == cudaSuccess) done = 1;
     return e;
+}
+
+/* $G3_CUDA_QPRING: weights through the shared-memory ring of bulk copies (k_qgemv_p's RG) for the products without
+ * the add-norm prologue (1) or for all (2); 0 (default): the register double buffer */
+static int qp_ring(void) {
+    const char *e = getenv("G3_CUDA_QPRING");
+    return qp_ring_ok && e && *e ? atoi(e) : 0;
 }
 
 /* K-slices of a product without GeGLU or add-norm prologue (27B: the down product's 21504-long rows in 4): the
@@ -326,6 +419,11 @@ static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, fl
     const int blocks = ks * (need < per ? need : per);
     g3c_qp_pre none;
     memset(&none, 0, sizeof none);
+    if constexpr (HL && (QT == G3Q_INT4 || PC))
+        if (qp_ring() >= (PN ? 2 : 1) && qp_smem_rg(M, w->k / ks, HL, PN) <= QP_SMEM_RG)
+            return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true>, dim3(blocks), dim3(QP_T),
+                              qp_smem_rg(M, w->k / ks, HL, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1,
+                              ks, pre ? *pre : none);
     return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>, dim3(blocks), dim3(QP_T),
                       qp_smem(M, w->k / ks, HL, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1, ks,
                       pre ? *pre : none);
