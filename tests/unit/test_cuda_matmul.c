@@ -619,18 +619,20 @@ static void test_qgemv(void **state) {
     unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPKS");
     unsetenv("G3_CUDA_QPRING");
     const int ms[] = {1, 2, 3, 4, 8}; /* 1-2: the persistent kernel (passes 0, 1, 4, 5, 6), else two launches */
-    for (int pass = 0; pass < 7; pass++) {
+    for (int pass = 0; pass < 8; pass++) {
         /* pass 0: default residual plane up to 2 rows; pass 1: q alone at every m (the faster variant); passes 2, 3:
          * the same with $G3_CUDA_QGEMVP=0 (two launches, not the persistent kernel at 1-2 rows); the persistent
          * kernel takes K in slices of <= 5376 by default (on 132 SMs: k 21504 in 4); pass 4: whole rows per block
          * ($G3_CUDA_QPKS=0); pass 5: slices of <= 1800 (5376 in 3, 4096 in 4, 2816 in 2), q alone; passes 4 and 6
          * (default slices): the weights through the shared-memory ring of bulk copies ($G3_CUDA_QPRING=2; int4 and
-         * per-channel int8 with the residual plane) */
+         * per-channel int8 with the residual plane; by default per-channel int8 rows or slices of >= 4096 values
+         * take it anyway); pass 7: never the ring ($G3_CUDA_QPRING=0) */
         setenv("G3_CUDA_QGEMV", "8", 1);
         if (pass == 1 || pass == 3 || pass == 5) setenv("G3_CUDA_Q8LO", "0", 1);
         if (pass == 2 || pass == 3) setenv("G3_CUDA_QGEMVP", "0", 1);
         if (pass == 4 || pass == 5) setenv("G3_CUDA_QPKS", pass == 5 ? "1800" : "0", 1);
         if (pass == 4 || pass == 6) setenv("G3_CUDA_QPRING", "2", 1);
+        if (pass == 7) setenv("G3_CUDA_QPRING", "0", 1);
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
             /* n = 45: not a multiple of any row tile (8 rows per block at short rows, 2-4 at long ones) */
             run_qgemv(G3_DTYPE_F32, "int8", 45, 5376, ms[i], 0);  /* per channel, 2 warps per row */
@@ -750,6 +752,57 @@ static void run_qgemv_pn(uint32_t src_type, const char *quant, int n, int k, int
     free(raw), free(x), free(yin), free(w1), free(w2), free(xo), free(xr), free(xn), free(xh), free(y), free(wd);
 }
 
+/* Which one-row products take the shared-memory ring (qgemv_p.cu): by default per-channel int8 matrices in rows (or
+ * K-slices) of >= 4096 values, with or without the add-norm prologue, at 1-2 rows (the residual plane);
+ * $G3_CUDA_QPRING 0 / 1 / 2 and $G3_CUDA_QPRINGMIN (MB) override. A device without the ring's 226 KB of shared memory
+ * a block takes it nowhere. */
+static void test_qgemv_ring_policy(void **state) {
+    (void)state;
+    need_gpu();
+    unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QPKS"), unsetenv("G3_CUDA_QPRINGMIN");
+    setenv("G3_CUDA_QPRING", "2", 1);
+    const int dev = g3_cuda_test_qp_ring(G3_DTYPE_F32, 45, 5376, "int8", 1, 0, 1); /* the device has the ring */
+    unsetenv("G3_CUDA_QPRING");
+    /* 27B down (5376 x 21504 in slices of 5376), gate/up (43008 x 5376, GeGLU), o (5376 x 4096); 4B gate/up (20480 x
+     * 2560), down (2560 x 10240: slices of 5120 where the SMs divide by 2, else whole rows) */
+    const int down = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 21504, "int8", 1, 0, 0);
+    const int gu = g3_cuda_test_qp_ring(G3_DTYPE_F32, 43008, 5376, "int8", 1, 1, 0);
+    const int gu2 = g3_cuda_test_qp_ring(G3_DTYPE_F32, 43008, 5376, "int8", 2, 1, 0);
+    const int gu_pn = g3_cuda_test_qp_ring(G3_DTYPE_F32, 43008, 5376, "int8", 1, 1, 1);
+    const int o27 = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 4096, "int8", 1, 0, 0);
+    const int gu4b = g3_cuda_test_qp_ring(G3_DTYPE_F32, 20480, 2560, "int8", 1, 1, 0);
+    const int down4b = g3_cuda_test_qp_ring(G3_DTYPE_F32, 2560, 10240, "int8", 1, 0, 0);
+    const int down4 = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 21504, "int4", 1, 0, 0);
+    const int q8_0 = g3_cuda_test_qp_ring(G3_DTYPE_Q8_0, 8192, 8192, "bf16", 1, 0, 0); /* groups of 32 */
+    /* heads (262144 rows): 27B (5376) takes it, 4B (2560) not */
+    const int head27 = g3_cuda_test_qp_ring(G3_DTYPE_F32, 262144, 5376, "int8", 1, 0, 0);
+    const int head4 = g3_cuda_test_qp_ring(G3_DTYPE_F32, 262144, 2560, "int8", 1, 0, 0);
+    setenv("G3_CUDA_Q8LO", "0", 1); /* no residual plane: no ring variant */
+    const int nolo = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 21504, "int8", 1, 0, 0);
+    unsetenv("G3_CUDA_Q8LO");
+    setenv("G3_CUDA_QPRINGMIN", "64", 1);
+    const int min_o = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 4096, "int8", 1, 0, 0);      /* 22 MB */
+    const int min_gu = g3_cuda_test_qp_ring(G3_DTYPE_F32, 43008, 5376, "int8", 1, 1, 1);    /* 231 MB */
+    unsetenv("G3_CUDA_QPRINGMIN");
+    setenv("G3_CUDA_QPRING", "0", 1);
+    const int off = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 21504, "int8", 1, 0, 0);
+    setenv("G3_CUDA_QPRING", "1", 1);
+    const int one4 = g3_cuda_test_qp_ring(G3_DTYPE_F32, 45, 5376, "int4", 1, 0, 0);
+    const int one_pn = g3_cuda_test_qp_ring(G3_DTYPE_F32, 45, 5376, "int8", 1, 0, 1);
+    unsetenv("G3_CUDA_QPRING");
+    printf("  ring: device %d; default: 27B down %d, gate/up %d (2 rows %d, prologue %d), o %d; 4B gate/up %d, down %d; "
+           "int4 %d, Q8_0 %d, heads 27B %d / 4B %d, no residual plane %d; >= 64 MB: o %d, gate/up %d; =0: %d; =1: "
+           "int4 %d, prologue %d\n",
+           dev, down, gu, gu2, gu_pn, o27, gu4b, down4b, down4, q8_0, head27, head4, nolo, min_o, min_gu, off, one4,
+           one_pn);
+    assert_true(dev == 0 || dev == 1);
+    assert_int_equal(down, dev), assert_int_equal(gu, dev), assert_int_equal(gu2, dev), assert_int_equal(gu_pn, dev);
+    assert_int_equal(o27, dev), assert_int_equal(gu4b, 0), assert_int_equal(down4b, dev);
+    assert_int_equal(down4, 0), assert_int_equal(q8_0, 0), assert_int_equal(head27, dev), assert_int_equal(head4, 0);
+    assert_int_equal(nolo, 0), assert_int_equal(min_o, 0), assert_int_equal(min_gu, dev), assert_int_equal(off, 0);
+    assert_int_equal(one4, dev), assert_int_equal(one_pn, 0);
+}
+
 static void test_qgemv_pn(void **state) {
     (void)state;
     need_gpu();
@@ -814,6 +867,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_wgb),
         cmocka_unit_test(test_matmul_big_decode),
         cmocka_unit_test(test_qgemv),
+        cmocka_unit_test(test_qgemv_ring_policy),
         cmocka_unit_test(test_qgemv_pn),
         cmocka_unit_test(test_gemv_pipelined),
 #else

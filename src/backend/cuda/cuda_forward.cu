@@ -15,9 +15,13 @@ int g3cb_n_splits(const g3_backend *b, int m) { /* ~4 blocks per SM of keys spli
 
 /* ---- the forward ------------------------------------------------------------------------------------------------- */
 /* Decode of 1-2 rows with every product on the persistent dp4a kernel (qgemv_p.cu) can take the add-norms into the
- * qkv and gate/up products' prologues (g3c_qgemv_pn): two launches less per layer. */
+ * qkv and gate/up products' prologues (g3c_qgemv_pn): two launches less per layer. By default ($G3_CUDA_PNORM unset)
+ * at one row only. Measured on the H200 (session 21, tok/s, prologue on -> off): two rows 27B int4 274 -> 287, int8
+ * 218 -> 224 (219-221 -> 230 with the ring: run 05), 4B int4 962-976 -> 1006-1014, 1B int8 1635-1647 -> 1696-1734;
+ * one row 27B int4 167 -> 165, int8 with the ring 124 -> 122 (runs 01, 04, 05). */
 static int pnorm_ok(const g3_backend *b, const g3c_mm_ctx *mc, int m) {
-    if (m > 2 || !g3c_pnorm_enabled()) return 0;
+    const int mode = g3c_pnorm_mode();
+    if (m > 2 || !mode || (mode < 0 && m > 1)) return 0; /* auto: one row */
     for (int l = 0; l < b->c.n_layers; l++) {
         const layer_dev *L = &b->L[l];
         if (g3c_mm_path(mc, &L->qkv, m) != G3C_PATH_QGEMV || g3c_mm_path(mc, &L->o, m) != G3C_PATH_QGEMV ||

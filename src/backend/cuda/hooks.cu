@@ -130,6 +130,15 @@ extern "C" int g3_cuda_test_qp_kslices(uint32_t src_type, int n, int k, const ch
     return g3c_qgemvp_kslices(&d, geglu, n_sm);
 }
 
+extern "C" int g3_cuda_test_qp_ring(uint32_t src_type, int n, int k, const char *quant, int m, int geglu, int pn) {
+    g3_dmat d;
+    memset(&d, 0, sizeof d);
+    int g, want = parse_q(quant), qt = g3c_target_format(src_type, want, k, &g);
+    if (want < 0 || qt < 0) return -1;
+    d.qt = qt, d.n = n, d.k = k, d.g = g;
+    return g3c_qgemvp_ring(&d, m, geglu, pn);
+}
+
 extern "C" g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n, int k, const char *quant, int gemm,
                                          int geglu, const float *x, int m, float *y, float *wdeq, g3_error *err) {
     g3_status rc = G3_OK;

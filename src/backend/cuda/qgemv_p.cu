@@ -163,14 +163,13 @@ static __device__ __forceinline__ void q8_load_pn(const float *sf, const float *
     }
 }
 
-/* RG ($G3_CUDA_QPRING, opt-in): the weights come through a ring of QP_D steps a warp in shared memory, filled by bulk
- * copies (cp.async.bulk, one per row and step, issued by lane 0, completing on the slot's mbarrier) that run QP_D
- * steps ahead, so each warp has QP_D - 1 steps in flight while it works on one (the register double buffer: one;
- * Nsight Compute finds the products waiting on their loads, DRAM 70-73% busy). Measured on the H200 (session 20,
- * runs 08-09, CUPTI at 27B int8 one row): the down product 32.8 -> 29.2-29.6 us a layer, but the o product +0.4-0.9
- * and the gate/up product with its add-norm prologue +1.1 (ring on o and down, $G3_CUDA_QPRING=1) or +12 us (ring on
- * every product, =2; 224 KB of shared memory a block); one-row decode with =1: 27B int8 the same (121), int4 -0.5%,
- * two rows int4 -3.5%; 4B int8 +3-4%, int4 +1.5%. So not the default. */
+/* RG ($G3_CUDA_QPRING; by default for per-channel int8 rows of >= 4096 values: qp_ring_take): the weights come through
+ * a ring of QP_D steps a warp in shared memory, filled by bulk copies (cp.async.bulk, one per row and step, issued by
+ * lane 0, completing on the slot's mbarrier) that run QP_D steps ahead, so each warp has QP_D - 1 steps in flight
+ * while it works on one (the register double buffer: one; Nsight Compute finds the products waiting on their loads,
+ * DRAM 70-73% busy). Measured on the H200 (session 20, runs 08-09, CUPTI at 27B int8 one row): the down product 32.8
+ * -> 29.2-29.6 us a layer; the gate/up product with its add-norm prologue lost 1-12 us until the ring was aligned to
+ * 128 bytes by address (session 21). */
 #define QP_D 3
 template <int QT, int M, int U, bool PC, bool HL, bool PN, bool RG = false>
 __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__restrict__ x, int ldx, int m,
@@ -191,7 +190,9 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     float2 *sd = (float2 *)(sq + (size_t)(HL ? 2 : 1) * M * K);
     float *sf = (float *)(sd + (size_t)M * (K / 32)), *sw = sf + (size_t)M * K; /* PN: [M][K], [2][K] floats */
     /* RG: the ring [NW][QP_D][R][SB] after the above (128-byte aligned), then its mbarriers [NW][QP_D] */
-    uint8_t *ring = qp_sm + ((qp_smem(M, K, HL, PN) + 127) & ~(size_t)127);
+    /* aligned by address: the dynamic shared memory starts after the static (pn_red, pn_inv2 with the prologue), only
+     * 16-byte aligned; bulk copies into a ring off the 128-byte grid went to L2 as 32-byte requests (run 03) */
+    uint8_t *ring = (uint8_t *)(((uintptr_t)(qp_sm + qp_smem(M, K, HL, PN)) + 127) & ~(uintptr_t)127);
     uint64_t *mbar = (uint64_t *)(ring + (size_t)NW * QP_D * R * SB);
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
     /* weights and scales of step s of row group rg (zeros past the row or past the last row group) */
@@ -332,8 +333,8 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
 #define QP_SMEM_MAX (200 << 10)
 #define QP_SMEM_RG (226 << 10) /* the ring variants: the 227 KB a block may have, less its static shared memory */
 /* bytes of the ring variant (M rows: U = 3 at one row, 2 at two) */
-static size_t qp_smem_rg(int m, int k, int hl, int pn) {
-    return ((qp_smem(m, k, hl, pn) + 127) & ~(size_t)127) + (size_t)(QP_T / 32) * QP_D * (2 * 32 * (m <= 1 ? 3 : 2) * 16 + 8);
+static size_t qp_smem_rg(int m, int k, int hl, int pn) { /* + 127: the ring aligned to 128 bytes by address */
+    return qp_smem(m, k, hl, pn) + 127 + (size_t)(QP_T / 32) * QP_D * (2 * 32 * (m <= 1 ? 3 : 2) * 16 + 8);
 }
 
 int g3c_qgemvp_enabled(void) { /* $G3_CUDA_QGEMVP: 0 = the two-launch path at 1-2 rows too; read at every call */
@@ -389,11 +390,28 @@ cudaError_t g3c_qgemv_init(void) {
     return e;
 }
 
-/* $G3_CUDA_QPRING: weights through the shared-memory ring of bulk copies (k_qgemv_p's RG) for the products without
- * the add-norm prologue (1) or for all (2); 0 (default): the register double buffer */
-static int qp_ring(void) {
+/* $G3_CUDA_QPRING: weights through the shared-memory ring of bulk copies (k_qgemv_p's RG). Unset (auto): the
+ * per-channel int8 products in rows (or K-slices) of >= 4096 values, with or without the add-norm prologue (every
+ * 27B product and the 4B down product; none at 1B); 0: never; 1: every int4 / per-channel int8 product without the
+ * prologue; 2: with the prologue too. $G3_CUDA_QPRINGMIN=n: only matrices of >= n MB. Measured on the H200 (session
+ * 21, A/B/A/B, tok/s): int4 with the ring 152-163 against 167-168 at one row, 239-275 against 282-288 at two (its
+ * per-group scales and offsets still come through registers a step ahead), so int8 only; the 1B / 4B heads (rows of
+ * 1152 / 2560 values) through the ring cost 1B int8 3% at one row (run 03), hence the row length. The ring with the
+ * prologue was slow until the ring was aligned by address (run 03, Nsight Compute: the prologue's static shared
+ * memory left the dynamic part 16-byte aligned, and bulk copies off the 128-byte grid went to L2 as 4x the requests,
+ * 9.6 M sectors for 7.3 M of weights; the gate/up product 79 against 66.5 us aligned, run 05). */
+static int qp_ring_mode(void) { /* -1 auto, 0, 1, 2 */
     const char *e = getenv("G3_CUDA_QPRING");
-    return qp_ring_ok && e && *e ? atoi(e) : 0;
+    return e && *e ? atoi(e) : -1;
+}
+static int qp_ring_take(const g3_dmat *w, int m, int ks, int hl, int pn) {
+    const int mode = qp_ring_mode(), pc = w->qt == G3Q_INT8 && w->g == w->k;
+    if (!qp_ring_ok || !mode || !hl || !(pc || w->qt == G3Q_INT4)) return 0;
+    if (mode < 0 ? !pc || w->k / ks < 4096 : mode < (pn ? 2 : 1)) return 0;
+    const char *e = getenv("G3_CUDA_QPRINGMIN");
+    const size_t min = (size_t)(e && *e ? atol(e) : 0) << 20;
+    const size_t bytes = (size_t)w->n * (w->qt == G3Q_INT4 ? w->k / 2 : w->k);
+    return bytes >= min && qp_smem_rg(m, w->k / ks, hl, pn) <= QP_SMEM_RG;
 }
 
 /* K-slices of a product without GeGLU or add-norm prologue (27B: the down product's 21504-long rows in 4): the
@@ -420,7 +438,7 @@ static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, fl
     g3c_qp_pre none;
     memset(&none, 0, sizeof none);
     if constexpr (HL && (QT == G3Q_INT4 || PC))
-        if (qp_ring() >= (PN ? 2 : 1) && qp_smem_rg(M, w->k / ks, HL, PN) <= QP_SMEM_RG)
+        if (qp_ring_take(w, M, ks, HL, PN))
             return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true>, dim3(blocks), dim3(QP_T),
                               qp_smem_rg(M, w->k / ks, HL, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1,
                               ks, pre ? *pre : none);
@@ -447,9 +465,9 @@ static int qp_usable(const g3_dmat *w, int m, int geglu, int pn) {
            qp_smem(m, w->k, 1, pn) <= QP_SMEM_MAX;
 }
 
-int g3c_pnorm_enabled(void) { /* $G3_CUDA_PNORM=0: the separate add-norm kernel; read at every call */
+int g3c_pnorm_mode(void) { /* $G3_CUDA_PNORM: 0 the separate add-norm kernel, 1 the prologue, unset -1 (auto) */
     const char *e = getenv("G3_CUDA_PNORM");
-    return !(e && !strcmp(e, "0"));
+    return e && *e ? !!atoi(e) : -1;
 }
 
 int g3c_qgemv_pn_supported(const g3_dmat *w, int m, int geglu) { return qp_usable(w, m, geglu, 1); }
@@ -481,6 +499,11 @@ int g3c_qgemvp_kslices(const g3_dmat *w, int geglu, int *n_sm) {
     if (g3c_qgemv_init() != cudaSuccess || qp_n_sm <= 0) return 0;
     *n_sm = qp_n_sm;
     return qp_kslices(w, geglu, 0);
+}
+
+int g3c_qgemvp_ring(const g3_dmat *w, int m, int geglu, int pn) {
+    if (!qp_usable(w, m, geglu, pn) || g3c_qgemv_init() != cudaSuccess || qp_n_sm <= 0) return 0;
+    return qp_ring_take(w, m, qp_kslices(w, geglu, pn), m <= lo_rows(), pn);
 }
 
 int g3c_qgemvp_usable(const g3_dmat *w, int m, int geglu) {
