@@ -110,12 +110,19 @@ static cudaError_t test_dmat(uint32_t src_type, const void *w, int n, int k, int
 }
 static void test_dmat_free(g3_dmat *d) { cudaFree(d->q), cudaFree(d->s), cudaFree(d->z); }
 
-extern "C" int g3_cuda_test_mm_path(uint32_t src_type, int n, int k, const char *quant, int gemm, int m) {
-    g3_dmat d;
-    memset(&d, 0, sizeof d);
+/* The header of the resident matrix the forward would make of an n x k source of that type (no memory): 0, or -1
+ * for a type / quantization it cannot convert. */
+static int test_dmat_header(g3_dmat *d, uint32_t src_type, int n, int k, const char *quant) {
+    memset(d, 0, sizeof *d);
     int g, want = parse_q(quant), qt = g3c_target_format(src_type, want, k, &g);
     if (want < 0 || qt < 0) return -1;
-    d.qt = qt, d.n = n, d.k = k, d.g = g;
+    d->qt = qt, d->n = n, d->k = k, d->g = g;
+    return 0;
+}
+
+extern "C" int g3_cuda_test_mm_path(uint32_t src_type, int n, int k, const char *quant, int gemm, int m) {
+    g3_dmat d;
+    if (test_dmat_header(&d, src_type, n, k, quant)) return -1;
     g3c_mm_ctx mc = {NULL, 0, (__nv_bfloat16 *)&d /* any non-NULL scratch */, gemm != 2, 132, NULL, 0};
     mc.qact = 1; /* as for decode batches (the engine's prefill chunks keep cuBLAS beyond 64 rows) */
     return g3c_mm_path(&mc, &d, m);
@@ -123,19 +130,13 @@ extern "C" int g3_cuda_test_mm_path(uint32_t src_type, int n, int k, const char 
 
 extern "C" int g3_cuda_test_qp_kslices(uint32_t src_type, int n, int k, const char *quant, int geglu, int *n_sm) {
     g3_dmat d;
-    memset(&d, 0, sizeof d);
-    int g, want = parse_q(quant), qt = g3c_target_format(src_type, want, k, &g);
-    if (want < 0 || qt < 0) return -1;
-    d.qt = qt, d.n = n, d.k = k, d.g = g;
+    if (test_dmat_header(&d, src_type, n, k, quant)) return -1;
     return g3c_qgemvp_kslices(&d, geglu, n_sm);
 }
 
 extern "C" int g3_cuda_test_qp_ring(uint32_t src_type, int n, int k, const char *quant, int m, int geglu, int pn) {
     g3_dmat d;
-    memset(&d, 0, sizeof d);
-    int g, want = parse_q(quant), qt = g3c_target_format(src_type, want, k, &g);
-    if (want < 0 || qt < 0) return -1;
-    d.qt = qt, d.n = n, d.k = k, d.g = g;
+    if (test_dmat_header(&d, src_type, n, k, quant)) return -1;
     return g3c_qgemvp_ring(&d, m, geglu, pn);
 }
 

@@ -400,6 +400,7 @@ cudaError_t g3c_qgemv_init(void) {
  * prologue was slow until the ring was aligned by address (run 03, Nsight Compute: the prologue's static shared
  * memory left the dynamic part 16-byte aligned, and bulk copies off the 128-byte grid went to L2 as 4x the requests,
  * 9.6 M sectors for 7.3 M of weights; the gate/up product 79 against 66.5 us aligned, run 05). */
+#define QP_RING_MIN_K 4096 /* auto: the shortest rows (or K-slices) that take the ring */
 static int qp_ring_mode(void) { /* -1 auto, 0, 1, 2 */
     const char *e = getenv("G3_CUDA_QPRING");
     return e && *e ? atoi(e) : -1;
@@ -407,7 +408,7 @@ static int qp_ring_mode(void) { /* -1 auto, 0, 1, 2 */
 static int qp_ring_take(const g3_dmat *w, int m, int ks, int hl, int pn) {
     const int mode = qp_ring_mode(), pc = w->qt == G3Q_INT8 && w->g == w->k;
     if (!qp_ring_ok || !mode || !hl || !(pc || w->qt == G3Q_INT4)) return 0;
-    if (mode < 0 ? !pc || w->k / ks < 4096 : mode < (pn ? 2 : 1)) return 0;
+    if (mode < 0 ? !pc || w->k / ks < QP_RING_MIN_K : mode < (pn ? 2 : 1)) return 0;
     const char *e = getenv("G3_CUDA_QPRINGMIN");
     const size_t min = (size_t)(e && *e ? atol(e) : 0) << 20;
     const size_t bytes = (size_t)w->n * (w->qt == G3Q_INT4 ? w->k / 2 : w->k);
