@@ -220,10 +220,10 @@ static void run_attention_decode_x(int NH, int NKV, int D, int kind, int window,
         }
     }
     float *o = malloc(sizeof(float) * (size_t)m * NH * D), *ya = malloc(sizeof(float) * (size_t)m * NQKV);
-    /* the hook's bit 0: fused, bit 1: round-1 kernels (else attention_dec.cu) */
-    static const int modes[4] = {0, 2, 1, 3};
-    static const char *mode_name[4] = {"separate", "separate-r1", "fused", "fused-r1"};
-    for (int mi = 0; mi < (shared ? 2 : 4); mi++) {
+    /* the hook's bit 0: fused, bit 1: round-1 kernels (else attention_dec.cu), bit 2: its 2-warp blocks */
+    static const int modes[6] = {0, 2, 4, 1, 3, 5};
+    static const char *mode_name[6] = {"separate", "separate-r1", "separate-w2", "fused", "fused-r1", "fused-w2"};
+    for (int mi = 0; mi < (shared ? 3 : 6); mi++) {
         const int fused = modes[mi];
         for (size_t i = 0; i < (size_t)m * NH * D; i++) o[i] = NAN;
         for (size_t i = 0; i < (size_t)m * NQKV; i++) ya[i] = NAN;

@@ -562,6 +562,14 @@ static void q8_emulate(const float *x, int m, int k, int lo, float *xh) {
         }
 }
 
+/* Rows up to which the dp4a products add the activations' residual plane (qgemv_common.cuh lo_rows): int8 weights
+ * $G3_CUDA_Q8LO (default 2), int4 ($G3_DTYPE_Q4_0 / _Q4_K sources too) $G3_CUDA_Q4LO (default 0). */
+static int lo_rows_for(uint32_t src_type, const char *quant) {
+    const int i4 = !strcmp(quant, "int4") || src_type == G3_DTYPE_Q4_0 || src_type == G3_DTYPE_Q4_K;
+    const char *e = getenv(i4 ? "G3_CUDA_Q4LO" : "G3_CUDA_Q8LO");
+    return e && *e ? atoi(e) : i4 ? 0 : 2;
+}
+
 /* One qgemv product: weights `quant` from float (src_type F32) or a GGUF block type; checks (1) the path is the dp4a
  * one, (2) y against W_deq . xh in double (xh emulated as above): the kernel computes exactly that up to float32
  * rounding of ~k/16 partial terms per output (int32 dot products are exact), so 5e-5 of max|y| is ample while a
@@ -584,8 +592,7 @@ static void run_qgemv(uint32_t src_type, const char *quant, int n, int k, int m,
     const int path = g3_cuda_test_mm_path(src_type, n, k, quant, 1, m);
     if (g3_cuda_test_matmul(src_type, raw, n, k, quant, 1, geglu, x, m, y, wd, &err) != G3_OK)
         fail_msg("%s: %s", quant, err.msg);
-    const char *lo_env = getenv("G3_CUDA_Q8LO");
-    const int lo = m <= (lo_env && *lo_env ? atoi(lo_env) : 2);
+    const int lo = m <= lo_rows_for(src_type, quant);
     q8_emulate(x, m, k, lo, xh);
     double dq = check_mm(wd, n, k, xh, m, y, geglu), worst = 0;
     if (!geglu) {
@@ -617,7 +624,7 @@ static void test_qgemv(void **state) {
     need_gpu();
     /* a failed test may have left them set */
     unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPKS");
-    unsetenv("G3_CUDA_QPRING");
+    unsetenv("G3_CUDA_QPRING"), unsetenv("G3_CUDA_Q4LO");
     const int ms[] = {1, 2, 3, 4, 8}; /* 1-2: the persistent kernel (passes 0, 1, 4, 5, 6), else two launches */
     for (int pass = 0; pass < 8; pass++) {
         /* pass 0: default residual plane up to 2 rows; pass 1: q alone at every m (the faster variant); passes 2, 3:
@@ -626,12 +633,13 @@ static void test_qgemv(void **state) {
          * ($G3_CUDA_QPKS=0); pass 5: slices of <= 1800 (5376 in 3, 4096 in 4, 2816 in 2), q alone; passes 4 and 6
          * (default slices): the weights through the shared-memory ring of bulk copies ($G3_CUDA_QPRING=2; int4 and
          * per-channel int8 with the residual plane; by default per-channel int8 rows or slices of >= 4096 values
-         * take it anyway); pass 7: never the ring ($G3_CUDA_QPRING=0) */
+         * take it anyway; int4 with its residual plane there, $G3_CUDA_Q4LO=2, off by default); pass 7: never the
+         * ring ($G3_CUDA_QPRING=0) */
         setenv("G3_CUDA_QGEMV", "8", 1);
         if (pass == 1 || pass == 3 || pass == 5) setenv("G3_CUDA_Q8LO", "0", 1);
         if (pass == 2 || pass == 3) setenv("G3_CUDA_QGEMVP", "0", 1);
         if (pass == 4 || pass == 5) setenv("G3_CUDA_QPKS", pass == 5 ? "1800" : "0", 1);
-        if (pass == 4 || pass == 6) setenv("G3_CUDA_QPRING", "2", 1);
+        if (pass == 4 || pass == 6) setenv("G3_CUDA_QPRING", "2", 1), setenv("G3_CUDA_Q4LO", "2", 1);
         if (pass == 7) setenv("G3_CUDA_QPRING", "0", 1);
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
             /* n = 45: not a multiple of any row tile (8 rows per block at short rows, 2-4 at long ones) */
@@ -676,6 +684,7 @@ static void test_qgemv(void **state) {
         run_qgemv(G3_DTYPE_F32, "int8", 130, 21504, 1, 1);
         run_qgemv(G3_DTYPE_F32, "int4", 9002, 5376, 2, 1);
         unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QPKS"), unsetenv("G3_CUDA_QPRING");
+        unsetenv("G3_CUDA_Q4LO");
     }
     /* the switch: 0 = today's choice (tensor cores for exact int4/int8 per channel, CUDA-core GEMV for groups < 128) */
     setenv("G3_CUDA_QGEMV", "0", 1);
@@ -742,7 +751,7 @@ static void run_qgemv_pn(uint32_t src_type, const char *quant, int n, int k, int
         xmax = fmax(xmax, fabs(xr[i]));
         xerr = fmax(xerr, isnan(xo[i]) ? INFINITY : fabs(xo[i] - xr[i]));
     }
-    q8_emulate(xn, m, k, 1, xh); /* the residual plane is on at 1-2 rows by default */
+    q8_emulate(xn, m, k, m <= lo_rows_for(src_type, quant), xh); /* by default: int8 weights, 1-2 rows */
     const double dq = check_mm(wd, n, k, xh, m, y, geglu);
     printf("  qgemv_pn %-4s type %2u n=%-4d k=%-5d m=%d geglu=%d: xo err %.2e of max, y rel err vs W.xh %.2e, zero %d\n",
            quant, src_type, n, k, m, geglu, xerr / xmax, dq, zero_ok);
@@ -787,29 +796,35 @@ static void test_qgemv_ring_policy(void **state) {
     setenv("G3_CUDA_QPRING", "0", 1);
     const int off = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 21504, "int8", 1, 0, 0);
     setenv("G3_CUDA_QPRING", "1", 1);
+    const int one4_nolo = g3_cuda_test_qp_ring(G3_DTYPE_F32, 45, 5376, "int4", 1, 0, 0); /* no residual plane */
+    setenv("G3_CUDA_Q4LO", "2", 1);
     const int one4 = g3_cuda_test_qp_ring(G3_DTYPE_F32, 45, 5376, "int4", 1, 0, 0);
+    unsetenv("G3_CUDA_Q4LO");
     const int one_pn = g3_cuda_test_qp_ring(G3_DTYPE_F32, 45, 5376, "int8", 1, 0, 1);
     unsetenv("G3_CUDA_QPRING");
     printf("  ring: device %d; default: 27B down %d, gate/up %d (2 rows %d, prologue %d), o %d; 4B gate/up %d, down %d; "
            "int4 %d, Q8_0 %d, heads 27B %d / 4B %d, no residual plane %d; >= 64 MB: o %d, gate/up %d; =0: %d; =1: "
-           "int4 %d, prologue %d\n",
+           "int4 %d (without its residual plane %d), prologue %d\n",
            dev, down, gu, gu2, gu_pn, o27, gu4b, down4b, down4, q8_0, head27, head4, nolo, min_o, min_gu, off, one4,
-           one_pn);
+           one4_nolo, one_pn);
     assert_true(dev == 0 || dev == 1);
     assert_int_equal(down, dev), assert_int_equal(gu, dev), assert_int_equal(gu2, dev), assert_int_equal(gu_pn, dev);
     assert_int_equal(o27, dev), assert_int_equal(gu4b, 0), assert_int_equal(down4b, dev);
     assert_int_equal(down4, 0), assert_int_equal(q8_0, 0), assert_int_equal(head27, dev), assert_int_equal(head4, 0);
     assert_int_equal(nolo, 0), assert_int_equal(min_o, 0), assert_int_equal(min_gu, dev), assert_int_equal(off, 0);
-    assert_int_equal(one4, dev), assert_int_equal(one_pn, 0);
+    assert_int_equal(one4, dev), assert_int_equal(one4_nolo, 0), assert_int_equal(one_pn, 0);
 }
 
 static void test_qgemv_pn(void **state) {
     (void)state;
     need_gpu();
     unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPRING");
-    for (int pass = 0; pass < 4; pass++) { /* 1, 2 rows; passes 2, 3: weights through the ring ($G3_CUDA_QPRING=2) */
+    unsetenv("G3_CUDA_Q4LO");
+    /* 1, 2 rows; passes 2, 3: weights through the ring ($G3_CUDA_QPRING=2; int4 with its residual plane, which the
+     * ring needs: $G3_CUDA_Q4LO=2) */
+    for (int pass = 0; pass < 4; pass++) {
         const int m = 1 + (pass & 1);
-        if (pass == 2) setenv("G3_CUDA_QPRING", "2", 1);
+        if (pass == 2) setenv("G3_CUDA_QPRING", "2", 1), setenv("G3_CUDA_Q4LO", "2", 1);
         run_qgemv_pn(G3_DTYPE_F32, "int4", 45, 5376, m, 0);   /* 27B qkv-like: k = hidden */
         run_qgemv_pn(G3_DTYPE_F32, "int8", 45, 5376, m, 0);   /* per channel */
         run_qgemv_pn(G3_DTYPE_F32, "int4", 9002, 1152, m, 1); /* gate/up: GeGLU, more row groups than warps */
@@ -817,7 +832,7 @@ static void test_qgemv_pn(void **state) {
         run_qgemv_pn(G3_DTYPE_Q4_0, "bf16", 45, 1152, m, 0);  /* int4 groups of 32 */
         run_qgemv_pn(G3_DTYPE_Q8_0, "bf16", 130, 1152, m, 1); /* int8 groups of 32 */
     }
-    unsetenv("G3_CUDA_QPRING");
+    unsetenv("G3_CUDA_QPRING"), unsetenv("G3_CUDA_Q4LO");
 }
 
 /* bf16 weights on every CUDA-core GEMV variant ($G3_CUDA_GEMVPF): exact float32 arithmetic as the first GEMV (same

@@ -484,6 +484,7 @@ extern "C" g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, i
     g3c_attn_args a;
     cudaStream_t st = NULL;
     g3c_attn2_force(fused & 2 ? 0 : 1); /* bit 1: the round-1 attention kernel (separate launches) */
+    g3c_attn2_force_w(fused & 4 ? 2 : 0); /* bit 2: the second kernel in 2-warp blocks */
     fused &= 1;
     AT_CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
     AT_CK(cudaMalloc((void **)&dy, (size_t)mx * NQKV * 4), "alloc");
@@ -538,7 +539,7 @@ extern "C" g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, i
     AT_CK(cudaMemcpy(o, dout, (size_t)m * t->NH * D * 4, cudaMemcpyDeviceToHost), "download");
     if (y_after) AT_CK(cudaMemcpy(y_after, dy, (size_t)m * NQKV * 4, cudaMemcpyDeviceToHost), "download");
 out:
-    g3c_attn2_force(-1);
+    g3c_attn2_force(-1), g3c_attn2_force_w(0);
     cudaFree(dy), cudaFree(dq), cudaFree(dpart), cudaFree(dout), cudaFree(pool), cudaFree(dnorm), cudaFree(dpar);
     cudaFree(douth), cudaFree(dcnt);
     if (st) cudaStreamDestroy(st);

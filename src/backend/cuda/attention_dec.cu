@@ -106,14 +106,14 @@ template <int EPL> struct a2_kv<__nv_bfloat16, EPL> {
 
 /* T: the cache element (float, or __nv_bfloat16 with a.kv16); KP: keys of a bf16 cache per register set (1, 2) */
 template <int G, int EPL, int WPB, bool FU, bool PIPE, typename T, int KP = 1>
-__global__ void __launch_bounds__(WPB * 32) k_attn2(g3c_attn_args a, const float *__restrict__ q,
+__global__ void __launch_bounds__(WPB * 32, WPB == 2 ? 8 : 1) k_attn2(g3c_attn_args a, const float *__restrict__ q,
                                                        float *__restrict__ o, __nv_bfloat16 *__restrict__ oh,
                                                        int split, float *y, int ny, const float *qn,
                                                        const float *kn) {
     constexpr int D = 32 * EPL, GD = G * D;
     /* keys per warp group: <= 64 K/V registers (with KP = 2 twice the keys of a bf16 cache, except in 16-warp
      * blocks, which have 128 registers a thread) and <= 32 scores */
-    constexpr int KPR = sizeof(T) == 2 && WPB == 4 ? KP : 1;
+    constexpr int KPR = sizeof(T) == 2 && WPB <= 4 ? KP : 1;
     constexpr int NKW = 32 * KPR / EPL < 32 / G ? 32 * KPR / EPL : 32 / G;
     constexpr int IPB = 32 / NKW; /* groups whose cache slots one block-table lookup round finds */
     __shared__ __align__(16) float s_acc[WPB][GD];
@@ -343,6 +343,9 @@ static int a2_force = -1; /* test override of $G3_CUDA_ATTN2 (-1: none) */
 
 void g3c_attn2_force(int on) { a2_force = on; }
 
+static int a2_force_w = 0; /* test override of the warps per block (0: none) */
+void g3c_attn2_force_w(int wpb) { a2_force_w = wpb; }
+
 int g3c_attn2_enabled(void) {
     static int on = -1;
     if (a2_force >= 0) return a2_force;
@@ -360,8 +363,10 @@ int g3c_attn2_supported(const g3c_attn_args *a) {
 }
 
 /* Grid shape for m rows: the cluster size C (blocks per (row, kv head)) is the smallest power of two giving at least
- * one block per SM, at most 8 (the portable limit); blocks of 4 warps. $G3_CUDA_ATTN2_C (1, 2, 4, 8) and
- * $G3_CUDA_ATTN2_W (4, 16) force either. Measured on the H200 (27B shape, graphs of 62 layers, attention alone):
+ * one block per SM, at most 8 (the portable limit); blocks of 4 warps, or of 2 (8 a SM at the kernel's <= 128
+ * registers) where the pairs exceed one wave of 4-warp blocks: 27B at 64 rows 21.8 against 23.3 us a layer, 64-256
+ * seqs +0.5-1% (H200, session 22 run 02; forced everywhere, 4B at 64 rows -5%, 1B at 256 -15%). $G3_CUDA_ATTN2_C
+ * (1, 2, 4, 8) and $G3_CUDA_ATTN2_W (2, 4, 16) force either. Measured on the H200 (27B shape, graphs of 62 layers, attention alone):
  * 1 row at 600 keys C = 8: 9.5 us (C 4: 11.1, 2: 17.5, 1: 28.8; 16 warps: 14.5); 8 rows at ~550 keys C = 2: 24.6 us
  * (C 1: 32.3, 4: 28.8); 32 rows at 65..96 keys C = 1: 15.4 us (C 2: 21.1); 64 rows C = 1: 28.6 us (C 2: 38.2).
  * *wpb may be NULL. */
@@ -371,13 +376,16 @@ int g3c_attn2_cluster(int m, int NKV, int *wpb) {
         const char *e = getenv("G3_CUDA_ATTN2_C"), *w = getenv("G3_CUDA_ATTN2_W");
         const int v = e ? atoi(e) : 0, vw = w ? atoi(w) : 0;
         fc = v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
-        fw = vw == 4 || vw == 16 ? vw : 0;
+        fw = vw == 2 || vw == 4 || vw == 16 ? vw : 0;
     }
     const int n_sm = g3c_dev_sms();
     int C = 1;
     while (C < 8 && (long long)m * NKV * C < n_sm) C *= 2;
     if (fc) C = fc;
-    if (wpb) *wpb = fw ? fw : 4;
+    /* more (row, kv head) pairs than one wave of 4-warp blocks holds (4 a SM at <= 128 registers a thread): 2-warp
+     * blocks, 8 a SM, so that the pairs run in one wave */
+    const int w = C == 1 && (long long)m * NKV > 4LL * n_sm ? 2 : 4;
+    if (wpb) *wpb = a2_force_w ? a2_force_w : fw ? fw : w;
     return C;
 }
 
@@ -459,6 +467,7 @@ static cudaError_t a2_launch_w(const g3c_attn_args *a, const float *q, float *o,
                                int W, const a2_fu &f, cudaStream_t st) {
     if constexpr (G * EPL <= 8)
         if (W == 16) return a2_launch<G, EPL, 16>(a, q, o, oh, split, C, f, st);
+    if (W == 2) return a2_launch<G, EPL, 2>(a, q, o, oh, split, C, f, st);
     return a2_launch<G, EPL, 4>(a, q, o, oh, split, C, f, st);
 }
 

@@ -468,7 +468,7 @@ int g3c_dfuse_enabled(void); /* default: 1 only where the second decode kernel i
 /* Second decode attention (attention_dec.cu): one launch, a thread-block cluster of g3c_attn2_cluster(m, NKV) blocks
  * per (row, kv head) merging through distributed shared memory (no part/cnt). g3c_attention takes it where
  * g3c_attn2_supported (D 64/128/256, G*D <= 1024) unless $G3_CUDA_ATTN2=0; g3c_attn2_force(0/1) overrides the
- * switch for tests (-1: back to the environment). */
+ * switch for tests (-1: back to the environment), g3c_attn2_force_w(2, 4, 16) the warps per block (0: back). */
 cudaError_t g3c_attn2(const g3c_attn_args *a, const float *q, float *o, __nv_bfloat16 *oh, int split,
                       cudaStream_t st);
 /* The same with g3c_qkv_post fused in (g3c_attention_fused takes it where supported, unless $G3_CUDA_ATTN2=0): q, k,
@@ -478,6 +478,7 @@ cudaError_t g3c_attn2_fused(const g3c_attn_args *a, float *y, int ny, const floa
 int g3c_attn2_supported(const g3c_attn_args *a);
 int g3c_attn2_enabled(void);
 void g3c_attn2_force(int on);
+void g3c_attn2_force_w(int wpb);
 int g3c_attn2_cluster(int m, int NKV, int *wpb); /* blocks per (row, kv head); *wpb: warps per block */
 
 /* ---- decode add-norm (decode_norm.cu) ------------------------------------------------------------------------ */

@@ -13,7 +13,8 @@
  * d * (s * sum q_w q_x) (+ z * d * sum q_x for int4: the offset uses the block sum of the same xh, so the result is
  * exactly W_deq . xh). Quantized weights carry far larger errors (int4 ~1/30, int8 ~1/500 of a group's range), so
  * the KL the model tests judge is dominated by the weights. Still, q8 noise is ~4x the bf16 rounding of the exact
- * paths (KL ~ noise^2), so up to $G3_CUDA_Q8LO rows (default 2, i.e. batch-1 decode) a residual plane is added:
+ * paths (KL ~ noise^2), so for int8 weights up to $G3_CUDA_Q8LO rows (default 2, i.e. batch-1 decode) a residual
+ * plane is added (int4 weights: $G3_CUDA_Q4LO, default 0, see lo_rows):
  * q_lo = rint((x*127/amax - q) * 254), xh = d * (q + q_lo/254), |xh - x| <= amax/64516 (~2^-16 of the block max,
  * like the bf16 hi + lo of the tensor-core paths), for 2x the dp4a (cheap at one row: ~40 lane-ops per 16 bytes).
  * Beyond 2 rows dp4a work grows with the rows and the single plane is kept.
@@ -206,7 +207,7 @@ cudaError_t g3c_qgemv(const g3_dmat *w, const float *x, int ldx, int m, float *y
     /* [m][k] q, [m][k] q_lo, [m][k/32] (d, sum): offsets are multiples of 32 bytes */
     int8_t *xq = (int8_t *)q8, *xl = xq + (size_t)m * w->k;
     float2 *xd = (float2 *)(xl + (size_t)m * w->k);
-    const int il = w->qt == G3Q_INT4, hl = m <= lo_rows();
+    const int il = w->qt == G3Q_INT4, hl = m <= lo_rows(w);
     const long long thr = (long long)m * (w->k / 8);
     cudaError_t e = g3c_launch(k_q8, dim3((unsigned)((thr + 127) / 128)), dim3(128), 0, st, x, ldx, m, w->k, xq, xl,
                                xd, il, hl);

@@ -150,10 +150,17 @@ static inline int log2_exact(int v) { /* -1 unless v is a power of two */
     return s;
 }
 
-/* Rows up to which the residual plane is used: $G3_CUDA_Q8LO (default 2; 0 = never, 8 = always). */
-static inline int lo_rows(void) {
-    const char *e = getenv("G3_CUDA_Q8LO");
-    return e && *e ? atoi(e) : 2;
+/* Rows up to which the residual plane is used: int8 weights $G3_CUDA_Q8LO (default 2), int4 weights $G3_CUDA_Q4LO
+ * (default 0: never); 0 = never, 8 = always. Why not for int4: its weights' own error (16 levels a group of 128) is
+ * ~10x the q8 activations' rounding, so the plane does not move the model's KL (the fixtures' int4 KL one row at a
+ * time with / without it, H200 session 22: t-gqa 0.890 / 0.892 nats, t-mm 0.793 / 0.784, t-softcap 1.906 / 1.911,
+ * small-a 2.441 / 2.425), while its second dp4a pass over the unpacked nibbles costs (run 05, A/B/A/B, tok/s without /
+ * with): 27B one / two rows 174-175 / 317-318 against 168-169 / 286-287, 4B 630-632 / 1121-1133 against 588-593 /
+ * 1004-1015, 1B 1018-1030 / 1893-1937 against 935-949 / 1646-1659. */
+static inline int lo_rows(const g3_dmat *w) {
+    const int i4 = w->qt == G3Q_INT4;
+    const char *e = getenv(i4 ? "G3_CUDA_Q4LO" : "G3_CUDA_Q8LO");
+    return e && *e ? atoi(e) : i4 ? 0 : 2;
 }
 
 /* qgemv_p.cu: the persistent kernel at 1-2 rows where it applies ($G3_CUDA_QGEMVP, shared memory): g3c_qgemv

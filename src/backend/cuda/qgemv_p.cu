@@ -473,10 +473,10 @@ int g3c_pnorm_mode(void) { /* $G3_CUDA_PNORM: 0 the separate add-norm kernel, 1 
 
 int g3c_qgemv_pn_supported(const g3_dmat *w, int m, int geglu) { return qp_usable(w, m, geglu, 1); }
 
-/* The one launch of the persistent kernel: the residual plane up to lo_rows(), the add-norm prologue when pre->y. */
+/* The one launch of the persistent kernel: the residual plane up to lo_rows(w), the add-norm prologue when pre->y. */
 static cudaError_t qp_launch(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
                              const g3c_qp_pre *pre, cudaStream_t st) {
-    const int hl = m <= lo_rows(), pn = pre && pre->y;
+    const int hl = m <= lo_rows(w), pn = pre && pre->y;
     cudaError_t e = pn ? (hl ? launch_pq<true, true>(w, x, ldx, m, y, ldy, geglu, pre, st)
                              : launch_pq<false, true>(w, x, ldx, m, y, ldy, geglu, pre, st))
                        : (hl ? launch_pq<true, false>(w, x, ldx, m, y, ldy, geglu, pre, st)
@@ -504,7 +504,7 @@ int g3c_qgemvp_kslices(const g3_dmat *w, int geglu, int *n_sm) {
 
 int g3c_qgemvp_ring(const g3_dmat *w, int m, int geglu, int pn) {
     if (!qp_usable(w, m, geglu, pn) || g3c_qgemv_init() != cudaSuccess || qp_n_sm <= 0) return 0;
-    return qp_ring_take(w, m, qp_kslices(w, geglu, pn), m <= lo_rows(), pn);
+    return qp_ring_take(w, m, qp_kslices(w, geglu, pn), m <= lo_rows(w), pn);
 }
 
 int g3c_qgemvp_usable(const g3_dmat *w, int m, int geglu) {
