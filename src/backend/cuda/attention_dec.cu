@@ -366,10 +366,10 @@ int g3c_attn2_supported(const g3c_attn_args *a) {
  * one block per SM, at most 8 (the portable limit); blocks of 4 warps, or of 2 (8 a SM at the kernel's <= 128
  * registers) where the pairs exceed one wave of 4-warp blocks: 27B at 64 rows 21.8 against 23.3 us a layer, 64-256
  * seqs +0.5-1% (H200, session 22 run 02; forced everywhere, 4B at 64 rows -5%, 1B at 256 -15%). $G3_CUDA_ATTN2_C
- * (1, 2, 4, 8) and $G3_CUDA_ATTN2_W (2, 4, 16) force either. Measured on the H200 (27B shape, graphs of 62 layers, attention alone):
- * 1 row at 600 keys C = 8: 9.5 us (C 4: 11.1, 2: 17.5, 1: 28.8; 16 warps: 14.5); 8 rows at ~550 keys C = 2: 24.6 us
- * (C 1: 32.3, 4: 28.8); 32 rows at 65..96 keys C = 1: 15.4 us (C 2: 21.1); 64 rows C = 1: 28.6 us (C 2: 38.2).
- * *wpb may be NULL. */
+ * (1, 2, 4, 8) and $G3_CUDA_ATTN2_W (2, 4, 16) force either. Measured on the H200 (27B shape, graphs of 62 layers,
+ * attention alone): 1 row at 600 keys C = 8: 9.5 us (C 4: 11.1, 2: 17.5, 1: 28.8; 16 warps: 14.5); 8 rows at ~550
+ * keys C = 2: 24.6 us (C 1: 32.3, 4: 28.8); 32 rows at 65..96 keys C = 1: 15.4 us (C 2: 21.1); 64 rows C = 1: 28.6 us
+ * (C 2: 38.2). *wpb may be NULL. */
 int g3c_attn2_cluster(int m, int NKV, int *wpb) {
     static int fc = -1, fw = -1;
     if (fc < 0) {

@@ -106,8 +106,8 @@ g3_status g3_cuda_test_attention(const g3_cuda_attn_test *t, const float *qkv, c
 /* Decode attention: m_hist history rows (any sequences; QK-norm + RoPE + cache write only) fill the cache, then the
  * m decode rows (each of its own sequence) run through the separate kernels (fused 0) or the fused one (fused 1),
  * twice, the second time over poisoned output; fused bit 1: the round-1 kernels, bit 2: the second kernel in 2-warp
- * blocks. o: [m][NH*D]; y_after (optional): the qkv input buffer after the
- * run, [m][(NH+2NKV)*D], all zeros when the kernels kept the zeroing contract. */
+ * blocks. o: [m][NH*D]; y_after (optional): the qkv input buffer after the run, [m][(NH+2NKV)*D], all zeros when the
+ * kernels kept the zeroing contract. */
 g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, int fused, const float *hist_qkv,
                                         const int32_t *hist_pos, const int32_t *hist_useq, int m_hist,
                                         const float *qkv, const int32_t *pos, const int32_t *useq, int m,
