@@ -391,7 +391,15 @@ static void test_matmul_wgmma_fp8(void **state) {
     run_wgq("fp8", 264, 5376, 100, 1);
     unsetenv("G3_CUDA_WGPF");
     setenv("G3_CUDA_WGFMIN", "1", 1); /* from one row (default: the bf16 kernels below 33) */
-    run_wgq("fp8", 264, 5376, 1, 1);
+    {   /* and not the persistent float16 kernel, which takes fp8 at 1-2 rows before any tensor-core path */
+        const char *qg = getenv("G3_CUDA_QGEMV");
+        char *keep = qg ? strdup(qg) : NULL;
+        setenv("G3_CUDA_QGEMV", "0", 1);
+        run_wgq("fp8", 264, 5376, 1, 1);
+        if (keep) setenv("G3_CUDA_QGEMV", keep, 1);
+        else unsetenv("G3_CUDA_QGEMV");
+        free(keep);
+    }
     run_wgq("fp8", 37, 21504, 5, 1);
     unsetenv("G3_CUDA_WGFMIN");
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 5376, "fp8", 1, 40), 1);
@@ -562,6 +570,90 @@ static void q8_emulate(const float *x, int m, int k, int lo, float *xh) {
         }
 }
 
+/* float16 rounding to nearest even, subnormals included (|v| < 65520) */
+static double f16_rn(double v) {
+    if (v == 0) return 0;
+    int e;
+    frexp(fabs(v), &e); /* |v| in [2^(e-1), 2^e) */
+    const double q = ldexp(1.0, (e - 1 < -14 ? -14 : e - 1) - 10);
+    return rint(v / q) * q;
+}
+
+/* The fp8 decode product as the persistent kernel computes it (qgemv_common.cuh: h16_quant, doth16), into yref [m][n]
+ * (GeGLU pairs: [m][n/2]). The resident weights come back dequantized (wd = e4m3 * s per row): s = max|row| / 448
+ * (the row maximum is stored as 448) and the e4m3 values wd / s, checked to reproduce wd. Activations per block of
+ * 32: amax, h = f16(float(x * float(1 / amax))); per chunk of 16 weights two chains of float16 fused multiply-adds
+ * (pairs 0, 2, 4, 6 and 1, 3, 5, 7 of the chunk, each half on its own), every step rounded to float16 (products and
+ * sums exact in double before that rounding), the chains summed in float32 as the kernel does; then amax times the
+ * chunk, s times the row. */
+static void fp8_emulate(const float *wd, int n, int k, const float *x, int m, int geglu, double *yref) {
+    float *wq = malloc(sizeof(float) * (size_t)n * k), *h = malloc(sizeof(float) * (size_t)m * k);
+    float *am = malloc(sizeof(float) * (size_t)m * (k / 32));
+    double *s = malloc(sizeof(double) * n), *yf = malloc(sizeof(double) * (size_t)m * n);
+    for (int j = 0; j < n; j++) {
+        float mx = 0.f;
+        for (int t = 0; t < k; t++) mx = fmaxf(mx, fabsf(wd[(size_t)j * k + t]));
+        s[j] = mx / 448.0;
+        for (int t = 0; t < k; t++) {
+            const float w = wd[(size_t)j * k + t], q = mx > 0.f ? e4m3_rn((float)(w / s[j])) : 0.f;
+            if (!(fabs(q * s[j] - w) <= 1e-6 * mx)) fail_msg("fp8 row %d: %g is not an e4m3 value times %g", j, w, s[j]);
+            wq[(size_t)j * k + t] = q;
+        }
+    }
+    for (int i = 0; i < m; i++)
+        for (int b = 0; b < k / 32; b++) {
+            const float *v = x + (size_t)i * k + 32 * b;
+            float amax = 0.f;
+            for (int e = 0; e < 32; e++) amax = fmaxf(amax, fabsf(v[e]));
+            const float inv = amax > 0.f ? 1.f / amax : 0.f;
+            am[(size_t)i * (k / 32) + b] = amax;
+            for (int e = 0; e < 32; e++) {
+                volatile float p = v[e] * inv;
+                h[(size_t)i * k + 32 * b + e] = (float)f16_rn(p);
+            }
+        }
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double acc = 0;
+            for (int c = 0; c < k / 16; c++) {
+                const float *w = wq + (size_t)j * k + 16 * c, *a = h + (size_t)i * k + 16 * c;
+                double ch[4]; /* p.x, p.y, q.x, q.y: pair j of the chunk (values 2j, 2j + 1) into p (even j) or q */
+                for (int e = 0; e < 4; e++) ch[e] = f16_rn((double)w[e] * a[e]);
+                for (int pr = 2; pr < 8; pr++)
+                    for (int hf = 0; hf < 2; hf++) {
+                        double *c2 = &ch[2 * (pr & 1) + hf];
+                        *c2 = f16_rn((double)w[2 * pr + hf] * a[2 * pr + hf] + *c2);
+                    }
+                volatile float s0 = (float)ch[0] + (float)ch[1], s1 = (float)ch[2] + (float)ch[3];
+                volatile float sum = s0 + s1;
+                acc += (double)am[(size_t)i * (k / 32) + c / 2] * sum;
+            }
+            yf[(size_t)i * n + j] = acc * s[j];
+        }
+    for (int i = 0; i < m; i++) {
+        if (!geglu) {
+            memcpy(yref + (size_t)i * n, yf + (size_t)i * n, sizeof(double) * n);
+            continue;
+        }
+        for (int p = 0; p < n / 2; p++) {
+            const double g = yf[(size_t)i * n + 2 * p], u = yf[(size_t)i * n + 2 * p + 1];
+            yref[(size_t)i * (n / 2) + p] = 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+        }
+    }
+    free(wq), free(h), free(am), free(s), free(yf);
+}
+
+/* max |y - yref| / max |yref| over m rows of w outputs */
+static double rel_err(const float *y, const double *yref, size_t cnt) {
+    double mx = 1e-30, d = 0;
+    for (size_t i = 0; i < cnt; i++) {
+        const double e = fabs(y[i] - yref[i]);
+        mx = fmax(mx, fabs(yref[i]));
+        d = fmax(d, isnan(e) ? INFINITY : e);
+    }
+    return d / mx;
+}
+
 /* Rows up to which the dp4a products add the activations' residual plane (qgemv_common.cuh lo_rows): int8 weights
  * $G3_CUDA_Q8LO (default 2), int4 ($G3_DTYPE_Q4_0 / _Q4_K sources too) $G3_CUDA_Q4LO (default 0). */
 static int lo_rows_for(uint32_t src_type, const char *quant) {
@@ -592,10 +684,20 @@ static void run_qgemv(uint32_t src_type, const char *quant, int n, int k, int m,
     const int path = g3_cuda_test_mm_path(src_type, n, k, quant, 1, m);
     if (g3_cuda_test_matmul(src_type, raw, n, k, quant, 1, geglu, x, m, y, wd, &err) != G3_OK)
         fail_msg("%s: %s", quant, err.msg);
-    const int lo = m <= lo_rows_for(src_type, quant);
-    q8_emulate(x, m, k, lo, xh);
-    double dq = check_mm(wd, n, k, xh, m, y, geglu), worst = 0;
-    if (!geglu) {
+    const int lo = m <= lo_rows_for(src_type, quant), f8 = !strcmp(quant, "fp8");
+    double dq, worst = 0;
+    if (f8) { /* float16 activations and sums (fp8_emulate); against the exact product: within ~2^-11 */
+        double *yr = malloc(sizeof(double) * (size_t)m * n);
+        fp8_emulate(wd, n, k, x, m, geglu, yr);
+        dq = rel_err(y, yr, (size_t)m * (geglu ? n / 2 : n));
+        worst = check_mm(wd, n, k, x, m, y, geglu);
+        free(yr);
+        if (!(worst <= 4e-3)) fail_msg("fp8 m=%d: product error vs W.x %g > 4e-3", m, worst);
+    } else {
+        q8_emulate(x, m, k, lo, xh);
+        dq = check_mm(wd, n, k, xh, m, y, geglu);
+    }
+    if (!geglu && !f8) {
         for (int i = 0; i < m; i++)
             for (int j = 0; j < n; j++) {
                 double r = 0, bound = 0, absum = 0;
@@ -612,10 +714,11 @@ static void run_qgemv(uint32_t src_type, const char *quant, int n, int k, int m,
                     fail_msg("%s m=%d row %d out %d: |y - W x| = %g beyond the q8 bound %g", quant, m, i, j, e, bound);
             }
     }
-    printf("  qgemv %-4s type %2u n=%-3d k=%-5d m=%d geglu=%d path %d lo=%d: rel err vs W.xh %.2e, |err vs W.x| / bound "
-           "%.3f\n", quant, src_type, n, k, m, geglu, path, lo, dq, worst);
+    printf("  qgemv %-4s type %2u n=%-3d k=%-5d m=%d geglu=%d path %d lo=%d: rel err vs %s %.2e, %s %.3g\n", quant,
+           src_type, n, k, m, geglu, path, lo, f8 ? "the emulation" : "W.xh", dq,
+           f8 ? "rel err vs W.x" : "|err vs W.x| / bound", worst);
     assert_int_equal(path, 3);
-    if (!(dq <= 5e-5)) fail_msg("%s m=%d: product error vs the emulated q8 %g > 5e-5", quant, m, dq);
+    if (!(dq <= 5e-5)) fail_msg("%s m=%d: product error vs the emulated activations %g > 5e-5", quant, m, dq);
     free(raw), free(x), free(xh), free(y), free(wd);
 }
 
@@ -651,6 +754,10 @@ static void test_qgemv(void **state) {
             run_qgemv(G3_DTYPE_Q6_K, "bf16", 45, 5376, ms[i], 0); /* int8 groups of 16 */
             run_qgemv(G3_DTYPE_Q4_0, "bf16", 45, 21504, ms[i], 0); /* int4 groups of 32 */
             run_qgemv(G3_DTYPE_Q4_K, "bf16", 45, 2816, ms[i], 0);
+            if (ms[i] <= 2 && pass != 2 && pass != 3) { /* fp8: the persistent kernel only (not with QGEMVP=0) */
+                run_qgemv(G3_DTYPE_F32, "fp8", 45, 5376, ms[i], 0);
+                run_qgemv(G3_DTYPE_F32, "fp8", 37, 21504, ms[i], 0);
+            }
         }
         run_qgemv(G3_DTYPE_F32, "int4", 6, 96, 1, 0);     /* fewer chunks than lanes */
         run_qgemv(G3_DTYPE_F32, "int8", 130, 512, 2, 1);  /* GeGLU fused (gate, up pairs) */
@@ -662,6 +769,13 @@ static void test_qgemv(void **state) {
         run_qgemv(G3_DTYPE_F32, "int8", 9001, 96, 2, 0);
         run_qgemv(G3_DTYPE_F32, "int4", 9002, 128, 2, 1);
         run_qgemv(G3_DTYPE_F32, "int8", 9002, 256, 1, 1);
+        if (pass != 2 && pass != 3) {
+            run_qgemv(G3_DTYPE_F32, "fp8", 6, 96, 1, 0);    /* fewer chunks than lanes */
+            run_qgemv(G3_DTYPE_F32, "fp8", 130, 512, 2, 1); /* GeGLU */
+            run_qgemv(G3_DTYPE_F32, "fp8", 9001, 160, 1, 0);
+            run_qgemv(G3_DTYPE_F32, "fp8", 9002, 96, 2, 1);
+            run_qgemv(G3_DTYPE_F32, "fp8", 130, 21504, 1, 1); /* GeGLU on long rows */
+        }
         if (pass >= 4) run_qgemv(G3_DTYPE_F32, "int8", 9001, 5376, 2, 0); /* slices of many row groups per warp */
         { /* the slices taken: by default 21504 in 4 where the SMs divide by 4 (H100 / H200: 132), 5376 whole; at
            * <= 1800: 5376 in 3 (132 SMs); none with GeGLU or =0; every slice whole groups of 128 */
@@ -700,7 +814,13 @@ static void test_qgemv(void **state) {
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 8), 3);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_Q8_0, 45, 4096, "bf16", 1, 8), 3);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 9), 1);
-    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "fp8", 1, 1), 1); /* fp8 stays on tensor cores */
+    /* fp8: the persistent kernel at 1-2 rows (float16 products), tensor cores from 3; with QGEMVP=0 tensor cores */
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "fp8", 1, 1), 3);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "fp8", 1, 2), 3);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "fp8", 1, 3), 1);
+    setenv("G3_CUDA_QGEMVP", "0", 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "fp8", 1, 1), 1);
+    unsetenv("G3_CUDA_QGEMVP");
     /* bf16 weights: the CUDA-core GEMV up to 4 rows, the tensor-core kernel at 5..8 ($G3_CUDA_BF16TC), cuBLAS beyond */
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, 1), 0);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "bf16", 1, 4), 0);
@@ -751,8 +871,16 @@ static void run_qgemv_pn(uint32_t src_type, const char *quant, int n, int k, int
         xmax = fmax(xmax, fabs(xr[i]));
         xerr = fmax(xerr, isnan(xo[i]) ? INFINITY : fabs(xo[i] - xr[i]));
     }
-    q8_emulate(xn, m, k, m <= lo_rows_for(src_type, quant), xh); /* by default: int8 weights, 1-2 rows */
-    const double dq = check_mm(wd, n, k, xh, m, y, geglu);
+    double dq;
+    if (!strcmp(quant, "fp8")) {
+        double *yr = malloc(sizeof(double) * (size_t)m * outw);
+        fp8_emulate(wd, n, k, xn, m, geglu, yr);
+        dq = rel_err(y, yr, (size_t)m * outw);
+        free(yr);
+    } else {
+        q8_emulate(xn, m, k, m <= lo_rows_for(src_type, quant), xh); /* by default: int8 weights, 1-2 rows */
+        dq = check_mm(wd, n, k, xh, m, y, geglu);
+    }
     printf("  qgemv_pn %-4s type %2u n=%-4d k=%-5d m=%d geglu=%d: xo err %.2e of max, y rel err vs W.xh %.2e, zero %d\n",
            quant, src_type, n, k, m, geglu, xerr / xmax, dq, zero_ok);
     if (!(xerr <= 1e-6 * xmax)) fail_msg("%s m=%d: residual out differs by %g (max %g)", quant, m, xerr, xmax);
@@ -783,6 +911,10 @@ static void test_qgemv_ring_policy(void **state) {
     const int down4b = g3_cuda_test_qp_ring(G3_DTYPE_F32, 2560, 10240, "int8", 1, 0, 0);
     const int down4 = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 21504, "int4", 1, 0, 0);
     const int q8_0 = g3_cuda_test_qp_ring(G3_DTYPE_Q8_0, 8192, 8192, "bf16", 1, 0, 0); /* groups of 32 */
+    /* fp8 (per channel, no residual plane) as per-channel int8: 27B down and gate/up with its prologue, not 4B gate/up */
+    const int f8down = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 21504, "fp8", 1, 0, 0);
+    const int f8gu = g3_cuda_test_qp_ring(G3_DTYPE_F32, 43008, 5376, "fp8", 2, 1, 1);
+    const int f8gu4b = g3_cuda_test_qp_ring(G3_DTYPE_F32, 20480, 2560, "fp8", 1, 1, 0);
     /* heads (262144 rows): 27B (5376) takes it, 4B (2560) not */
     const int head27 = g3_cuda_test_qp_ring(G3_DTYPE_F32, 262144, 5376, "int8", 1, 0, 0);
     const int head4 = g3_cuda_test_qp_ring(G3_DTYPE_F32, 262144, 2560, "int8", 1, 0, 0);
@@ -811,6 +943,8 @@ static void test_qgemv_ring_policy(void **state) {
     assert_int_equal(down, dev), assert_int_equal(gu, dev), assert_int_equal(gu2, dev), assert_int_equal(gu_pn, dev);
     assert_int_equal(o27, dev), assert_int_equal(gu4b, 0), assert_int_equal(down4b, dev);
     assert_int_equal(down4, 0), assert_int_equal(q8_0, 0), assert_int_equal(head27, dev), assert_int_equal(head4, 0);
+    printf("  ring, fp8: 27B down %d, gate/up (2 rows, prologue) %d, 4B gate/up %d\n", f8down, f8gu, f8gu4b);
+    assert_int_equal(f8down, dev), assert_int_equal(f8gu, dev), assert_int_equal(f8gu4b, 0);
     assert_int_equal(nolo, 0), assert_int_equal(min_o, 0), assert_int_equal(min_gu, dev), assert_int_equal(off, 0);
     assert_int_equal(one4, dev), assert_int_equal(one4_nolo, 0), assert_int_equal(one_pn, 0);
 }
@@ -831,6 +965,8 @@ static void test_qgemv_pn(void **state) {
         run_qgemv_pn(G3_DTYPE_F32, "int8", 130, 2560, m, 1);  /* 4B hidden */
         run_qgemv_pn(G3_DTYPE_Q4_0, "bf16", 45, 1152, m, 0);  /* int4 groups of 32 */
         run_qgemv_pn(G3_DTYPE_Q8_0, "bf16", 130, 1152, m, 1); /* int8 groups of 32 */
+        run_qgemv_pn(G3_DTYPE_F32, "fp8", 45, 5376, m, 0);    /* float16 products */
+        run_qgemv_pn(G3_DTYPE_F32, "fp8", 130, 2560, m, 1);
     }
     unsetenv("G3_CUDA_QPRING"), unsetenv("G3_CUDA_Q4LO");
 }

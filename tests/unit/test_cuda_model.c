@@ -428,6 +428,31 @@ static void test_tq_producers(void **state) {
     g3_model_free(m);
 }
 
+/* fp8 weights at 1-2 rows on the persistent kernel with float16 activations and sums (qgemv_p.cu) against the
+ * tensor-core kernel with hi + lo bf16 activations ($G3_CUDA_QGEMV=0, ~16 bits of each activation): the 270M shape, 2
+ * layers, random bf16 weights resident as fp8, a 24-token prompt one and two rows a step. The float16 path rounds each
+ * activation to 11 bits and each fused step of its sums to float16, so the logits differ by ~1e-3 of the largest;
+ * a misplaced activation or scale would make them unrelated. */
+static void test_fp8_decode(void **state) {
+    (void)state;
+    const int n = 24;
+    int32_t prompt[24];
+    g3_model *m = random_270m(7, 3, prompt, n);
+    const int V = m->cfg.vocab;
+    for (int chunk = 1; chunk <= 2; chunk++) {
+        const char *f16_env[] = {"G3_CUDA_QUANT", "fp8", NULL};
+        const char *tc_env[] = {"G3_CUDA_QUANT", "fp8", "G3_CUDA_QGEMV", "0", NULL};
+        float *a = cuda_logits(m, prompt, n, chunk, f16_env), *b = cuda_logits(m, prompt, n, chunk, tc_env);
+        const double d = tu_rel_err_rows(a, b, n, V);
+        printf("  270M shape, 2 layers, fp8, %d row(s) a step: float16 products vs tensor cores (hi + lo bf16): max "
+               "relative logit difference %.2e\n", chunk, d);
+        assert_true(d < 1e-2);
+        assert_true(d > 0); /* different kernels ran */
+        free(a), free(b);
+    }
+    g3_model_free(m);
+}
+
 /* The engine's warm-up prefill at create (one prompt chunk on CUDA, engine.c's warm_prefill) leaves nothing behind:
  * no KV blocks held or cached, no tokens counted, with a pool of exactly one sequence's blocks (the chunk shortened to
  * fit), and a prompt's logits after it equal those of an engine created without it ($G3_WARMUP=0) within the products'
@@ -592,6 +617,7 @@ int main(void) {
         cmocka_unit_test(test_small_a),
         cmocka_unit_test(test_own_models),
         cmocka_unit_test(test_tq_producers),
+        cmocka_unit_test(test_fp8_decode),
         cmocka_unit_test(test_kv16_random),
         cmocka_unit_test(test_warmup),
         cmocka_unit_test(test_prepared_graphs),

@@ -7,7 +7,9 @@
  * Measured on the H200 (bench/RESULTS.md): for bf16 weights at batch 1 the CUDA-core GEMV streams faster than the
  * tensor-core kernel (27B: 64 against 53 tok/s), for int4 the tensor-core kernel wins (92 against 53).
  * Decode on int8/int4 weights (m <= 8; per-channel int8 m <= 4): the dp4a kernels of qgemv.cu on q8-quantized
- * activations; $G3_CUDA_QGEMV=n takes them up to n rows only (0: never, i.e. the choice below).
+ * activations; $G3_CUDA_QGEMV=n takes them up to n rows only (0: never, i.e. the choice below). fp8 (e4m3 per
+ * channel) at 1-2 rows: the same persistent kernel on float16 products (qgemv_p.cu; 27B batch 1 128 against 106 tok/s
+ * on the tensor-core kernel, H200 session 23).
  * bf16 weights take the tensor-core kernel from 5 rows ($G3_CUDA_BF16TC, below: the GEMV is bound by its float32
  * arithmetic there). $G3_CUDA_TC: 0 = the previous choice (GEMV up to 8 rows for bf16 and 16 for quantized, cuBLAS
  * beyond), all = tensor cores for bf16 weights at every row count; $G3_CUDA_FUSE=1 fuses GeGLU into the tensor-core

@@ -160,6 +160,8 @@ int g3c_qgemv_supported(const g3_dmat *w, int m) {
     if (m < 1 || m > 8 || w->k % 32 || w->g < 1 || w->k % w->g) return 0;
     if (w->qt == G3Q_INT8) return w->g == w->k || (w->g % 16 == 0 && log2_exact(w->g / 16) >= 0);
     if (w->qt == G3Q_INT4) return w->g % 32 == 0 && log2_exact(w->g / 32) >= 0;
+    /* fp8 per channel: the persistent kernel only (float16 products, qgemv_common.cuh), 1-2 rows */
+    if (w->qt == G3Q_FP8) return m <= 2 && w->g == w->k && g3c_qgemvp_enabled() && g3c_qgemvp_fits(m, w->k);
     return 0;
 }
 
@@ -197,6 +199,7 @@ cudaError_t g3c_qgemv(const g3_dmat *w, const float *x, int ldx, int m, float *y
                       size_t q8_bytes, cudaStream_t st) {
     if (!g3c_qgemv_supported(w, m) || ldx % 4) return cudaErrorInvalidValue;
     if (g3c_qgemvp_usable(w, m, geglu)) return g3c_qgemvp(w, x, ldx, m, y, ldy, geglu, st);
+    if (w->qt == G3Q_FP8) return cudaErrorNotSupported; /* no two-launch form (odd n with GeGLU) */
     const size_t need = g3c_qgemv_q8_bytes(m, w->k);
     void *tmp = NULL;
     if (!q8 || q8_bytes < need) { /* test hooks: a stream-ordered scratch (the backend passes its own buffer) */

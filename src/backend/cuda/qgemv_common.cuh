@@ -69,7 +69,54 @@ static __device__ __forceinline__ void q8_quant(const float (&v)[8], int k, long
     if (sub == 0) xd[(size_t)i * (k / 32) + blk] = make_float2(d, d * ((float)sq + (float)sl * (1.f / 254.f)));
 }
 
+/* fp8 weights (the persistent kernel only): item t's 8 values as float16 of x / amax per block of 32 (amax kept in xd's
+ * .x, .y unused), the block's values at byte offsets (j8 & 1) * k + 16 * (j8 >> 1) of row i (2k bytes a row): chunk
+ * cc's first 8 values at 16 cc, its last 8 at k + 16 cc, so a warp's lanes read consecutive 16-byte words (no bank
+ * conflicts). x * (1/amax) is rounded to float (IEEE reciprocal and product), then to float16, so that a CPU
+ * reference can reproduce the values. */
+static __device__ __forceinline__ void h16_quant(const float (&v)[8], int k, long long t, bool ok, int8_t *xq,
+                                                 float2 *xd) {
+    const int k8 = k / 8;
+    const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
+    float amax = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) amax = fmaxf(amax, fabsf(v[e]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    if (!ok) return;
+    const float inv = amax > 0.f ? __frcp_rn(amax) : 0.f;
+    uint32_t h[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const __half2 p = __floats2half2_rn(__fmul_rn(v[2 * e], inv), __fmul_rn(v[2 * e + 1], inv));
+        memcpy(&h[e], &p, 4);
+    }
+    *(uint4 *)(xq + (size_t)i * 2 * k + (size_t)(j8 & 1) * k + 16 * (size_t)(j8 >> 1)) = make_uint4(h[0], h[1], h[2], h[3]);
+    if ((j8 & 3) == 0) xd[(size_t)i * (k / 32) + (j8 >> 2)] = make_float2(amax, 0.f);
+}
+
 /* ---- dot products ---- */
+/* fp8 (e4m3): the 4 weights of word w as float16 pairs (lo: bytes 0, 1; hi: bytes 2, 3), exact */
+static __device__ __forceinline__ void e4m3x4_h2(uint32_t w, uint32_t &lo, uint32_t &hi) {
+    asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+}
+/* fp8: 16 weights (as float16 pairs wh) . 16 float16 activations (a0: values 0-7, a1: 8-15), in two chains of four
+ * float16 fused multiply-adds per half (p: pairs 0, 2, 4, 6; q: 1, 3, 5, 7), summed in float32 as (p.x + p.y) +
+ * (q.x + q.y). Each chain sums four products of e4m3 weights (<= 448) and activations scaled to |a| <= 1: no
+ * overflow; each fused step rounds to float16 once (2^-11 relative). test_cuda_matmul reproduces this order. */
+static __device__ __forceinline__ float doth16(const uint32_t (&wh)[8], const uint4 &a0, const uint4 &a1) {
+    const uint32_t a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    __half2 hw[8], ha[8];
+    memcpy(hw, wh, sizeof hw), memcpy(ha, a, sizeof ha);
+    __half2 p = __hmul2(hw[0], ha[0]), q = __hmul2(hw[1], ha[1]);
+    p = __hfma2(hw[2], ha[2], p), q = __hfma2(hw[3], ha[3], q);
+    p = __hfma2(hw[4], ha[4], p), q = __hfma2(hw[5], ha[5], q);
+    p = __hfma2(hw[6], ha[6], p), q = __hfma2(hw[7], ha[7], q);
+    const float2 fp = __half22float2(p), fq = __half22float2(q);
+    return (fp.x + fp.y) + (fq.x + fq.y);
+}
 /* int8: 16 weights . 16 activations */
 static __device__ __forceinline__ int dot4(const uint4 &w, const uint4 &x) {
     int s = __dp4a((int)w.x, (int)x.x, 0);
@@ -105,7 +152,21 @@ static __device__ __forceinline__ void q_chunk(const uint4 (&wv)[R], const float
                                                int K, const int8_t *const (&xq)[M], const int8_t *const (&xl)[M],
                                                const float2 *const (&xd)[M], float (&acc)[R][M]) {
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
-    if constexpr (QT == G3Q_INT4) {
+    if constexpr (QT == G3Q_FP8) { /* h16_quant's layout: row i at xq[i] (2K bytes), (amax, -) per 32 in xd[i] */
+        uint32_t wh[R][8];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            e4m3x4_h2(wv[r].x, wh[r][0], wh[r][1]), e4m3x4_h2(wv[r].y, wh[r][2], wh[r][3]);
+            e4m3x4_h2(wv[r].z, wh[r][4], wh[r][5]), e4m3x4_h2(wv[r].w, wh[r][6], wh[r][7]);
+        }
+#pragma unroll
+        for (int i = 0; i < M; i++) {
+            const uint4 a0 = q_ld<SH>((const uint4 *)xq[i] + cc), a1 = q_ld<SH>((const uint4 *)(xq[i] + K) + cc);
+            const float d = q_ld<SH>(&xd[i][cc >> 1].x);
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r][i] = fmaf(d, doth16(wh[r], a0, a1), acc[r][i]);
+        }
+    } else if constexpr (QT == G3Q_INT4) {
         uint32_t lo[R][4], hi[R][4];
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -166,6 +227,7 @@ static inline int lo_rows(const g3_dmat *w) {
 /* qgemv_p.cu: the persistent kernel at 1-2 rows where it applies ($G3_CUDA_QGEMVP, shared memory): g3c_qgemv
  * takes it when g3c_qgemvp_usable */
 int g3c_qgemvp_usable(const g3_dmat *w, int m, int geglu);
+int g3c_qgemvp_fits(int m, int k); /* the activations of m rows of k values fit its shared memory */
 cudaError_t g3c_qgemvp(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
                        cudaStream_t st);
 

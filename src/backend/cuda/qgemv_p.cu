@@ -24,7 +24,13 @@
  * blocks, group j streaming slice j of K of every row and quantizing only that slice of x; the slices' partial sums
  * meet in y through the atomics of the stream-K outputs. Measured on the H200 (session 20, 27B int8 one row, CUPTI):
  * the down product (4 slices of 5376) 35.9 -> 32.8 us a layer; batch-1 decode int8 113.9 -> 117.1, int4 157.0 ->
- * 161.4 tok/s; at two rows +3-4% (27B), +4-6% (4B / 1B). */
+ * 161.4 tok/s; at two rows +3-4% (27B), +4-6% (4B / 1B).
+ *
+ * fp8 (e4m3 per channel, QT = G3Q_FP8): the same kernel with float16 activations (x / amax per block of 32, h16_quant,
+ * in the two bytes an activation that the residual plane takes for int8) and float16 fused multiply-adds on the
+ * weights converted by cvt.rn.f16x2.e4m3x2 (doth16 in qgemv_common.cuh); ring, K-slices and prologue as for
+ * per-channel int8. H200, session 23 run 01: 27B one / two rows 128 / 230 tok/s against 106 / 202 on the tensor-core
+ * kernel with hi + lo bf16 activations ($G3_CUDA_QGEMV=0), 4B +20% / +13%, 1B +19% / +4%. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -176,6 +182,7 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
                                                      float *__restrict__ y, int ldy, int geglu, int gsh, int sk,
                                                      int ks, g3c_qp_pre pre) {
     constexpr int R = 2, V = QT == G3Q_INT4 ? 32 : 16, NW = QP_T / 32, SB = 32 * U * 16; /* SB: bytes a row and step */
+    constexpr bool F8 = QT == G3Q_FP8, H2 = HL || F8; /* fp8: float16 activations, 2 bytes each (h16_quant) */
     extern __shared__ __align__(16) unsigned char qp_sm[];
     __shared__ float pn_red[NW][M], pn_inv2[M];
     /* ks K-slices (sk only): block b takes slice b % ks of every row (K values from kof); the ks-th part of the grid
@@ -187,12 +194,12 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     const size_t wof = QT == G3Q_INT4 ? (size_t)kof / 2 : (size_t)kof;
     x += kof;
     int8_t *sq = (int8_t *)qp_sm, *sl = sq + (size_t)M * K;
-    float2 *sd = (float2 *)(sq + (size_t)(HL ? 2 : 1) * M * K);
+    float2 *sd = (float2 *)(sq + (size_t)(H2 ? 2 : 1) * M * K);
     float *sf = (float *)(sd + (size_t)M * (K / 32)), *sw = sf + (size_t)M * K; /* PN: [M][K], [2][K] floats */
     /* RG: the ring [NW][QP_D][R][SB] after the above (128-byte aligned), then its mbarriers [NW][QP_D] */
     /* aligned by address: the dynamic shared memory starts after the static (pn_red, pn_inv2 with the prologue), only
      * 16-byte aligned; bulk copies into a ring off the 128-byte grid went to L2 as 32-byte requests (run 03) */
-    uint8_t *ring = (uint8_t *)(((uintptr_t)(qp_sm + qp_smem(M, K, HL, PN)) + 127) & ~(uintptr_t)127);
+    uint8_t *ring = (uint8_t *)(((uintptr_t)(qp_sm + qp_smem(M, K, H2, PN)) + 127) & ~(uintptr_t)127);
     uint64_t *mbar = (uint64_t *)(ring + (size_t)NW * QP_D * R * SB);
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
     /* weights and scales of step s of row group rg (zeros past the row or past the last row group) */
@@ -268,7 +275,8 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
 #pragma unroll
             for (int j = 0; j < QI; j++) {
                 const long long t = b0 + j * QP_T + threadIdx.x;
-                q8_quant(v[j], K, t, t < tot, sq, sl, sd, QT == G3Q_INT4, HL);
+                if constexpr (F8) h16_quant(v[j], K, t, t < tot, sq, sd);
+                else q8_quant(v[j], K, t, t < tot, sq, sl, sd, QT == G3Q_INT4, HL);
             }
         }
     }
@@ -276,7 +284,8 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     const int8_t *xq[M], *xl[M]; /* the activation rows in shared memory */
     const float2 *xd[M];
 #pragma unroll
-    for (int i = 0; i < M; i++) xq[i] = sq + (size_t)i * K, xl[i] = sl + (size_t)i * K, xd[i] = sd + (size_t)i * (K / 32);
+    for (int i = 0; i < M; i++)
+        xq[i] = sq + (size_t)i * (F8 ? 2 : 1) * K, xl[i] = sl + (size_t)i * K, xd[i] = sd + (size_t)i * (K / 32);
     float acc[R][M];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -337,6 +346,8 @@ static size_t qp_smem_rg(int m, int k, int hl, int pn) { /* + 127: the ring alig
     return qp_smem(m, k, hl, pn) + 127 + (size_t)(QP_T / 32) * QP_D * (2 * 32 * (m <= 1 ? 3 : 2) * 16 + 8);
 }
 
+int g3c_qgemvp_fits(int m, int k) { return qp_smem(m, k, 1, 0) <= QP_SMEM_MAX; }
+
 int g3c_qgemvp_enabled(void) { /* $G3_CUDA_QGEMVP: 0 = the two-launch path at 1-2 rows too; read at every call */
     const char *e = getenv("G3_CUDA_QGEMVP");
     return !(e && !strcmp(e, "0"));
@@ -367,20 +378,26 @@ cudaError_t g3c_qgemv_init(void) {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&qp_n_sm, cudaDevAttrMultiProcessorCount, dev);
-    void *ks[24];
+    void *ks[28];
     qp_kernels<G3Q_INT4, false, false>(ks), qp_kernels<G3Q_INT8, false, false>(ks + 4);
     qp_kernels<G3Q_INT8, true, false>(ks + 8), qp_kernels<G3Q_INT4, false, true>(ks + 12);
     qp_kernels<G3Q_INT8, false, true>(ks + 16), qp_kernels<G3Q_INT8, true, true>(ks + 20);
+    ks[24] = qp_kernel<G3Q_FP8, 1, true, false, false>(), ks[25] = qp_kernel<G3Q_FP8, 2, true, false, false>();
+    ks[26] = qp_kernel<G3Q_FP8, 1, true, false, true>(), ks[27] = qp_kernel<G3Q_FP8, 2, true, false, true>();
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_MAX);
-    void *kr[8] = {(void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, false, true>,
+    void *kr[12] = {(void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, false, true>,
                    (void *)k_qgemv_p<G3Q_INT4, 2, 2, false, true, false, true>,
                    (void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, true, true>,
                    (void *)k_qgemv_p<G3Q_INT4, 2, 2, false, true, true, true>,
                    (void *)k_qgemv_p<G3Q_INT8, 1, 3, true, true, false, true>,
                    (void *)k_qgemv_p<G3Q_INT8, 2, 2, true, true, false, true>,
                    (void *)k_qgemv_p<G3Q_INT8, 1, 3, true, true, true, true>,
-                   (void *)k_qgemv_p<G3Q_INT8, 2, 2, true, true, true, true>};
+                   (void *)k_qgemv_p<G3Q_INT8, 2, 2, true, true, true, true>,
+                   (void *)k_qgemv_p<G3Q_FP8, 1, 3, true, false, false, true>,
+                   (void *)k_qgemv_p<G3Q_FP8, 2, 2, true, false, false, true>,
+                   (void *)k_qgemv_p<G3Q_FP8, 1, 3, true, false, true, true>,
+                   (void *)k_qgemv_p<G3Q_FP8, 2, 2, true, false, true, true>};
     cudaError_t er = cudaSuccess; /* a device with less shared memory a block: no ring, nothing else lost */
     for (size_t i = 0; i < sizeof kr / sizeof kr[0] && e == cudaSuccess && er == cudaSuccess; i++)
         er = cudaFuncSetAttribute(kr[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_RG);
@@ -406,7 +423,9 @@ static int qp_ring_mode(void) { /* -1 auto, 0, 1, 2 */
     return e && *e ? atoi(e) : -1;
 }
 static int qp_ring_take(const g3_dmat *w, int m, int ks, int hl, int pn) {
-    const int mode = qp_ring_mode(), pc = w->qt == G3Q_INT8 && w->g == w->k;
+    const int mode = qp_ring_mode(), f8 = w->qt == G3Q_FP8;
+    const int pc = (w->qt == G3Q_INT8 || f8) && w->g == w->k; /* fp8: per channel, two bytes an activation */
+    hl = hl || f8;
     if (!qp_ring_ok || !mode || !hl || !(pc || w->qt == G3Q_INT4)) return 0;
     if (mode < 0 ? !pc || w->k / ks < QP_RING_MIN_K : mode < (pn ? 2 : 1)) return 0;
     const char *e = getenv("G3_CUDA_QPRINGMIN");
@@ -432,25 +451,29 @@ static int qp_kslices(const g3_dmat *w, int geglu, int pn) {
 template <int QT, int M, bool PC, bool HL, bool PN>
 static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
                             const g3c_qp_pre *pre, cudaStream_t st) {
+    constexpr bool H2 = HL || QT == G3Q_FP8; /* activations of two bytes (the residual plane, or float16) */
     const int V = QT == G3Q_INT4 ? 32 : 16, gsh = PC ? 0 : log2_exact(w->g / V);
     const int ks = qp_kslices(w, geglu, PN), per = qp_n_sm / ks;
     const int nrg = (w->n + 1) / 2, need = (nrg + QP_T / 32 - 1) / (QP_T / 32);
     const int blocks = ks * (need < per ? need : per);
     g3c_qp_pre none;
     memset(&none, 0, sizeof none);
-    if constexpr (HL && (QT == G3Q_INT4 || PC))
+    if constexpr (H2 && (QT == G3Q_INT4 || PC))
         if (qp_ring_take(w, M, ks, HL, PN))
             return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true>, dim3(blocks), dim3(QP_T),
-                              qp_smem_rg(M, w->k / ks, HL, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1,
+                              qp_smem_rg(M, w->k / ks, H2, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1,
                               ks, pre ? *pre : none);
     return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>, dim3(blocks), dim3(QP_T),
-                      qp_smem(M, w->k / ks, HL, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1, ks,
+                      qp_smem(M, w->k / ks, H2, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1, ks,
                       pre ? *pre : none);
 }
 
 template <bool HL, bool PN>
 static cudaError_t launch_pq(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
                              const g3c_qp_pre *pre, cudaStream_t st) {
+    if (w->qt == G3Q_FP8) /* no residual plane: float16 activations */
+        return m <= 1 ? launch_p<G3Q_FP8, 1, true, false, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                      : launch_p<G3Q_FP8, 2, true, false, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
     if (w->qt == G3Q_INT4)
         return m <= 1 ? launch_p<G3Q_INT4, 1, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
                       : launch_p<G3Q_INT4, 2, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
