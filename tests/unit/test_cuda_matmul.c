@@ -586,17 +586,18 @@ static double f16_rn(double v) {
  * (pairs 0, 2, 4, 6 and 1, 3, 5, 7 of the chunk, each half on its own), every step rounded to float16 (products and
  * sums exact in double before that rounding), the chains summed in float32 as the kernel does; then amax times the
  * chunk, s times the row. */
-static void fp8_emulate(const float *wd, int n, int k, const float *x, int m, int geglu, double *yref) {
+static void fp8_emulate(const float *wd, int n, int k, const float *x, int m, int geglu, double *yref, int i8) {
     float *wq = malloc(sizeof(float) * (size_t)n * k), *h = malloc(sizeof(float) * (size_t)m * k);
     float *am = malloc(sizeof(float) * (size_t)m * (k / 32));
     double *s = malloc(sizeof(double) * n), *yf = malloc(sizeof(double) * (size_t)m * n);
     for (int j = 0; j < n; j++) {
         float mx = 0.f;
         for (int t = 0; t < k; t++) mx = fmaxf(mx, fabsf(wd[(size_t)j * k + t]));
-        s[j] = mx / 448.0;
+        s[j] = mx / (i8 ? 127.0 : 448.0);
         for (int t = 0; t < k; t++) {
-            const float w = wd[(size_t)j * k + t], q = mx > 0.f ? e4m3_rn((float)(w / s[j])) : 0.f;
-            if (!(fabs(q * s[j] - w) <= 1e-6 * mx)) fail_msg("fp8 row %d: %g is not an e4m3 value times %g", j, w, s[j]);
+            const float w = wd[(size_t)j * k + t];
+            const float q = !(mx > 0.f) ? 0.f : i8 ? rintf((float)(w / s[j])) : e4m3_rn((float)(w / s[j]));
+            if (!(fabs(q * s[j] - w) <= 1e-6 * mx)) fail_msg("row %d: %g is not a weight value times %g", j, w, s[j]);
             wq[(size_t)j * k + t] = q;
         }
     }
@@ -684,11 +685,14 @@ static void run_qgemv(uint32_t src_type, const char *quant, int n, int k, int m,
     const int path = g3_cuda_test_mm_path(src_type, n, k, quant, 1, m);
     if (g3_cuda_test_matmul(src_type, raw, n, k, quant, 1, geglu, x, m, y, wd, &err) != G3_OK)
         fail_msg("%s: %s", quant, err.msg);
-    const int lo = m <= lo_rows_for(src_type, quant), f8 = !strcmp(quant, "fp8");
+    /* float16 products (fp8; per-channel int8 where $G3_CUDA_Q8F16's policy puts it: test_qgemv_ring_policy) */
+    const int f8 = g3_cuda_test_qp_f16(src_type, n, k, quant, m, geglu, 0) == 1;
+    if (!strcmp(quant, "fp8")) assert_int_equal(f8, 1);
+    const int lo = m <= lo_rows_for(src_type, quant);
     double dq, worst = 0;
     if (f8) { /* float16 activations and sums (fp8_emulate); against the exact product: within ~2^-11 */
         double *yr = malloc(sizeof(double) * (size_t)m * n);
-        fp8_emulate(wd, n, k, x, m, geglu, yr);
+        fp8_emulate(wd, n, k, x, m, geglu, yr, strcmp(quant, "fp8") != 0);
         dq = rel_err(y, yr, (size_t)m * (geglu ? n / 2 : n));
         worst = check_mm(wd, n, k, x, m, y, geglu);
         free(yr);
@@ -714,8 +718,8 @@ static void run_qgemv(uint32_t src_type, const char *quant, int n, int k, int m,
                     fail_msg("%s m=%d row %d out %d: |y - W x| = %g beyond the q8 bound %g", quant, m, i, j, e, bound);
             }
     }
-    printf("  qgemv %-4s type %2u n=%-3d k=%-5d m=%d geglu=%d path %d lo=%d: rel err vs %s %.2e, %s %.3g\n", quant,
-           src_type, n, k, m, geglu, path, lo, f8 ? "the emulation" : "W.xh", dq,
+    printf("  qgemv %-4s type %2u n=%-3d k=%-5d m=%d geglu=%d path %d %s: rel err vs %s %.2e, %s %.3g\n", quant,
+           src_type, n, k, m, geglu, path, f8 ? "f16 " : lo ? "lo=1" : "lo=0", f8 ? "the emulation" : "W.xh", dq,
            f8 ? "rel err vs W.x" : "|err vs W.x| / bound", worst);
     assert_int_equal(path, 3);
     if (!(dq <= 5e-5)) fail_msg("%s m=%d: product error vs the emulated activations %g > 5e-5", quant, m, dq);
@@ -727,6 +731,7 @@ static void test_qgemv(void **state) {
     need_gpu();
     /* a failed test may have left them set */
     unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPKS");
+    unsetenv("G3_CUDA_Q8F16");
     unsetenv("G3_CUDA_QPRING"), unsetenv("G3_CUDA_Q4LO");
     const int ms[] = {1, 2, 3, 4, 8}; /* 1-2: the persistent kernel (passes 0, 1, 4, 5, 6), else two launches */
     for (int pass = 0; pass < 8; pass++) {
@@ -744,6 +749,8 @@ static void test_qgemv(void **state) {
         if (pass == 4 || pass == 5) setenv("G3_CUDA_QPKS", pass == 5 ? "1800" : "0", 1);
         if (pass == 4 || pass == 6) setenv("G3_CUDA_QPRING", "2", 1), setenv("G3_CUDA_Q4LO", "2", 1);
         if (pass == 7) setenv("G3_CUDA_QPRING", "0", 1);
+        /* passes 1, 7: per-channel int8 on dp4a at every row length (by default rows < 4096 take float16 products) */
+        if (pass == 1 || pass == 7) setenv("G3_CUDA_Q8F16", "0", 1);
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
             /* n = 45: not a multiple of any row tile (8 rows per block at short rows, 2-4 at long ones) */
             run_qgemv(G3_DTYPE_F32, "int8", 45, 5376, ms[i], 0);  /* per channel, 2 warps per row */
@@ -798,7 +805,7 @@ static void test_qgemv(void **state) {
         run_qgemv(G3_DTYPE_F32, "int8", 130, 21504, 1, 1);
         run_qgemv(G3_DTYPE_F32, "int4", 9002, 5376, 2, 1);
         unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QPKS"), unsetenv("G3_CUDA_QPRING");
-        unsetenv("G3_CUDA_Q4LO");
+        unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_Q8F16");
     }
     /* the switch: 0 = today's choice (tensor cores for exact int4/int8 per channel, CUDA-core GEMV for groups < 128) */
     setenv("G3_CUDA_QGEMV", "0", 1);
@@ -872,9 +879,10 @@ static void run_qgemv_pn(uint32_t src_type, const char *quant, int n, int k, int
         xerr = fmax(xerr, isnan(xo[i]) ? INFINITY : fabs(xo[i] - xr[i]));
     }
     double dq;
-    if (!strcmp(quant, "fp8")) {
+    const int i8h = strcmp(quant, "fp8") && g3_cuda_test_qp_f16(src_type, n, k, quant, m, geglu, 1) == 1;
+    if (!strcmp(quant, "fp8") || i8h) {
         double *yr = malloc(sizeof(double) * (size_t)m * outw);
-        fp8_emulate(wd, n, k, xn, m, geglu, yr);
+        fp8_emulate(wd, n, k, xn, m, geglu, yr, i8h);
         dq = rel_err(y, yr, (size_t)m * outw);
         free(yr);
     } else {
@@ -897,6 +905,7 @@ static void test_qgemv_ring_policy(void **state) {
     (void)state;
     need_gpu();
     unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QPKS"), unsetenv("G3_CUDA_QPRINGMIN");
+    unsetenv("G3_CUDA_Q8F16");
     setenv("G3_CUDA_QPRING", "2", 1);
     const int dev = g3_cuda_test_qp_ring(G3_DTYPE_F32, 45, 5376, "int8", 1, 0, 1); /* the device has the ring */
     unsetenv("G3_CUDA_QPRING");
@@ -945,6 +954,26 @@ static void test_qgemv_ring_policy(void **state) {
     assert_int_equal(down4, 0), assert_int_equal(q8_0, 0), assert_int_equal(head27, dev), assert_int_equal(head4, 0);
     printf("  ring, fp8: 27B down %d, gate/up (2 rows, prologue) %d, 4B gate/up %d\n", f8down, f8gu, f8gu4b);
     assert_int_equal(f8down, dev), assert_int_equal(f8gu, dev), assert_int_equal(f8gu4b, 0);
+    /* float16 products ($G3_CUDA_Q8F16): fp8 always; per-channel int8 by default where rows (or K-slices) are shorter
+     * than 4096 (no ring): 4B gate/up and qkv (2560), 1B (1152); not the 27B products, the 4B down product (slices of
+     * 5120 on 132 SMs) or int8 in groups of 32 (Q8_0); 1: every per-channel int8 product, 0: none */
+    const int h_f8 = g3_cuda_test_qp_f16(G3_DTYPE_F32, 5376, 21504, "fp8", 1, 0, 0);
+    const int h_27 = g3_cuda_test_qp_f16(G3_DTYPE_F32, 43008, 5376, "int8", 1, 1, 1);
+    const int h_4gu = g3_cuda_test_qp_f16(G3_DTYPE_F32, 20480, 2560, "int8", 1, 1, 1);
+    const int h_4dn = g3_cuda_test_qp_f16(G3_DTYPE_F32, 2560, 10240, "int8", 2, 0, 0);
+    const int h_1b = g3_cuda_test_qp_f16(G3_DTYPE_F32, 2048, 1152, "int8", 2, 0, 1);
+    const int h_q80 = g3_cuda_test_qp_f16(G3_DTYPE_Q8_0, 2048, 1152, "bf16", 1, 0, 0);
+    const int h_3 = g3_cuda_test_qp_f16(G3_DTYPE_F32, 2048, 1152, "int8", 3, 0, 0); /* not the one-row kernel */
+    setenv("G3_CUDA_Q8F16", "1", 1);
+    const int h_27on = g3_cuda_test_qp_f16(G3_DTYPE_F32, 43008, 5376, "int8", 1, 1, 1);
+    setenv("G3_CUDA_Q8F16", "0", 1);
+    const int h_4off = g3_cuda_test_qp_f16(G3_DTYPE_F32, 20480, 2560, "int8", 1, 1, 1);
+    unsetenv("G3_CUDA_Q8F16");
+    printf("  float16 products: fp8 %d; int8 27B gate/up %d, 4B gate/up %d, 4B down %d, 1B %d, Q8_0 %d, 3 rows %d; "
+           "=1: 27B %d; =0: 4B %d\n", h_f8, h_27, h_4gu, h_4dn, h_1b, h_q80, h_3, h_27on, h_4off);
+    assert_int_equal(h_f8, 1), assert_int_equal(h_27, 0), assert_int_equal(h_4gu, 1), assert_int_equal(h_1b, 1);
+    assert_int_equal(h_4dn, 0); /* 10240 in 2 slices of 5120, or whole: >= 4096 either way */
+    assert_int_equal(h_q80, 0), assert_int_equal(h_3, 0), assert_int_equal(h_27on, 1), assert_int_equal(h_4off, 0);
     assert_int_equal(nolo, 0), assert_int_equal(min_o, 0), assert_int_equal(min_gu, dev), assert_int_equal(off, 0);
     assert_int_equal(one4, dev), assert_int_equal(one4_nolo, 0), assert_int_equal(one_pn, 0);
 }
@@ -953,7 +982,7 @@ static void test_qgemv_pn(void **state) {
     (void)state;
     need_gpu();
     unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPRING");
-    unsetenv("G3_CUDA_Q4LO");
+    unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_Q8F16");
     /* 1, 2 rows; passes 2, 3: weights through the ring ($G3_CUDA_QPRING=2; int4 with its residual plane, which the
      * ring needs: $G3_CUDA_Q4LO=2) */
     for (int pass = 0; pass < 4; pass++) {
@@ -969,6 +998,23 @@ static void test_qgemv_pn(void **state) {
         run_qgemv_pn(G3_DTYPE_F32, "fp8", 130, 2560, m, 1);
     }
     unsetenv("G3_CUDA_QPRING"), unsetenv("G3_CUDA_Q4LO");
+    setenv("G3_CUDA_Q8F16", "0", 1); /* short per-channel int8 rows on dp4a with the residual plane */
+    for (int m = 1; m <= 2; m++) run_qgemv_pn(G3_DTYPE_F32, "int8", 130, 2560, m, 1);
+    /* per-channel int8 on the float16 products everywhere ($G3_CUDA_Q8F16=1; by default only rows < 4096): with and
+     * without the ring */
+    setenv("G3_CUDA_Q8F16", "1", 1);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) setenv("G3_CUDA_QPRING", "0", 1);
+        for (int m = 1; m <= 2; m++) {
+            run_qgemv_pn(G3_DTYPE_F32, "int8", 45, 5376, m, 0);
+            run_qgemv_pn(G3_DTYPE_F32, "int8", 130, 2560, m, 1);
+            run_qgemv(G3_DTYPE_F32, "int8", 45, 5376, m, 0);
+            run_qgemv(G3_DTYPE_F32, "int8", 37, 21504, m, 0);
+            run_qgemv(G3_DTYPE_F32, "int8", 130, 21504, m, 1);
+            run_qgemv(G3_DTYPE_F32, "int8", 9001, 160, m, 0);
+        }
+    }
+    unsetenv("G3_CUDA_Q8F16"), unsetenv("G3_CUDA_QPRING");
 }
 
 /* bf16 weights on every CUDA-core GEMV variant ($G3_CUDA_GEMVPF): exact float32 arithmetic as the first GEMV (same

@@ -175,6 +175,7 @@ int g3c_pnorm_mode(void); /* $G3_CUDA_PNORM: 0 off, 1 on, -1 auto (cuda_forward.
 int g3c_qgemv_pn_supported(const g3_dmat *w, int m, int geglu);
 int g3c_qgemvp_kslices(const g3_dmat *w, int geglu, int *n_sm); /* K-slices at 1-2 rows (0: no GPU); the SM count */
 int g3c_qgemvp_ring(const g3_dmat *w, int m, int geglu, int pn); /* 1: the product's weights go through the ring */
+int g3c_qgemvp_f16(const g3_dmat *w, int m, int geglu, int pn);  /* 1: on float16 products (fp8, int8 by policy) */
 cudaError_t g3c_qgemv_pn(const g3_dmat *w, const g3c_qp_pre *pre, int m, float *y, int ldy, int geglu,
                          cudaStream_t st);
 

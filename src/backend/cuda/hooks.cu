@@ -140,6 +140,12 @@ extern "C" int g3_cuda_test_qp_ring(uint32_t src_type, int n, int k, const char 
     return g3c_qgemvp_ring(&d, m, geglu, pn);
 }
 
+extern "C" int g3_cuda_test_qp_f16(uint32_t src_type, int n, int k, const char *quant, int m, int geglu, int pn) {
+    g3_dmat d;
+    if (test_dmat_header(&d, src_type, n, k, quant)) return -1;
+    return g3c_qgemvp_f16(&d, m, geglu, pn);
+}
+
 extern "C" g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n, int k, const char *quant, int gemm,
                                          int geglu, const float *x, int m, float *y, float *wdeq, g3_error *err) {
     g3_status rc = G3_OK;

@@ -96,6 +96,20 @@ static __device__ __forceinline__ void h16_quant(const float (&v)[8], int k, lon
 }
 
 /* ---- dot products ---- */
+/* Kernel-internal weight type of qgemv_p.cu: per-channel int8 weights on the float16 products of fp8 (by default the
+ * products in rows shorter than 4096 values, $G3_CUDA_Q8F16: qgemv_p.cu's qp_q8f16) */
+#define G3C_QT_I8H 9
+/* int8: the 4 weights of word w as float16 pairs, exact: byte b + 128 into the low byte of 0x6400 (1024 + b + 128),
+ * less 1152 */
+static __device__ __forceinline__ void int8x4_h2(uint32_t w, uint32_t &lo, uint32_t &hi) {
+    const uint32_t u = w ^ 0x80808080u;
+    const uint32_t a = __byte_perm(u, 0x64646464u, 0x4140), b = __byte_perm(u, 0x64646464u, 0x4342);
+    const __half2 off = __half2half2(__ushort_as_half((unsigned short)0x6480)); /* 1152 */
+    __half2 ha, hb;
+    memcpy(&ha, &a, 4), memcpy(&hb, &b, 4);
+    ha = __hsub2(ha, off), hb = __hsub2(hb, off);
+    memcpy(&lo, &ha, 4), memcpy(&hi, &hb, 4);
+}
 /* fp8 (e4m3): the 4 weights of word w as float16 pairs (lo: bytes 0, 1; hi: bytes 2, 3), exact */
 static __device__ __forceinline__ void e4m3x4_h2(uint32_t w, uint32_t &lo, uint32_t &hi) {
     asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;}"
@@ -152,12 +166,18 @@ static __device__ __forceinline__ void q_chunk(const uint4 (&wv)[R], const float
                                                int K, const int8_t *const (&xq)[M], const int8_t *const (&xl)[M],
                                                const float2 *const (&xd)[M], float (&acc)[R][M]) {
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
-    if constexpr (QT == G3Q_FP8) { /* h16_quant's layout: row i at xq[i] (2K bytes), (amax, -) per 32 in xd[i] */
+    if constexpr (QT == G3Q_FP8 || QT == G3C_QT_I8H) { /* h16_quant's layout: row i at xq[i] (2K bytes), (amax, -)
+                                                         * per 32 in xd[i] */
         uint32_t wh[R][8];
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            e4m3x4_h2(wv[r].x, wh[r][0], wh[r][1]), e4m3x4_h2(wv[r].y, wh[r][2], wh[r][3]);
-            e4m3x4_h2(wv[r].z, wh[r][4], wh[r][5]), e4m3x4_h2(wv[r].w, wh[r][6], wh[r][7]);
+            if constexpr (QT == G3Q_FP8) {
+                e4m3x4_h2(wv[r].x, wh[r][0], wh[r][1]), e4m3x4_h2(wv[r].y, wh[r][2], wh[r][3]);
+                e4m3x4_h2(wv[r].z, wh[r][4], wh[r][5]), e4m3x4_h2(wv[r].w, wh[r][6], wh[r][7]);
+            } else {
+                int8x4_h2(wv[r].x, wh[r][0], wh[r][1]), int8x4_h2(wv[r].y, wh[r][2], wh[r][3]);
+                int8x4_h2(wv[r].z, wh[r][4], wh[r][5]), int8x4_h2(wv[r].w, wh[r][6], wh[r][7]);
+            }
         }
 #pragma unroll
         for (int i = 0; i < M; i++) {

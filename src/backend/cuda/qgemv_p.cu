@@ -30,7 +30,8 @@
  * in the two bytes an activation that the residual plane takes for int8) and float16 fused multiply-adds on the
  * weights converted by cvt.rn.f16x2.e4m3x2 (doth16 in qgemv_common.cuh); ring, K-slices and prologue as for
  * per-channel int8. H200, session 23 run 01: 27B one / two rows 128 / 230 tok/s against 106 / 202 on the tensor-core
- * kernel with hi + lo bf16 activations ($G3_CUDA_QGEMV=0), 4B +20% / +13%, 1B +19% / +4%. */
+ * kernel with hi + lo bf16 activations ($G3_CUDA_QGEMV=0), 4B +20% / +13%, 1B +19% / +4%. Per-channel int8 in rows
+ * shorter than 4096 values takes the same float16 products (weights turned into float16 exactly; qp_q8f16). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -182,7 +183,8 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
                                                      float *__restrict__ y, int ldy, int geglu, int gsh, int sk,
                                                      int ks, g3c_qp_pre pre) {
     constexpr int R = 2, V = QT == G3Q_INT4 ? 32 : 16, NW = QP_T / 32, SB = 32 * U * 16; /* SB: bytes a row and step */
-    constexpr bool F8 = QT == G3Q_FP8, H2 = HL || F8; /* fp8: float16 activations, 2 bytes each (h16_quant) */
+    /* fp8 (and int8 with $G3_CUDA_Q8F16=1): float16 activations, 2 bytes each (h16_quant) */
+    constexpr bool F8 = QT == G3Q_FP8 || QT == G3C_QT_I8H, H2 = HL || F8;
     extern __shared__ __align__(16) unsigned char qp_sm[];
     __shared__ float pn_red[NW][M], pn_inv2[M];
     /* ks K-slices (sk only): block b takes slice b % ks of every row (K values from kof); the ks-th part of the grid
@@ -378,15 +380,17 @@ cudaError_t g3c_qgemv_init(void) {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&qp_n_sm, cudaDevAttrMultiProcessorCount, dev);
-    void *ks[28];
+    void *ks[32];
     qp_kernels<G3Q_INT4, false, false>(ks), qp_kernels<G3Q_INT8, false, false>(ks + 4);
     qp_kernels<G3Q_INT8, true, false>(ks + 8), qp_kernels<G3Q_INT4, false, true>(ks + 12);
     qp_kernels<G3Q_INT8, false, true>(ks + 16), qp_kernels<G3Q_INT8, true, true>(ks + 20);
     ks[24] = qp_kernel<G3Q_FP8, 1, true, false, false>(), ks[25] = qp_kernel<G3Q_FP8, 2, true, false, false>();
     ks[26] = qp_kernel<G3Q_FP8, 1, true, false, true>(), ks[27] = qp_kernel<G3Q_FP8, 2, true, false, true>();
+    ks[28] = qp_kernel<G3C_QT_I8H, 1, true, false, false>(), ks[29] = qp_kernel<G3C_QT_I8H, 2, true, false, false>();
+    ks[30] = qp_kernel<G3C_QT_I8H, 1, true, false, true>(), ks[31] = qp_kernel<G3C_QT_I8H, 2, true, false, true>();
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_MAX);
-    void *kr[12] = {(void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, false, true>,
+    void *kr[16] = {(void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, false, true>,
                    (void *)k_qgemv_p<G3Q_INT4, 2, 2, false, true, false, true>,
                    (void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, true, true>,
                    (void *)k_qgemv_p<G3Q_INT4, 2, 2, false, true, true, true>,
@@ -397,7 +401,11 @@ cudaError_t g3c_qgemv_init(void) {
                    (void *)k_qgemv_p<G3Q_FP8, 1, 3, true, false, false, true>,
                    (void *)k_qgemv_p<G3Q_FP8, 2, 2, true, false, false, true>,
                    (void *)k_qgemv_p<G3Q_FP8, 1, 3, true, false, true, true>,
-                   (void *)k_qgemv_p<G3Q_FP8, 2, 2, true, false, true, true>};
+                   (void *)k_qgemv_p<G3Q_FP8, 2, 2, true, false, true, true>,
+                   (void *)k_qgemv_p<G3C_QT_I8H, 1, 3, true, false, false, true>,
+                   (void *)k_qgemv_p<G3C_QT_I8H, 2, 2, true, false, false, true>,
+                   (void *)k_qgemv_p<G3C_QT_I8H, 1, 3, true, false, true, true>,
+                   (void *)k_qgemv_p<G3C_QT_I8H, 2, 2, true, false, true, true>};
     cudaError_t er = cudaSuccess; /* a device with less shared memory a block: no ring, nothing else lost */
     for (size_t i = 0; i < sizeof kr / sizeof kr[0] && e == cudaSuccess && er == cudaSuccess; i++)
         er = cudaFuncSetAttribute(kr[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_RG);
@@ -448,10 +456,27 @@ static int qp_kslices(const g3_dmat *w, int geglu, int pn) {
     return 1;
 }
 
+/* $G3_CUDA_Q8F16: per-channel int8 at 1-2 rows on the float16 products of fp8 (weights turned into float16 exactly,
+ * activations float16 per block of 32: ~2^-12 of each value, no residual plane) instead of dp4a on q8 + residual plane.
+ * Unset: the products in rows (or K-slices) shorter than QP_RING_MIN_K, which take no ring; 1 every product, 0 none.
+ * Measured on the H200 (session 23, tok/s one / two rows), every product (run 04): 27B 123 / 212-213 against 123 /
+ * 227-228 (the gate/up product 64.4 against 60 us a layer: the conversion's byte permutes and subtractions; fp8's
+ * cvt: 58.9), 4B 569-574 / 995-1004 against 531-535 / 957-961, 1B 1083-1099 / 1820-1842 against 960-962 / 1711-1712;
+ * by the row rule (run 05): 27B unchanged (124-125 / 228-229), 4B 569-575 / 1000-1007 against 542-543 / 966-968, 1B
+ * 1077-1105 / 1821-1859 against 968-974 / 1717-1722. The fixtures' int8 KL one row at a time the same (small-a 0.0167
+ * against 0.0166 nats, t-gqa 0.0054 / 0.0053, t-softcap 0.0090 / 0.0090, t-mm 0.0034 / 0.0034). */
+static int qp_q8f16(const g3_dmat *w, int geglu, int pn) {
+    if (w->qt != G3Q_INT8 || w->g != w->k) return 0;
+    const char *e = getenv("G3_CUDA_Q8F16");
+    if (e && *e) return atoi(e) == 1;
+    return w->k / qp_kslices(w, geglu, pn) < QP_RING_MIN_K;
+}
+
 template <int QT, int M, bool PC, bool HL, bool PN>
 static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
                             const g3c_qp_pre *pre, cudaStream_t st) {
-    constexpr bool H2 = HL || QT == G3Q_FP8; /* activations of two bytes (the residual plane, or float16) */
+    /* activations of two bytes (the residual plane, or float16) */
+    constexpr bool H2 = HL || QT == G3Q_FP8 || QT == G3C_QT_I8H;
     const int V = QT == G3Q_INT4 ? 32 : 16, gsh = PC ? 0 : log2_exact(w->g / V);
     const int ks = qp_kslices(w, geglu, PN), per = qp_n_sm / ks;
     const int nrg = (w->n + 1) / 2, need = (nrg + QP_T / 32 - 1) / (QP_T / 32);
@@ -459,7 +484,7 @@ static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, fl
     g3c_qp_pre none;
     memset(&none, 0, sizeof none);
     if constexpr (H2 && (QT == G3Q_INT4 || PC))
-        if (qp_ring_take(w, M, ks, HL, PN))
+        if (qp_ring_take(w, M, ks, H2, PN))
             return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true>, dim3(blocks), dim3(QP_T),
                               qp_smem_rg(M, w->k / ks, H2, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1,
                               ks, pre ? *pre : none);
@@ -471,6 +496,9 @@ static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, fl
 template <bool HL, bool PN>
 static cudaError_t launch_pq(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
                              const g3c_qp_pre *pre, cudaStream_t st) {
+    if (qp_q8f16(w, geglu, PN))
+        return m <= 1 ? launch_p<G3C_QT_I8H, 1, true, false, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                      : launch_p<G3C_QT_I8H, 2, true, false, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
     if (w->qt == G3Q_FP8) /* no residual plane: float16 activations */
         return m <= 1 ? launch_p<G3Q_FP8, 1, true, false, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
                       : launch_p<G3Q_FP8, 2, true, false, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
@@ -527,7 +555,13 @@ int g3c_qgemvp_kslices(const g3_dmat *w, int geglu, int *n_sm) {
 
 int g3c_qgemvp_ring(const g3_dmat *w, int m, int geglu, int pn) {
     if (!qp_usable(w, m, geglu, pn) || g3c_qgemv_init() != cudaSuccess || qp_n_sm <= 0) return 0;
-    return qp_ring_take(w, m, qp_kslices(w, geglu, pn), m <= lo_rows(w), pn);
+    /* float16 activations take two bytes each, as the residual plane does */
+    return qp_ring_take(w, m, qp_kslices(w, geglu, pn), m <= lo_rows(w) || qp_q8f16(w, geglu, pn), pn);
+}
+
+int g3c_qgemvp_f16(const g3_dmat *w, int m, int geglu, int pn) {
+    if (!qp_usable(w, m, geglu, pn) || g3c_qgemv_init() != cudaSuccess || qp_n_sm <= 0) return 0;
+    return w->qt == G3Q_FP8 || qp_q8f16(w, geglu, pn);
 }
 
 int g3c_qgemvp_usable(const g3_dmat *w, int m, int geglu) {
