@@ -920,7 +920,8 @@ static void test_qgemv_ring_policy(void **state) {
     const int down4b = g3_cuda_test_qp_ring(G3_DTYPE_F32, 2560, 10240, "int8", 1, 0, 0);
     const int down4 = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 21504, "int4", 1, 0, 0);
     const int q8_0 = g3_cuda_test_qp_ring(G3_DTYPE_Q8_0, 8192, 8192, "bf16", 1, 0, 0); /* groups of 32 */
-    /* fp8 (per channel, no residual plane) as per-channel int8: 27B down and gate/up with its prologue, not 4B gate/up */
+    /* fp8 (per channel, no residual plane) as per-channel int8: 27B down and gate/up with its prologue, not 4B
+     * gate/up */
     const int f8down = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 21504, "fp8", 1, 0, 0);
     const int f8gu = g3_cuda_test_qp_ring(G3_DTYPE_F32, 43008, 5376, "fp8", 2, 1, 1);
     const int f8gu4b = g3_cuda_test_qp_ring(G3_DTYPE_F32, 20480, 2560, "fp8", 1, 1, 0);

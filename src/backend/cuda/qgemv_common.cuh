@@ -1,6 +1,6 @@
 /* Shared by the dp4a decode products (qgemv.cu: k_q8 + k_qgemv, 3..8 rows; qgemv_p.cu: the persistent kernel, 1-2
  * rows): the activation quantization into q8 blocks of 32 (layout and rounding: qgemv.cu's header), the int8 / int4
- * dot products, and two host helpers. */
+ * dot products, the float16 activations and products of fp8 (and short-row int8) at 1-2 rows, and two host helpers. */
 #ifndef G3_BACKEND_CUDA_QGEMV_COMMON_CUH
 #define G3_BACKEND_CUDA_QGEMV_COMMON_CUH
 
@@ -91,7 +91,8 @@ static __device__ __forceinline__ void h16_quant(const float (&v)[8], int k, lon
         const __half2 p = __floats2half2_rn(__fmul_rn(v[2 * e], inv), __fmul_rn(v[2 * e + 1], inv));
         memcpy(&h[e], &p, 4);
     }
-    *(uint4 *)(xq + (size_t)i * 2 * k + (size_t)(j8 & 1) * k + 16 * (size_t)(j8 >> 1)) = make_uint4(h[0], h[1], h[2], h[3]);
+    int8_t *dst = xq + (size_t)i * 2 * k + (size_t)(j8 & 1) * k + 16 * (size_t)(j8 >> 1);
+    *(uint4 *)dst = make_uint4(h[0], h[1], h[2], h[3]);
     if ((j8 & 3) == 0) xd[(size_t)i * (k / 32) + (j8 >> 2)] = make_float2(amax, 0.f);
 }
 

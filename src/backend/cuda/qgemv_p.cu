@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
                                                      float *__restrict__ y, int ldy, int geglu, int gsh, int sk,
                                                      int ks, g3c_qp_pre pre) {
     constexpr int R = 2, V = QT == G3Q_INT4 ? 32 : 16, NW = QP_T / 32, SB = 32 * U * 16; /* SB: bytes a row and step */
-    /* fp8 (and int8 with $G3_CUDA_Q8F16=1): float16 activations, 2 bytes each (h16_quant) */
+    /* fp8 and per-channel int8 by qp_q8f16's rule (G3C_QT_I8H): float16 activations, 2 bytes each (h16_quant) */
     constexpr bool F8 = QT == G3Q_FP8 || QT == G3C_QT_I8H, H2 = HL || F8;
     extern __shared__ __align__(16) unsigned char qp_sm[];
     __shared__ float pn_red[NW][M], pn_inv2[M];
