@@ -751,6 +751,8 @@ static void test_qgemv(void **state) {
         if (pass == 7) setenv("G3_CUDA_QPRING", "0", 1);
         /* passes 1, 7: per-channel int8 on dp4a at every row length (by default rows < 4096 take float16 products) */
         if (pass == 1 || pass == 7) setenv("G3_CUDA_Q8F16", "0", 1);
+        /* pass 5: every quantization item slot run, predicated off past the row (by default left out) */
+        if (pass == 5) setenv("G3_CUDA_QPQS", "0", 1);
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
             /* n = 45: not a multiple of any row tile (8 rows per block at short rows, 2-4 at long ones) */
             run_qgemv(G3_DTYPE_F32, "int8", 45, 5376, ms[i], 0);  /* per channel, 2 warps per row */
@@ -805,7 +807,7 @@ static void test_qgemv(void **state) {
         run_qgemv(G3_DTYPE_F32, "int8", 130, 21504, 1, 1);
         run_qgemv(G3_DTYPE_F32, "int4", 9002, 5376, 2, 1);
         unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QPKS"), unsetenv("G3_CUDA_QPRING");
-        unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_Q8F16");
+        unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_Q8F16"), unsetenv("G3_CUDA_QPQS");
     }
     /* the switch: 0 = today's choice (tensor cores for exact int4/int8 per channel, CUDA-core GEMV for groups < 128) */
     setenv("G3_CUDA_QGEMV", "0", 1);
@@ -989,6 +991,7 @@ static void test_qgemv_pn(void **state) {
     for (int pass = 0; pass < 4; pass++) {
         const int m = 1 + (pass & 1);
         if (pass == 2) setenv("G3_CUDA_QPRING", "2", 1), setenv("G3_CUDA_Q4LO", "2", 1);
+        if (pass == 3) setenv("G3_CUDA_QPQS", "0", 1); /* every quantization item slot run */
         run_qgemv_pn(G3_DTYPE_F32, "int4", 45, 5376, m, 0);   /* 27B qkv-like: k = hidden */
         run_qgemv_pn(G3_DTYPE_F32, "int8", 45, 5376, m, 0);   /* per channel */
         run_qgemv_pn(G3_DTYPE_F32, "int4", 9002, 1152, m, 1); /* gate/up: GeGLU, more row groups than warps */
@@ -998,7 +1001,7 @@ static void test_qgemv_pn(void **state) {
         run_qgemv_pn(G3_DTYPE_F32, "fp8", 45, 5376, m, 0);    /* float16 products */
         run_qgemv_pn(G3_DTYPE_F32, "fp8", 130, 2560, m, 1);
     }
-    unsetenv("G3_CUDA_QPRING"), unsetenv("G3_CUDA_Q4LO");
+    unsetenv("G3_CUDA_QPRING"), unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_QPQS");
     setenv("G3_CUDA_Q8F16", "0", 1); /* short per-channel int8 rows on dp4a with the residual plane */
     for (int m = 1; m <= 2; m++) run_qgemv_pn(G3_DTYPE_F32, "int8", 130, 2560, m, 1);
     /* per-channel int8 on the float16 products everywhere ($G3_CUDA_Q8F16=1; by default only rows < 4096): with and

@@ -181,7 +181,7 @@ static __device__ __forceinline__ void q8_load_pn(const float *sf, const float *
 template <int QT, int M, int U, bool PC, bool HL, bool PN, bool RG = false>
 __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__restrict__ x, int ldx, int m,
                                                      float *__restrict__ y, int ldy, int geglu, int gsh, int sk,
-                                                     int ks, g3c_qp_pre pre) {
+                                                     int ks, g3c_qp_pre pre, int opt) {
     constexpr int R = 2, V = QT == G3Q_INT4 ? 32 : 16, NW = QP_T / 32, SB = 32 * U * 16; /* SB: bytes a row and step */
     /* fp8 and per-channel int8 by qp_q8f16's rule (G3C_QT_I8H): float16 activations, 2 bytes each (h16_quant) */
     constexpr bool F8 = QT == G3Q_FP8 || QT == G3C_QT_I8H, H2 = HL || F8;
@@ -266,17 +266,20 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     { /* QI items per thread with their loads in flight together: one L2 round trip per QI items, not per item */
         constexpr int QI = 4;
         const long long tot = (long long)m * (K / 8); /* a multiple of 4, like QP_T: blocks of 32 all in or all out */
+        const bool skip = opt & 1; /* item slots wholly past tot left out (block-uniform: no lane diverges) */
         for (long long b0 = 0; b0 < tot; b0 += QI * QP_T) {
             float v[QI][8];
 #pragma unroll
             for (int j = 0; j < QI; j++) {
                 const long long t = b0 + j * QP_T + threadIdx.x;
+                if (skip && b0 + j * QP_T >= tot) break;
                 if constexpr (PN) q8_load_pn(sf, sw + K, pn_inv2, K, t, t < tot, v[j]);
                 else q8_load(x, ldx, K, t, t < tot, v[j]);
             }
 #pragma unroll
             for (int j = 0; j < QI; j++) {
                 const long long t = b0 + j * QP_T + threadIdx.x;
+                if (skip && b0 + j * QP_T >= tot) break;
                 if constexpr (F8) h16_quant(v[j], K, t, t < tot, sq, sd);
                 else q8_quant(v[j], K, t, t < tot, sq, sl, sd, QT == G3Q_INT4, HL);
             }
@@ -472,6 +475,20 @@ static int qp_q8f16(const g3_dmat *w, int geglu, int pn) {
     return w->k / qp_kslices(w, geglu, pn) < QP_RING_MIN_K;
 }
 
+/* The kernel's opt, bit 0: the quantization's item slots (QI of QP_T items per thread and round) that lie wholly past
+ * the m * k / 8 items are left out instead of run with their loads and stores predicated off ($G3_CUDA_QPQS=0: run
+ * them, as before): the 27B shapes need 1-2 of the 4 (k = 4096 / 5376), and q8_quant does all its arithmetic and
+ * shuffles before its predicated stores. Nsight Compute on the 27B fp8 o product alone (session 23 run 08): 42% of its
+ * instructions and 61% of its stall samples in each warp's one-time code. A/B/A/B (run 09, tok/s one row): 27B int8 /
+ * int4 / fp8 129 / 177-178 / 128-129 against 123 / 171 / 128, 4B 584-586 / 668-673 / 589-593 against 561-564 /
+ * 604-611 / 575-576. Measured in the same run and not kept: issuing 0-1 of the ring's 3 slots before the launch wait
+ * and the rest right after x's loads, so that x would not queue behind ~19 MB of copies (23% of the o product's stall
+ * samples wait for x there): 27B fp8 125-127, 4B 564-577, no better. */
+static int qp_opt(void) {
+    const char *q = getenv("G3_CUDA_QPQS");
+    return q && !strcmp(q, "0") ? 0 : 1;
+}
+
 template <int QT, int M, bool PC, bool HL, bool PN>
 static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
                             const g3c_qp_pre *pre, cudaStream_t st) {
@@ -487,10 +504,10 @@ static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, fl
         if (qp_ring_take(w, M, ks, H2, PN))
             return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true>, dim3(blocks), dim3(QP_T),
                               qp_smem_rg(M, w->k / ks, H2, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1,
-                              ks, pre ? *pre : none);
+                              ks, pre ? *pre : none, qp_opt());
     return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>, dim3(blocks), dim3(QP_T),
                       qp_smem(M, w->k / ks, H2, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1, ks,
-                      pre ? *pre : none);
+                      pre ? *pre : none, qp_opt());
 }
 
 template <bool HL, bool PN>
