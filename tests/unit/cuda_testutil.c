@@ -26,6 +26,10 @@ float frand(void) { /* uniform [-1, 1) */
 }
 
 /* y = x W^T in double from the dequantized weights; returns max |y - ref| / max|ref| */
+double geglu_ref(double g, double u) {
+    return 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+}
+
 double check_mm(const float *wdeq, int n, int k, const float *x, int m, const float *y, int geglu) {
     int outw = geglu ? n / 2 : n;
     double mx = 1e-30, d = 0;
@@ -41,7 +45,7 @@ double check_mm(const float *wdeq, int n, int k, const float *x, int m, const fl
                     g += (double)x[(size_t)i * k + t] * wdeq[(size_t)(2 * j) * k + t];
                     u += (double)x[(size_t)i * k + t] * wdeq[(size_t)(2 * j + 1) * k + t];
                 }
-                r = 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+                r = geglu_ref(g, u);
             }
             double e = fabs(r - y[(size_t)i * outw + j]);
             if (isnan(e)) e = INFINITY;

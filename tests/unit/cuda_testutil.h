@@ -10,6 +10,8 @@
 void need_gpu(void);
 /* uniform [-1, 1): one xorshift stream per test binary, same seed in every binary */
 float frand(void);
+/* gelu (tanh form, as the kernels) of the gate g times the up value u, in double */
+double geglu_ref(double g, double u);
 /* y = x W^T in double from the dequantized weights; returns max |y - ref| / max|ref| */
 double check_mm(const float *wdeq, int n, int k, const float *x, int m, const float *y, int geglu);
 /* One product through g3_cuda_test_matmul on random float weights quantized to `quant`: fails the test when the

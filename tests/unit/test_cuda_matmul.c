@@ -579,14 +579,15 @@ static double f16_rn(double v) {
     return rint(v / q) * q;
 }
 
-/* The fp8 decode product as the persistent kernel computes it (qgemv_common.cuh: h16_quant, doth16), into yref [m][n]
- * (GeGLU pairs: [m][n/2]). The resident weights come back dequantized (wd = e4m3 * s per row): s = max|row| / 448
- * (the row maximum is stored as 448) and the e4m3 values wd / s, checked to reproduce wd. Activations per block of
+/* The float16 decode product (fp8, or per-channel int8 with i8) as the persistent kernel computes it (qgemv_common.cuh:
+ * h16_quant, doth16), into yref [m][n] (GeGLU pairs: [m][n/2]). The resident weights come back dequantized (wd = q *
+ * s per row): s = max|row| / 448 (127 for int8: the row maximum is stored as the largest value) and the e4m3 (int8)
+ * values wd / s, checked to reproduce wd. Activations per block of
  * 32: amax, h = f16(float(x * float(1 / amax))); per chunk of 16 weights two chains of float16 fused multiply-adds
  * (pairs 0, 2, 4, 6 and 1, 3, 5, 7 of the chunk, each half on its own), every step rounded to float16 (products and
  * sums exact in double before that rounding), the chains summed in float32 as the kernel does; then amax times the
  * chunk, s times the row. */
-static void fp8_emulate(const float *wd, int n, int k, const float *x, int m, int geglu, double *yref, int i8) {
+static void f16_emulate(const float *wd, int n, int k, const float *x, int m, int geglu, double *yref, int i8) {
     float *wq = malloc(sizeof(float) * (size_t)n * k), *h = malloc(sizeof(float) * (size_t)m * k);
     float *am = malloc(sizeof(float) * (size_t)m * (k / 32));
     double *s = malloc(sizeof(double) * n), *yf = malloc(sizeof(double) * (size_t)m * n);
@@ -638,7 +639,7 @@ static void fp8_emulate(const float *wd, int n, int k, const float *x, int m, in
         }
         for (int p = 0; p < n / 2; p++) {
             const double g = yf[(size_t)i * n + 2 * p], u = yf[(size_t)i * n + 2 * p + 1];
-            yref[(size_t)i * (n / 2) + p] = 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+            yref[(size_t)i * (n / 2) + p] = geglu_ref(g, u);
         }
     }
     free(wq), free(h), free(am), free(s), free(yf);
@@ -690,13 +691,13 @@ static void run_qgemv(uint32_t src_type, const char *quant, int n, int k, int m,
     if (!strcmp(quant, "fp8")) assert_int_equal(f8, 1);
     const int lo = m <= lo_rows_for(src_type, quant);
     double dq, worst = 0;
-    if (f8) { /* float16 activations and sums (fp8_emulate); against the exact product: within ~2^-11 */
+    if (f8) { /* float16 activations and sums (f16_emulate); against the exact product: within ~2^-11 */
         double *yr = malloc(sizeof(double) * (size_t)m * n);
-        fp8_emulate(wd, n, k, x, m, geglu, yr, strcmp(quant, "fp8") != 0);
+        f16_emulate(wd, n, k, x, m, geglu, yr, strcmp(quant, "fp8") != 0);
         dq = rel_err(y, yr, (size_t)m * (geglu ? n / 2 : n));
         worst = check_mm(wd, n, k, x, m, y, geglu);
         free(yr);
-        if (!(worst <= 4e-3)) fail_msg("fp8 m=%d: product error vs W.x %g > 4e-3", m, worst);
+        if (!(worst <= 4e-3)) fail_msg("%s m=%d: float16 product error vs W.x %g > 4e-3", quant, m, worst);
     } else {
         q8_emulate(x, m, k, lo, xh);
         dq = check_mm(wd, n, k, xh, m, y, geglu);
@@ -884,7 +885,7 @@ static void run_qgemv_pn(uint32_t src_type, const char *quant, int n, int k, int
     const int i8h = strcmp(quant, "fp8") && g3_cuda_test_qp_f16(src_type, n, k, quant, m, geglu, 1) == 1;
     if (!strcmp(quant, "fp8") || i8h) {
         double *yr = malloc(sizeof(double) * (size_t)m * outw);
-        fp8_emulate(wd, n, k, xn, m, geglu, yr, i8h);
+        f16_emulate(wd, n, k, xn, m, geglu, yr, i8h);
         dq = rel_err(y, yr, (size_t)m * outw);
         free(yr);
     } else {

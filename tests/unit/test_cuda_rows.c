@@ -207,7 +207,7 @@ static void run_rows_f(int op, int flags, int m, int n) {
             for (int i = 0; i < on; i++) {
                 double g = (double)y0[(size_t)r * n + 2 * i] + y0[sl + (size_t)r * n + 2 * i];
                 double u = (double)y0[(size_t)r * n + 2 * i + 1] + y0[sl + (size_t)r * n + 2 * i + 1];
-                double a = 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+                double a = geglu_ref(g, u);
                 if (eff & G3C_TEST_NO_F32) {
                     const size_t ii = (size_t)r * on + i;
                     nan_xn += isnan(xn[ii]);

@@ -34,15 +34,20 @@ static __device__ __forceinline__ void q8_load(const float *__restrict__ x, int 
         for (int e = 0; e < 8; e++) v[e] = 0.f;
     }
 }
-static __device__ __forceinline__ void q8_quant(const float (&v)[8], int k, long long t, bool ok, int8_t *xq,
-                                                int8_t *xl, float2 *xd, int il, int hl) {
-    const int k8 = k / 8;
-    const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
+/* The largest |x| of the block of 32 values whose 8-value items are held by 4 consecutive lanes (every lane of the warp
+ * takes part in the shuffles). */
+static __device__ __forceinline__ float q8_block_amax(const float (&v)[8]) {
     float amax = 0.f;
 #pragma unroll
     for (int e = 0; e < 8; e++) amax = fmaxf(amax, fabsf(v[e]));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    return fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+}
+static __device__ __forceinline__ void q8_quant(const float (&v)[8], int k, long long t, bool ok, int8_t *xq,
+                                                int8_t *xl, float2 *xd, int il, int hl) {
+    const int k8 = k / 8;
+    const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
+    const float amax = q8_block_amax(v);
     const float inv = amax > 0.f ? 127.f / amax : 0.f, d = amax / 127.f;
     int q[8], ql[8], sq = 0, sl = 0;
 #pragma unroll
@@ -78,11 +83,7 @@ static __device__ __forceinline__ void h16_quant(const float (&v)[8], int k, lon
                                                  float2 *xd) {
     const int k8 = k / 8;
     const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
-    float amax = 0.f;
-#pragma unroll
-    for (int e = 0; e < 8; e++) amax = fmaxf(amax, fabsf(v[e]));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float amax = q8_block_amax(v);
     if (!ok) return;
     const float inv = amax > 0.f ? __frcp_rn(amax) : 0.f;
     uint32_t h[4];
@@ -100,6 +101,8 @@ static __device__ __forceinline__ void h16_quant(const float (&v)[8], int k, lon
 /* Kernel-internal weight type of qgemv_p.cu: per-channel int8 weights on the float16 products of fp8 (by default the
  * products in rows shorter than 4096 values, $G3_CUDA_Q8F16: qgemv_p.cu's qp_q8f16) */
 #define G3C_QT_I8H 9
+/* the weight types whose products take float16 activations (h16_quant, two bytes each) and sums (doth16) */
+static __host__ __device__ constexpr bool qt_f16(int qt) { return qt == G3Q_FP8 || qt == G3C_QT_I8H; }
 /* int8: the 4 weights of word w as float16 pairs, exact: byte b + 128 into the low byte of 0x6400 (1024 + b + 128),
  * less 1152 */
 static __device__ __forceinline__ void int8x4_h2(uint32_t w, uint32_t &lo, uint32_t &hi) {
@@ -167,8 +170,7 @@ static __device__ __forceinline__ void q_chunk(const uint4 (&wv)[R], const float
                                                int K, const int8_t *const (&xq)[M], const int8_t *const (&xl)[M],
                                                const float2 *const (&xd)[M], float (&acc)[R][M]) {
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
-    if constexpr (QT == G3Q_FP8 || QT == G3C_QT_I8H) { /* h16_quant's layout: row i at xq[i] (2K bytes), (amax, -)
-                                                         * per 32 in xd[i] */
+    if constexpr (qt_f16(QT)) { /* h16_quant's layout: row i at xq[i] (2K bytes), (amax, -) per 32 in xd[i] */
         uint32_t wh[R][8];
 #pragma unroll
         for (int r = 0; r < R; r++) {

@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
                                                      int ks, g3c_qp_pre pre, int opt) {
     constexpr int R = 2, V = QT == G3Q_INT4 ? 32 : 16, NW = QP_T / 32, SB = 32 * U * 16; /* SB: bytes a row and step */
     /* fp8 and per-channel int8 by qp_q8f16's rule (G3C_QT_I8H): float16 activations, 2 bytes each (h16_quant) */
-    constexpr bool F8 = QT == G3Q_FP8 || QT == G3C_QT_I8H, H2 = HL || F8;
+    constexpr bool F8 = qt_f16(QT), H2 = HL || F8;
     extern __shared__ __align__(16) unsigned char qp_sm[];
     __shared__ float pn_red[NW][M], pn_inv2[M];
     /* ks K-slices (sk only): block b takes slice b % ks of every row (K values from kof); the ks-th part of the grid
@@ -433,10 +433,9 @@ static int qp_ring_mode(void) { /* -1 auto, 0, 1, 2 */
     const char *e = getenv("G3_CUDA_QPRING");
     return e && *e ? atoi(e) : -1;
 }
+/* hl: the activations take two bytes each (the residual plane, or float16: qp_f16) */
 static int qp_ring_take(const g3_dmat *w, int m, int ks, int hl, int pn) {
-    const int mode = qp_ring_mode(), f8 = w->qt == G3Q_FP8;
-    const int pc = (w->qt == G3Q_INT8 || f8) && w->g == w->k; /* fp8: per channel, two bytes an activation */
-    hl = hl || f8;
+    const int mode = qp_ring_mode(), pc = (w->qt == G3Q_INT8 || w->qt == G3Q_FP8) && w->g == w->k;
     if (!qp_ring_ok || !mode || !hl || !(pc || w->qt == G3Q_INT4)) return 0;
     if (mode < 0 ? !pc || w->k / ks < QP_RING_MIN_K : mode < (pn ? 2 : 1)) return 0;
     const char *e = getenv("G3_CUDA_QPRINGMIN");
@@ -474,6 +473,9 @@ static int qp_q8f16(const g3_dmat *w, int geglu, int pn) {
     if (e && *e) return atoi(e) == 1;
     return w->k / qp_kslices(w, geglu, pn) < QP_RING_MIN_K;
 }
+static int qp_f16(const g3_dmat *w, int geglu, int pn) { /* the product runs on float16 products (qt_f16) */
+    return w->qt == G3Q_FP8 || qp_q8f16(w, geglu, pn);
+}
 
 /* The kernel's opt, bit 0: the quantization's item slots (QI of QP_T items per thread and round) that lie wholly past
  * the m * k / 8 items are left out instead of run with their loads and stores predicated off ($G3_CUDA_QPQS=0: run
@@ -492,8 +494,7 @@ static int qp_opt(void) {
 template <int QT, int M, bool PC, bool HL, bool PN>
 static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
                             const g3c_qp_pre *pre, cudaStream_t st) {
-    /* activations of two bytes (the residual plane, or float16) */
-    constexpr bool H2 = HL || QT == G3Q_FP8 || QT == G3C_QT_I8H;
+    constexpr bool H2 = HL || qt_f16(QT); /* activations of two bytes (the residual plane, or float16) */
     const int V = QT == G3Q_INT4 ? 32 : 16, gsh = PC ? 0 : log2_exact(w->g / V);
     const int ks = qp_kslices(w, geglu, PN), per = qp_n_sm / ks;
     const int nrg = (w->n + 1) / 2, need = (nrg + QP_T / 32 - 1) / (QP_T / 32);
@@ -572,13 +573,12 @@ int g3c_qgemvp_kslices(const g3_dmat *w, int geglu, int *n_sm) {
 
 int g3c_qgemvp_ring(const g3_dmat *w, int m, int geglu, int pn) {
     if (!qp_usable(w, m, geglu, pn) || g3c_qgemv_init() != cudaSuccess || qp_n_sm <= 0) return 0;
-    /* float16 activations take two bytes each, as the residual plane does */
-    return qp_ring_take(w, m, qp_kslices(w, geglu, pn), m <= lo_rows(w) || qp_q8f16(w, geglu, pn), pn);
+    return qp_ring_take(w, m, qp_kslices(w, geglu, pn), m <= lo_rows(w) || qp_f16(w, geglu, pn), pn);
 }
 
 int g3c_qgemvp_f16(const g3_dmat *w, int m, int geglu, int pn) {
     if (!qp_usable(w, m, geglu, pn) || g3c_qgemv_init() != cudaSuccess || qp_n_sm <= 0) return 0;
-    return w->qt == G3Q_FP8 || qp_q8f16(w, geglu, pn);
+    return qp_f16(w, geglu, pn);
 }
 
 int g3c_qgemvp_usable(const g3_dmat *w, int m, int geglu) {
