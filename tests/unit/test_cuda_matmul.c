@@ -754,6 +754,8 @@ static void test_qgemv(void **state) {
         if (pass == 1 || pass == 7) setenv("G3_CUDA_Q8F16", "0", 1);
         /* pass 5: every quantization item slot run, predicated off past the row (by default left out) */
         if (pass == 5) setenv("G3_CUDA_QPQS", "0", 1);
+        /* the ring's depth (by default 3 at one row, 2 at two): 3 at both in pass 4, 4 in pass 6 */
+        if (pass == 4 || pass == 6) setenv("G3_CUDA_QPD", pass == 4 ? "3" : "4", 1);
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
             /* n = 45: not a multiple of any row tile (8 rows per block at short rows, 2-4 at long ones) */
             run_qgemv(G3_DTYPE_F32, "int8", 45, 5376, ms[i], 0);  /* per channel, 2 warps per row */
@@ -808,7 +810,7 @@ static void test_qgemv(void **state) {
         run_qgemv(G3_DTYPE_F32, "int8", 130, 21504, 1, 1);
         run_qgemv(G3_DTYPE_F32, "int4", 9002, 5376, 2, 1);
         unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QPKS"), unsetenv("G3_CUDA_QPRING");
-        unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_Q8F16"), unsetenv("G3_CUDA_QPQS");
+        unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_Q8F16"), unsetenv("G3_CUDA_QPQS"), unsetenv("G3_CUDA_QPD");
     }
     /* the switch: 0 = today's choice (tensor cores for exact int4/int8 per channel, CUDA-core GEMV for groups < 128) */
     setenv("G3_CUDA_QGEMV", "0", 1);
@@ -908,7 +910,7 @@ static void test_qgemv_ring_policy(void **state) {
     (void)state;
     need_gpu();
     unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QPKS"), unsetenv("G3_CUDA_QPRINGMIN");
-    unsetenv("G3_CUDA_Q8F16");
+    unsetenv("G3_CUDA_Q8F16"), unsetenv("G3_CUDA_QPD"), unsetenv("G3_CUDA_QPNW");
     setenv("G3_CUDA_QPRING", "2", 1);
     const int dev = g3_cuda_test_qp_ring(G3_DTYPE_F32, 45, 5376, "int8", 1, 0, 1); /* the device has the ring */
     unsetenv("G3_CUDA_QPRING");
@@ -958,6 +960,21 @@ static void test_qgemv_ring_policy(void **state) {
     assert_int_equal(down4, 0), assert_int_equal(q8_0, 0), assert_int_equal(head27, dev), assert_int_equal(head4, 0);
     printf("  ring, fp8: 27B down %d, gate/up (2 rows, prologue) %d, 4B gate/up %d\n", f8down, f8gu, f8gu4b);
     assert_int_equal(f8down, dev), assert_int_equal(f8gu, dev), assert_int_equal(f8gu4b, 0);
+    /* the ring's depth ($G3_CUDA_QPD): 4 steps fit beside the 27B o product's activations, and beside the gate/up
+     * product's prologue only with its norm weights read from global memory ($G3_CUDA_QPNW=1); 5 fit neither */
+    setenv("G3_CUDA_QPD", "4", 1);
+    const int d4_o = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 4096, "int8", 1, 0, 0);
+    const int d4_pn = g3_cuda_test_qp_ring(G3_DTYPE_F32, 43008, 5376, "int8", 1, 1, 1);
+    setenv("G3_CUDA_QPNW", "1", 1);
+    const int d4_pnw = g3_cuda_test_qp_ring(G3_DTYPE_F32, 43008, 5376, "int8", 1, 1, 1);
+    setenv("G3_CUDA_QPD", "5", 1);
+    const int d5_o = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 4096, "int8", 1, 0, 0);
+    const int d5_pnw = g3_cuda_test_qp_ring(G3_DTYPE_F32, 43008, 5376, "int8", 1, 1, 1);
+    unsetenv("G3_CUDA_QPD"), unsetenv("G3_CUDA_QPNW");
+    printf("  ring of 4 steps: o %d, gate/up prologue %d (norm weights from global memory %d); of 5: o %d, %d\n", d4_o,
+           d4_pn, d4_pnw, d5_o, d5_pnw);
+    assert_int_equal(d4_o, dev), assert_int_equal(d4_pn, 0), assert_int_equal(d4_pnw, dev);
+    assert_int_equal(d5_o, 0), assert_int_equal(d5_pnw, 0);
     /* float16 products ($G3_CUDA_Q8F16): fp8 always; per-channel int8 by default where rows (or K-slices) are shorter
      * than 4096 (no ring): 4B gate/up and qkv (2560), 1B (1152); not the 27B products, the 4B down product (slices of
      * 5120 on 132 SMs) or int8 in groups of 32 (Q8_0); 1: every per-channel int8 product, 0: none */
@@ -988,10 +1005,13 @@ static void test_qgemv_pn(void **state) {
     unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPRING");
     unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_Q8F16");
     /* 1, 2 rows; passes 2, 3: weights through the ring ($G3_CUDA_QPRING=2; int4 with its residual plane, which the
-     * ring needs: $G3_CUDA_Q4LO=2) */
+     * ring needs: $G3_CUDA_Q4LO=2); pass 2: the norm weights read from global memory and a ring of 4 steps, pass 3:
+     * of 3 (by default 3 at one row, 2 at two) */
     for (int pass = 0; pass < 4; pass++) {
         const int m = 1 + (pass & 1);
         if (pass == 2) setenv("G3_CUDA_QPRING", "2", 1), setenv("G3_CUDA_Q4LO", "2", 1);
+        if (pass == 2) setenv("G3_CUDA_QPNW", "1", 1), setenv("G3_CUDA_QPD", "4", 1);
+        if (pass == 3) unsetenv("G3_CUDA_QPNW"), setenv("G3_CUDA_QPD", "3", 1);
         if (pass == 3) setenv("G3_CUDA_QPQS", "0", 1); /* every quantization item slot run */
         run_qgemv_pn(G3_DTYPE_F32, "int4", 45, 5376, m, 0);   /* 27B qkv-like: k = hidden */
         run_qgemv_pn(G3_DTYPE_F32, "int8", 45, 5376, m, 0);   /* per channel */
@@ -1002,7 +1022,7 @@ static void test_qgemv_pn(void **state) {
         run_qgemv_pn(G3_DTYPE_F32, "fp8", 45, 5376, m, 0);    /* float16 products */
         run_qgemv_pn(G3_DTYPE_F32, "fp8", 130, 2560, m, 1);
     }
-    unsetenv("G3_CUDA_QPRING"), unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_QPQS");
+    unsetenv("G3_CUDA_QPRING"), unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_QPQS"), unsetenv("G3_CUDA_QPD");
     setenv("G3_CUDA_Q8F16", "0", 1); /* short per-channel int8 rows on dp4a with the residual plane */
     for (int m = 1; m <= 2; m++) run_qgemv_pn(G3_DTYPE_F32, "int8", 130, 2560, m, 1);
     /* per-channel int8 on the float16 products everywhere ($G3_CUDA_Q8F16=1; by default only rows < 4096): with and

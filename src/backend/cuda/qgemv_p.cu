@@ -38,9 +38,10 @@
 #include "backend/cuda/qgemv_common.cuh"
 
 /* ---- persistent variant with the quantization inside (m <= 2, $G3_CUDA_QGEMVP) ----------------------------------- */
-/* shared memory of the activations: q (and q_lo), (d, sum) per 32, and with the add-norm prologue x and its weights */
+/* shared memory of the activations: q (and q_lo), (d, sum) per 32, and with the add-norm prologue (pn 1, 2) x and (pn
+ * 1: copied, 2: read from global memory, qp_pn_w) its norm weights */
 static __host__ __device__ size_t qp_smem(int m, int k, int hl, int pn) {
-    return (size_t)(hl ? 2 : 1) * m * k + (size_t)m * (k / 32) * 8 + (pn ? (size_t)(m + 2) * k * 4 : 0);
+    return (size_t)(hl ? 2 : 1) * m * k + (size_t)m * (k / 32) * 8 + (pn ? (size_t)(m + (pn == 1 ? 2 : 0)) * k * 4 : 0);
 }
 
 /* One block of QP_T threads per SM: the block quantizes x into shared memory itself (same layout and rounding as k_q8,
@@ -79,16 +80,18 @@ template <int M> static __device__ __forceinline__ void qp_block_sum(float (&v)[
  * rms(y) * w1 (this block also stores its slice of xo), inv2[i] <- 1 / rms(xo row i); the arithmetic of
  * k_add_norm_dec (decode_norm.cu). y, written by the previous kernel's atomics, is read through L2 (__ldcg).
  * m <= M <= 2, rows contiguous ([m][K]). */
-static __device__ __forceinline__ void qp_pre_load(const g3c_qp_pre &pre, int K, int m, float *sf, float *sw) {
+static __device__ __forceinline__ void qp_pre_load(const g3c_qp_pre &pre, int K, int m, float *sf, float *sw,
+                                                   bool gw) {
     const int K4 = K / 4;
     for (int t = threadIdx.x; t < m * K4; t += QP_T) g3c_cp16((float4 *)sf + t, (const float4 *)pre.xi + t);
-    for (int t = threadIdx.x; t < 2 * K4; t += QP_T)
-        g3c_cp16((float4 *)sw + t, (const float4 *)(t < K4 ? pre.w1 : pre.w2) + (t < K4 ? t : t - K4));
+    if (!gw) /* gw: the weights are read from global memory where used */
+        for (int t = threadIdx.x; t < 2 * K4; t += QP_T)
+            g3c_cp16((float4 *)sw + t, (const float4 *)(t < K4 ? pre.w1 : pre.w2) + (t < K4 ? t : t - K4));
     g3c_cp_commit();
 }
 template <int M>
 static __device__ __forceinline__ void qp_add_norm(const g3c_qp_pre &pre, int K, int m, float *sf, const float *sw,
-                                                   float *inv2, float (*red)[M]) {
+                                                   bool gw, float *inv2, float (*red)[M]) {
     const int K4 = K / 4, tot4 = m * K4;
     const float4 *y4 = (const float4 *)pre.y, *w4 = (const float4 *)sw;
     float4 *s4 = (float4 *)sf;
@@ -135,7 +138,7 @@ static __device__ __forceinline__ void qp_add_norm(const g3c_qp_pre &pre, int K,
         } else {
             yv = __ldcg(y4 + t);
         }
-        const float4 xv = s4[t], wv = w4[r1 ? t - K4 : t];
+        const float4 xv = s4[t], wv = gw ? __ldg((const float4 *)pre.w1 + (r1 ? t - K4 : t)) : w4[r1 ? t - K4 : t];
         const float iv = r1 ? inv[M - 1] : inv[0];
         float4 o;
         o.x = xv.x + yv.x * iv * wv.x, o.y = xv.y + yv.y * iv * wv.y;
@@ -154,13 +157,14 @@ static __device__ __forceinline__ void qp_add_norm(const g3c_qp_pre &pre, int K,
 }
 
 /* q8_load for the add-norm prologue: the 8 values of item t are sf * inv2[row] * w2 (as k_add_norm_dec's xn). */
-static __device__ __forceinline__ void q8_load_pn(const float *sf, const float *w2, const float *inv2, int k,
-                                                  long long t, bool ok, float (&v)[8]) {
+static __device__ __forceinline__ void q8_load_pn(const float *sf, const float *w2, const float *gw2, const float *inv2,
+                                                  int k, long long t, bool ok, float (&v)[8]) {
     const int k8 = k / 8;
     const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
-    if (ok) {
+    if (ok) { /* gw2: the weights from global memory (w2 unused) */
         const float4 *p = (const float4 *)(sf + (size_t)i * k + 8 * j8), *wp = (const float4 *)(w2 + 8 * j8);
-        const float4 a = p[0], b = p[1], wa = wp[0], wb = wp[1];
+        const float4 *gp = (const float4 *)(gw2 + 8 * j8);
+        const float4 a = p[0], b = p[1], wa = gw2 ? __ldg(gp) : wp[0], wb = gw2 ? __ldg(gp + 1) : wp[1];
         const float iv = inv2[i];
         v[0] = a.x * iv * wa.x, v[1] = a.y * iv * wa.y, v[2] = a.z * iv * wa.z, v[3] = a.w * iv * wa.w;
         v[4] = b.x * iv * wb.x, v[5] = b.y * iv * wb.y, v[6] = b.z * iv * wb.z, v[7] = b.w * iv * wb.w;
@@ -171,13 +175,12 @@ static __device__ __forceinline__ void q8_load_pn(const float *sf, const float *
 }
 
 /* RG ($G3_CUDA_QPRING; by default for per-channel int8 rows of >= 4096 values: qp_ring_take): the weights come through
- * a ring of QP_D steps a warp in shared memory, filled by bulk copies (cp.async.bulk, one per row and step, issued by
- * lane 0, completing on the slot's mbarrier) that run QP_D steps ahead, so each warp has QP_D - 1 steps in flight
- * while it works on one (the register double buffer: one; Nsight Compute finds the products waiting on their loads,
- * DRAM 70-73% busy). Measured on the H200 (session 20, runs 08-09, CUPTI at 27B int8 one row): the down product 32.8
- * -> 29.2-29.6 us a layer; the gate/up product with its add-norm prologue lost 1-12 us until the ring was aligned to
- * 128 bytes by address (session 21). */
-#define QP_D 3
+ * a ring of qd steps a warp in shared memory (qp_ring_depth: 3 at one row, 2 at two), filled by bulk copies
+ * (cp.async.bulk, one per row and step, issued by lane 0, completing on the slot's mbarrier) that run qd steps ahead,
+ * so each warp has qd - 1 steps in flight while it works on one (the register double buffer: one; Nsight Compute
+ * finds the products waiting on their loads, DRAM 70-73% busy). Measured on the H200 (session 20, runs 08-09, CUPTI
+ * at 27B int8 one row): the down product 32.8 -> 29.2-29.6 us a layer; the gate/up product with its add-norm prologue
+ * lost 1-12 us until the ring was aligned to 128 bytes by address (session 21). */
 template <int QT, int M, int U, bool PC, bool HL, bool PN, bool RG = false>
 __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__restrict__ x, int ldx, int m,
                                                      float *__restrict__ y, int ldy, int geglu, int gsh, int sk,
@@ -185,6 +188,9 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     constexpr int R = 2, V = QT == G3Q_INT4 ? 32 : 16, NW = QP_T / 32, SB = 32 * U * 16; /* SB: bytes a row and step */
     /* fp8 and per-channel int8 by qp_q8f16's rule (G3C_QT_I8H): float16 activations, 2 bytes each (h16_quant) */
     constexpr bool F8 = qt_f16(QT), H2 = HL || F8;
+    /* opt bit 1: the prologue's norm weights read from global memory (qp_pn_w); bits 2-4: the ring's depth */
+    const bool gw = PN && (opt & 2);
+    const int qd = (opt >> 2) & 7;
     extern __shared__ __align__(16) unsigned char qp_sm[];
     __shared__ float pn_red[NW][M], pn_inv2[M];
     /* ks K-slices (sk only): block b takes slice b % ks of every row (K values from kof); the ks-th part of the grid
@@ -198,11 +204,12 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     int8_t *sq = (int8_t *)qp_sm, *sl = sq + (size_t)M * K;
     float2 *sd = (float2 *)(sq + (size_t)(H2 ? 2 : 1) * M * K);
     float *sf = (float *)(sd + (size_t)M * (K / 32)), *sw = sf + (size_t)M * K; /* PN: [M][K], [2][K] floats */
-    /* RG: the ring [NW][QP_D][R][SB] after the above (128-byte aligned), then its mbarriers [NW][QP_D] */
+    /* RG: the ring [NW][qd][R][SB] after the above (128-byte aligned), then its mbarriers [NW][qd] */
     /* aligned by address: the dynamic shared memory starts after the static (pn_red, pn_inv2 with the prologue), only
      * 16-byte aligned; bulk copies into a ring off the 128-byte grid went to L2 as 32-byte requests (run 03) */
-    uint8_t *ring = (uint8_t *)(((uintptr_t)(qp_sm + qp_smem(M, K, H2, PN)) + 127) & ~(uintptr_t)127);
-    uint64_t *mbar = (uint64_t *)(ring + (size_t)NW * QP_D * R * SB);
+    const size_t act = qp_smem(M, K, H2, PN ? (gw ? 2 : 1) : 0);
+    uint8_t *ring = (uint8_t *)(((uintptr_t)(qp_sm + act) + 127) & ~(uintptr_t)127);
+    uint64_t *mbar = (uint64_t *)(ring + (size_t)NW * qd * R * SB);
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
     /* weights and scales of step s of row group rg (zeros past the row or past the last row group) */
     auto load = [&](bool any, int rg, int s, uint4 (&wv)[U][R], float (&sv)[U][R], float (&zv)[U][R]) {
@@ -227,11 +234,11 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     uint4 wa[U][R];
     float sa[U][R], za[U][R];
     load(more(rg, left), rg, s, wa, sa, za); /* independent of the previous kernel */
-    /* RG: the issue cursor (gi, si, li) runs QP_D steps ahead of (rg, s, left) over the same sequence */
+    /* RG: the issue cursor (gi, si, li) runs qd steps ahead of (rg, s, left) over the same sequence */
     int gi = rg, si = s, li = left;
     auto issue = [&](int slot) { /* lane 0: step (gi, si) into the warp's slot */
-        uint64_t *bar = mbar + warp * QP_D + slot;
-        uint8_t *dst = ring + (size_t)(warp * QP_D + slot) * R * SB;
+        uint64_t *bar = mbar + warp * qd + slot;
+        uint8_t *dst = ring + (size_t)(warp * qd + slot) * R * SB;
         const int c0 = si * 32 * U, cnt = min(32 * U, nch - c0);
         g3c_fence_async();
         g3c_mb_expect(bar, (unsigned)(R * cnt * 16));
@@ -249,20 +256,20 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     };
     if constexpr (RG) {
         if (lane == 0) {
-            for (int d = 0; d < QP_D; d++) g3c_mb_init(mbar + warp * QP_D + d, 1);
+            for (int d = 0; d < qd; d++) g3c_mb_init(mbar + warp * qd + d, 1);
             g3c_mb_init_fence();
         }
         __syncwarp();
-        for (int d = 0; d < QP_D && more(gi, li); d++) {
+        for (int d = 0; d < qd && more(gi, li); d++) {
             if (lane == 0) issue(d);
             advance_issue();
         }
     }
-    if constexpr (PN) qp_pre_load(pre, K, m, sf, sw);
+    if constexpr (PN) qp_pre_load(pre, K, m, sf, sw, gw);
     g3c_pdl_wait();
     if (pre.zero)
         for (int i = blockIdx.x * QP_T + threadIdx.x; i < pre.zero_n; i += gridDim.x * QP_T) pre.zero[i] = 0.f;
-    if constexpr (PN) qp_add_norm<M>(pre, K, m, sf, sw, pn_inv2, pn_red);
+    if constexpr (PN) qp_add_norm<M>(pre, K, m, sf, sw, gw, pn_inv2, pn_red);
     { /* QI items per thread with their loads in flight together: one L2 round trip per QI items, not per item */
         constexpr int QI = 4;
         const long long tot = (long long)m * (K / 8); /* a multiple of 4, like QP_T: blocks of 32 all in or all out */
@@ -273,7 +280,7 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
             for (int j = 0; j < QI; j++) {
                 const long long t = b0 + j * QP_T + threadIdx.x;
                 if (skip && b0 + j * QP_T >= tot) break;
-                if constexpr (PN) q8_load_pn(sf, sw + K, pn_inv2, K, t, t < tot, v[j]);
+                if constexpr (PN) q8_load_pn(sf, sw + K, gw ? pre.w2 : NULL, pn_inv2, K, t, t < tot, v[j]);
                 else q8_load(x, ldx, K, t, t < tot, v[j]);
             }
 #pragma unroll
@@ -296,16 +303,15 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int i = 0; i < M; i++) acc[r][i] = 0.f;
-    int j = 0; /* RG: steps done by this warp */
+    int slot = 0, ph = 0; /* RG: this step's ring slot and the parity of its mbarrier phase */
     while (more(rg, left)) { /* warp-uniform */
         const int rn = s + 1 == spr ? rg + (sk ? 1 : tw) : rg, sn = s + 1 == spr ? 0 : s + 1;
         uint4 wb[U][R];
         float sb[U][R], zb[U][R];
         load(more(rn, left - 1), rn, sn, wb, sb, zb); /* next step in flight during this one's math */
-        const int slot = j % QP_D;
         if constexpr (RG) { /* this step's weights from its slot */
-            g3c_mb_wait(mbar + warp * QP_D + slot, (unsigned)(j / QP_D) & 1u);
-            const uint4 *src = (const uint4 *)(ring + (size_t)(warp * QP_D + slot) * R * SB);
+            g3c_mb_wait(mbar + warp * qd + slot, (unsigned)ph);
+            const uint4 *src = (const uint4 *)(ring + (size_t)(warp * qd + slot) * R * SB);
 #pragma unroll
             for (int u = 0; u < U; u++)
 #pragma unroll
@@ -318,13 +324,13 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
             if (cc >= nch) break;
             q_chunk<QT, R, M, PC, HL, true>(wa[u], sa[u], za[u], cc, K, xq, xl, xd, acc);
         }
-        if constexpr (RG) { /* the slot is read: refill it QP_D steps ahead */
+        if constexpr (RG) { /* the slot is read: refill it qd steps ahead */
             __syncwarp();
             if (more(gi, li)) {
                 if (lane == 0) issue(slot);
                 advance_issue();
             }
-            j++;
+            if (++slot == qd) slot = 0, ph ^= 1;
         }
         if (s + 1 == spr || (sk && left == 1)) { /* row group (or the range) done: warp sums, outputs */
             float sc[R]; /* per-channel int8: the channel scales, applied once to the sums */
@@ -346,9 +352,24 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
 /* ---- persistent variant: dispatch ---- */
 #define QP_SMEM_MAX (200 << 10)
 #define QP_SMEM_RG (226 << 10) /* the ring variants: the 227 KB a block may have, less its static shared memory */
-/* bytes of the ring variant (M rows: U = 3 at one row, 2 at two) */
-static size_t qp_smem_rg(int m, int k, int hl, int pn) { /* + 127: the ring aligned to 128 bytes by address */
-    return qp_smem(m, k, hl, pn) + 127 + (size_t)(QP_T / 32) * QP_D * (2 * 32 * (m <= 1 ? 3 : 2) * 16 + 8);
+/* bytes of the ring variant of depth d (M rows: U = 3 at one row, 2 at two; pn as for qp_smem) */
+static size_t qp_smem_rg(int m, int k, int hl, int pn, int d) { /* + 127: the ring aligned to 128 bytes by address */
+    return qp_smem(m, k, hl, pn) + 127 + (size_t)(QP_T / 32) * d * (2 * 32 * (m <= 1 ? 3 : 2) * 16 + 8);
+}
+/* The ring's depth in steps at m rows: 3 at one row, 2 at two ($G3_CUDA_QPD=2..6: that depth at both). Measured on the
+ * H200 (session 24 run 02, A/B/A/B, tok/s one / two rows): depth 2 everywhere 27B int8 128 / 236 against 128-129 /
+ * 230-231 for depth 3, fp8 128 / 228 against 128-129 / 227-229, 4B within 1%; depth 4 (with $G3_CUDA_QPNW=1, so that
+ * it fits beside the prologue) 27B int8 127 / 227, fp8 126 / 225, 4B 1-2% slower. */
+static int qp_ring_depth(int m) {
+    const char *e = getenv("G3_CUDA_QPD");
+    const int d = e && *e ? atoi(e) : m <= 1 ? 3 : 2;
+    return d < 2 ? 2 : d > 6 ? 6 : d;
+}
+/* $G3_CUDA_QPNW=1: the add-norm prologue reads its norm weights from global memory instead of copying them to shared
+ * memory before the launch wait (so that a deeper ring fits beside it); qp_smem's pn 2 */
+static int qp_pn_w(void) {
+    const char *e = getenv("G3_CUDA_QPNW");
+    return e && !strcmp(e, "1");
 }
 
 int g3c_qgemvp_fits(int m, int k) { return qp_smem(m, k, 1, 0) <= QP_SMEM_MAX; }
@@ -434,14 +455,14 @@ static int qp_ring_mode(void) { /* -1 auto, 0, 1, 2 */
     return e && *e ? atoi(e) : -1;
 }
 /* hl: the activations take two bytes each (the residual plane, or float16: qp_f16) */
-static int qp_ring_take(const g3_dmat *w, int m, int ks, int hl, int pn) {
+static int qp_ring_take(const g3_dmat *w, int m, int ks, int hl, int pn) { /* pn: 0, 1 (the prologue) */
     const int mode = qp_ring_mode(), pc = (w->qt == G3Q_INT8 || w->qt == G3Q_FP8) && w->g == w->k;
     if (!qp_ring_ok || !mode || !hl || !(pc || w->qt == G3Q_INT4)) return 0;
     if (mode < 0 ? !pc || w->k / ks < QP_RING_MIN_K : mode < (pn ? 2 : 1)) return 0;
     const char *e = getenv("G3_CUDA_QPRINGMIN");
     const size_t min = (size_t)(e && *e ? atol(e) : 0) << 20;
     const size_t bytes = (size_t)w->n * (w->qt == G3Q_INT4 ? w->k / 2 : w->k);
-    return bytes >= min && qp_smem_rg(m, w->k / ks, hl, pn) <= QP_SMEM_RG;
+    return bytes >= min && qp_smem_rg(m, w->k / ks, hl, pn ? 1 + qp_pn_w() : 0, qp_ring_depth(m)) <= QP_SMEM_RG;
 }
 
 /* K-slices of a product without GeGLU or add-norm prologue (27B: the down product's 21504-long rows in 4): the
@@ -477,18 +498,19 @@ static int qp_f16(const g3_dmat *w, int geglu, int pn) { /* the product runs on 
     return w->qt == G3Q_FP8 || qp_q8f16(w, geglu, pn);
 }
 
-/* The kernel's opt, bit 0: the quantization's item slots (QI of QP_T items per thread and round) that lie wholly past
- * the m * k / 8 items are left out instead of run with their loads and stores predicated off ($G3_CUDA_QPQS=0: run
- * them, as before): the 27B shapes need 1-2 of the 4 (k = 4096 / 5376), and q8_quant does all its arithmetic and
- * shuffles before its predicated stores. Nsight Compute on the 27B fp8 o product alone (session 23 run 08): 42% of its
- * instructions and 61% of its stall samples in each warp's one-time code. A/B/A/B (run 09, tok/s one row): 27B int8 /
- * int4 / fp8 129 / 177-178 / 128-129 against 123 / 171 / 128, 4B 584-586 / 668-673 / 589-593 against 561-564 /
- * 604-611 / 575-576. Measured in the same run and not kept: issuing 0-1 of the ring's 3 slots before the launch wait
- * and the rest right after x's loads, so that x would not queue behind ~19 MB of copies (23% of the o product's stall
- * samples wait for x there): 27B fp8 125-127, 4B 564-577, no better. */
-static int qp_opt(void) {
+/* The kernel's opt: bit 1 as qp_pn_w says, bits 2-4 the ring's depth (qp_ring_depth); bit 0: the quantization's item
+ * slots (QI of QP_T items per thread and round) that lie wholly past the m * k / 8 items are left out instead of run
+ * with their loads and stores predicated off ($G3_CUDA_QPQS=0: run them, as before): the 27B shapes need 1-2 of the 4
+ * (k = 4096 / 5376), and q8_quant does all its arithmetic and shuffles before its predicated stores. Nsight Compute on
+ * the 27B fp8 o product alone (session 23 run 08): 42% of its instructions and 61% of its stall samples in each warp's
+ * one-time code. A/B/A/B (run 09, tok/s one row): 27B int8 / int4 / fp8 129 / 177-178 / 128-129 against 123 / 171 /
+ * 128, 4B 584-586 / 668-673 / 589-593 against 561-564 / 604-611 / 575-576. Measured in the same run and not kept:
+ * issuing 0-1 of the ring's 3 slots before the launch wait and the rest right after x's loads, so that x would not
+ * queue behind ~19 MB of copies (23% of the o product's stall samples wait for x there): 27B fp8 125-127, 4B 564-577,
+ * no better. */
+static int qp_opt(int m) {
     const char *q = getenv("G3_CUDA_QPQS");
-    return q && !strcmp(q, "0") ? 0 : 1;
+    return (q && !strcmp(q, "0") ? 0 : 1) | qp_pn_w() << 1 | qp_ring_depth(m) << 2;
 }
 
 template <int QT, int M, bool PC, bool HL, bool PN>
@@ -504,11 +526,11 @@ static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, fl
     if constexpr (H2 && (QT == G3Q_INT4 || PC))
         if (qp_ring_take(w, M, ks, H2, PN))
             return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true>, dim3(blocks), dim3(QP_T),
-                              qp_smem_rg(M, w->k / ks, H2, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1,
-                              ks, pre ? *pre : none, qp_opt());
+                              qp_smem_rg(M, w->k / ks, H2, PN ? 1 + qp_pn_w() : 0, qp_ring_depth(M)), st, *w, x,
+                              ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
     return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>, dim3(blocks), dim3(QP_T),
-                      qp_smem(M, w->k / ks, H2, PN), st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1, ks,
-                      pre ? *pre : none, qp_opt());
+                      qp_smem(M, w->k / ks, H2, PN ? 1 + qp_pn_w() : 0), st, *w, x, ldx, m, y, ldy, geglu, gsh,
+                      geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
 }
 
 template <bool HL, bool PN>
