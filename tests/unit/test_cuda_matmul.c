@@ -752,8 +752,9 @@ static void test_qgemv(void **state) {
         if (pass == 7) setenv("G3_CUDA_QPRING", "0", 1);
         /* passes 1, 7: per-channel int8 on dp4a at every row length (by default rows < 4096 take float16 products) */
         if (pass == 1 || pass == 7) setenv("G3_CUDA_Q8F16", "0", 1);
-        /* pass 5: every quantization item slot run, predicated off past the row (by default left out) */
-        if (pass == 5) setenv("G3_CUDA_QPQS", "0", 1);
+        /* pass 5: every quantization item slot run, predicated off past the row (by default left out), and int4 in
+         * groups of 128 with the group arithmetic at run time (by default at compile time) */
+        if (pass == 5) setenv("G3_CUDA_QPQS", "0", 1), setenv("G3_CUDA_QPGS", "0", 1);
         /* the ring's depth (by default 3 at one row, 2 at two): 3 at both in pass 4, 4 in pass 6 */
         if (pass == 4 || pass == 6) setenv("G3_CUDA_QPD", pass == 4 ? "3" : "4", 1);
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
@@ -811,6 +812,7 @@ static void test_qgemv(void **state) {
         run_qgemv(G3_DTYPE_F32, "int4", 9002, 5376, 2, 1);
         unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QPKS"), unsetenv("G3_CUDA_QPRING");
         unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_Q8F16"), unsetenv("G3_CUDA_QPQS"), unsetenv("G3_CUDA_QPD");
+        unsetenv("G3_CUDA_QPGS");
     }
     /* the switch: 0 = today's choice (tensor cores for exact int4/int8 per channel, CUDA-core GEMV for groups < 128) */
     setenv("G3_CUDA_QGEMV", "0", 1);
@@ -1012,7 +1014,8 @@ static void test_qgemv_pn(void **state) {
         if (pass == 2) setenv("G3_CUDA_QPRING", "2", 1), setenv("G3_CUDA_Q4LO", "2", 1);
         if (pass == 2) setenv("G3_CUDA_QPNW", "1", 1), setenv("G3_CUDA_QPD", "4", 1);
         if (pass == 3) unsetenv("G3_CUDA_QPNW"), setenv("G3_CUDA_QPD", "3", 1);
-        if (pass == 3) setenv("G3_CUDA_QPQS", "0", 1); /* every quantization item slot run */
+        if (pass == 3) /* every quantization item slot run; int4 groups of 128 with their arithmetic at run time */
+            setenv("G3_CUDA_QPQS", "0", 1), setenv("G3_CUDA_QPGS", "0", 1);
         run_qgemv_pn(G3_DTYPE_F32, "int4", 45, 5376, m, 0);   /* 27B qkv-like: k = hidden */
         run_qgemv_pn(G3_DTYPE_F32, "int8", 45, 5376, m, 0);   /* per channel */
         run_qgemv_pn(G3_DTYPE_F32, "int4", 9002, 1152, m, 1); /* gate/up: GeGLU, more row groups than warps */
@@ -1023,6 +1026,7 @@ static void test_qgemv_pn(void **state) {
         run_qgemv_pn(G3_DTYPE_F32, "fp8", 130, 2560, m, 1);
     }
     unsetenv("G3_CUDA_QPRING"), unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_QPQS"), unsetenv("G3_CUDA_QPD");
+    unsetenv("G3_CUDA_QPGS");
     setenv("G3_CUDA_Q8F16", "0", 1); /* short per-channel int8 rows on dp4a with the residual plane */
     for (int m = 1; m <= 2; m++) run_qgemv_pn(G3_DTYPE_F32, "int8", 130, 2560, m, 1);
     /* per-channel int8 on the float16 products everywhere ($G3_CUDA_Q8F16=1; by default only rows < 4096): with and

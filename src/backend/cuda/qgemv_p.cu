@@ -181,7 +181,7 @@ static __device__ __forceinline__ void q8_load_pn(const float *sf, const float *
  * finds the products waiting on their loads, DRAM 70-73% busy). Measured on the H200 (session 20, runs 08-09, CUPTI
  * at 27B int8 one row): the down product 32.8 -> 29.2-29.6 us a layer; the gate/up product with its add-norm prologue
  * lost 1-12 us until the ring was aligned to 128 bytes by address (session 21). */
-template <int QT, int M, int U, bool PC, bool HL, bool PN, bool RG = false>
+template <int QT, int M, int U, bool PC, bool HL, bool PN, bool RG = false, int GS = -1>
 __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__restrict__ x, int ldx, int m,
                                                      float *__restrict__ y, int ldy, int geglu, int gsh, int sk,
                                                      int ks, g3c_qp_pre pre, int opt) {
@@ -218,13 +218,17 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
             const int nr = min(rg * R + r, w.n - 1);
             const uint4 *wr = (const uint4 *)((const uint8_t *)w.q + (size_t)nr * row_bytes + wof);
             const float *sr = w.s + (size_t)nr * ngr + gof, *zr = QT == G3Q_INT4 ? w.z + (size_t)nr * ngr + gof : w.s;
+            /* GS (groups of 2^GS chunks known at compile time): chunk u's group is the step's first group of this
+             * lane plus u * 32 / 2^GS, so one address a row and step, the loads at constant offsets from it */
+            const int g0 = GS >= 0 ? (s * 32 * U + lane) >> GS : 0;
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int cc = s * 32 * U + 32 * u + lane;
                 const bool ok = any && cc < nch;
+                const int gi = GS >= 0 ? g0 + u * (32 >> GS) : cc >> gsh;
                 if constexpr (!RG) wv[u][r] = ok ? g3c_ld_stream(wr + cc) : zero4;
-                sv[u][r] = !PC && ok ? __ldg(sr + (cc >> gsh)) : 0.f;
-                zv[u][r] = QT == G3Q_INT4 && ok ? __ldg(zr + (cc >> gsh)) : 0.f;
+                sv[u][r] = !PC && ok ? __ldg(sr + gi) : 0.f;
+                zv[u][r] = QT == G3Q_INT4 && ok ? __ldg(zr + gi) : 0.f;
             }
         }
     };
@@ -388,8 +392,8 @@ int g3c_qgemvp_enabled(void) { /* $G3_CUDA_QGEMVP: 0 = the two-launch path at 1-
  * bytes in flight). Also tried: the residual plane's dp4a continuing the
  * main plane's int32 sum (254 q + q_lo, one conversion and float product less per row and chunk): no change
  * (int4 170.8 against 171.1, int8 121.5 against 121.6), so the arithmetic is not what limits these kernels. */
-template <int QT, int M, bool PC, bool HL, bool PN> static void *qp_kernel(void) {
-    return (void *)k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>;
+template <int QT, int M, bool PC, bool HL, bool PN, int GS = -1> static void *qp_kernel(void) {
+    return (void *)k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, false, GS>;
 }
 template <int QT, bool PC, bool PN> static void qp_kernels(void **k) { /* M 1, 2 x HL off, on */
     k[0] = qp_kernel<QT, 1, PC, false, PN>(), k[1] = qp_kernel<QT, 1, PC, true, PN>();
@@ -404,7 +408,7 @@ cudaError_t g3c_qgemv_init(void) {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&qp_n_sm, cudaDevAttrMultiProcessorCount, dev);
-    void *ks[32];
+    void *ks[40];
     qp_kernels<G3Q_INT4, false, false>(ks), qp_kernels<G3Q_INT8, false, false>(ks + 4);
     qp_kernels<G3Q_INT8, true, false>(ks + 8), qp_kernels<G3Q_INT4, false, true>(ks + 12);
     qp_kernels<G3Q_INT8, false, true>(ks + 16), qp_kernels<G3Q_INT8, true, true>(ks + 20);
@@ -412,6 +416,15 @@ cudaError_t g3c_qgemv_init(void) {
     ks[26] = qp_kernel<G3Q_FP8, 1, true, false, true>(), ks[27] = qp_kernel<G3Q_FP8, 2, true, false, true>();
     ks[28] = qp_kernel<G3C_QT_I8H, 1, true, false, false>(), ks[29] = qp_kernel<G3C_QT_I8H, 2, true, false, false>();
     ks[30] = qp_kernel<G3C_QT_I8H, 1, true, false, true>(), ks[31] = qp_kernel<G3C_QT_I8H, 2, true, false, true>();
+    for (int i = 0; i < 8; i++) /* int4 in groups of 128: M 1, 2 x HL off, on x prologue off, on */
+        ks[32 + i] = i == 0 ? qp_kernel<G3Q_INT4, 1, false, false, false, 2>()
+                     : i == 1 ? qp_kernel<G3Q_INT4, 1, false, true, false, 2>()
+                     : i == 2 ? qp_kernel<G3Q_INT4, 2, false, false, false, 2>()
+                     : i == 3 ? qp_kernel<G3Q_INT4, 2, false, true, false, 2>()
+                     : i == 4 ? qp_kernel<G3Q_INT4, 1, false, false, true, 2>()
+                     : i == 5 ? qp_kernel<G3Q_INT4, 1, false, true, true, 2>()
+                     : i == 6 ? qp_kernel<G3Q_INT4, 2, false, false, true, 2>()
+                              : qp_kernel<G3Q_INT4, 2, false, true, true, 2>();
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_MAX);
     void *kr[16] = {(void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, false, true>,
@@ -508,6 +521,17 @@ static int qp_f16(const g3_dmat *w, int geglu, int pn) { /* the product runs on 
  * issuing 0-1 of the ring's 3 slots before the launch wait and the rest right after x's loads, so that x would not
  * queue behind ~19 MB of copies (23% of the o product's stall samples wait for x there): 27B fp8 125-127, 4B 564-577,
  * no better. */
+/* $G3_CUDA_QPGS=0: int4 in groups of 128 through the kernel with the group arithmetic at run time (the shift by gsh
+ * per chunk and its address per load) instead of at compile time (one scale / offset address a row and step).
+ * Nsight Compute on the 27B int4 gate/up product at one row (session 24 run 05): ~480 warp instructions a step, of
+ * which 48 are the dp4a, the rest mostly address arithmetic, kernel parameters re-read from the constant bank and
+ * register moves; the issue slots 58% busy. With the groups at compile time (run 06, A/B/A/B, tok/s one / two rows):
+ * 27B 181 / 324 against 179-180 / 324-325, 4B 682-683 / 1175-1178 against 679-682 / 1173-1174; CUPTI: a 27B layer
+ * 85.4 against 87.9 us. */
+static int qp_gs(void) {
+    const char *e = getenv("G3_CUDA_QPGS");
+    return !(e && !strcmp(e, "0"));
+}
 static int qp_opt(int m) {
     const char *q = getenv("G3_CUDA_QPQS");
     return (q && !strcmp(q, "0") ? 0 : 1) | qp_pn_w() << 1 | qp_ring_depth(m) << 2;
@@ -528,6 +552,11 @@ static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, fl
             return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true>, dim3(blocks), dim3(QP_T),
                               qp_smem_rg(M, w->k / ks, H2, PN ? 1 + qp_pn_w() : 0, qp_ring_depth(M)), st, *w, x,
                               ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
+    if constexpr (QT == G3Q_INT4) /* groups of 128 (4 chunks): the group arithmetic at compile time (qp_gs) */
+        if (gsh == 2 && qp_gs())
+            return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, false, 2>, dim3(blocks), dim3(QP_T),
+                              qp_smem(M, w->k / ks, H2, PN ? 1 + qp_pn_w() : 0), st, *w, x, ldx, m, y, ldy, geglu,
+                              gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
     return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>, dim3(blocks), dim3(QP_T),
                       qp_smem(M, w->k / ks, H2, PN ? 1 + qp_pn_w() : 0), st, *w, x, ldx, m, y, ldy, geglu, gsh,
                       geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
