@@ -25,11 +25,12 @@ float frand(void) { /* uniform [-1, 1) */
     return (float)((rs >> 40) * (1.0 / 8388608.0)) - 1.0f;
 }
 
-/* y = x W^T in double from the dequantized weights; returns max |y - ref| / max|ref| */
+/* gelu_tanh(g) * u in double (the GeGLU of a gate and up pair) */
 double geglu_ref(double g, double u) {
     return 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
 }
 
+/* y = x W^T in double from the dequantized weights; returns max |y - ref| / max|ref| */
 double check_mm(const float *wdeq, int n, int k, const float *x, int m, const float *y, int geglu) {
     int outw = geglu ? n / 2 : n;
     double mx = 1e-30, d = 0;

@@ -375,6 +375,7 @@ static int qp_pn_w(void) {
     const char *e = getenv("G3_CUDA_QPNW");
     return e && !strcmp(e, "1");
 }
+static int qp_pn(int pn) { return pn ? 1 + qp_pn_w() : 0; } /* qp_smem's pn for a launch with (pn) or without it */
 
 int g3c_qgemvp_fits(int m, int k) { return qp_smem(m, k, 1, 0) <= QP_SMEM_MAX; }
 
@@ -395,9 +396,9 @@ int g3c_qgemvp_enabled(void) { /* $G3_CUDA_QGEMVP: 0 = the two-launch path at 1-
 template <int QT, int M, bool PC, bool HL, bool PN, int GS = -1> static void *qp_kernel(void) {
     return (void *)k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, false, GS>;
 }
-template <int QT, bool PC, bool PN> static void qp_kernels(void **k) { /* M 1, 2 x HL off, on */
-    k[0] = qp_kernel<QT, 1, PC, false, PN>(), k[1] = qp_kernel<QT, 1, PC, true, PN>();
-    k[2] = qp_kernel<QT, 2, PC, false, PN>(), k[3] = qp_kernel<QT, 2, PC, true, PN>();
+template <int QT, bool PC, bool PN, int GS = -1> static void qp_kernels(void **k) { /* M 1, 2 x HL off, on */
+    k[0] = qp_kernel<QT, 1, PC, false, PN, GS>(), k[1] = qp_kernel<QT, 1, PC, true, PN, GS>();
+    k[2] = qp_kernel<QT, 2, PC, false, PN, GS>(), k[3] = qp_kernel<QT, 2, PC, true, PN, GS>();
 }
 
 static int qp_n_sm = 0;
@@ -416,15 +417,8 @@ cudaError_t g3c_qgemv_init(void) {
     ks[26] = qp_kernel<G3Q_FP8, 1, true, false, true>(), ks[27] = qp_kernel<G3Q_FP8, 2, true, false, true>();
     ks[28] = qp_kernel<G3C_QT_I8H, 1, true, false, false>(), ks[29] = qp_kernel<G3C_QT_I8H, 2, true, false, false>();
     ks[30] = qp_kernel<G3C_QT_I8H, 1, true, false, true>(), ks[31] = qp_kernel<G3C_QT_I8H, 2, true, false, true>();
-    for (int i = 0; i < 8; i++) /* int4 in groups of 128: M 1, 2 x HL off, on x prologue off, on */
-        ks[32 + i] = i == 0 ? qp_kernel<G3Q_INT4, 1, false, false, false, 2>()
-                     : i == 1 ? qp_kernel<G3Q_INT4, 1, false, true, false, 2>()
-                     : i == 2 ? qp_kernel<G3Q_INT4, 2, false, false, false, 2>()
-                     : i == 3 ? qp_kernel<G3Q_INT4, 2, false, true, false, 2>()
-                     : i == 4 ? qp_kernel<G3Q_INT4, 1, false, false, true, 2>()
-                     : i == 5 ? qp_kernel<G3Q_INT4, 1, false, true, true, 2>()
-                     : i == 6 ? qp_kernel<G3Q_INT4, 2, false, false, true, 2>()
-                              : qp_kernel<G3Q_INT4, 2, false, true, true, 2>();
+    /* int4 in groups of 128 (qp_gs), without and with the prologue */
+    qp_kernels<G3Q_INT4, false, false, 2>(ks + 32), qp_kernels<G3Q_INT4, false, true, 2>(ks + 36);
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_MAX);
     void *kr[16] = {(void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, false, true>,
@@ -475,7 +469,7 @@ static int qp_ring_take(const g3_dmat *w, int m, int ks, int hl, int pn) { /* pn
     const char *e = getenv("G3_CUDA_QPRINGMIN");
     const size_t min = (size_t)(e && *e ? atol(e) : 0) << 20;
     const size_t bytes = (size_t)w->n * (w->qt == G3Q_INT4 ? w->k / 2 : w->k);
-    return bytes >= min && qp_smem_rg(m, w->k / ks, hl, pn ? 1 + qp_pn_w() : 0, qp_ring_depth(m)) <= QP_SMEM_RG;
+    return bytes >= min && qp_smem_rg(m, w->k / ks, hl, qp_pn(pn), qp_ring_depth(m)) <= QP_SMEM_RG;
 }
 
 /* K-slices of a product without GeGLU or add-norm prologue (27B: the down product's 21504-long rows in 4): the
@@ -511,16 +505,6 @@ static int qp_f16(const g3_dmat *w, int geglu, int pn) { /* the product runs on 
     return w->qt == G3Q_FP8 || qp_q8f16(w, geglu, pn);
 }
 
-/* The kernel's opt: bit 1 as qp_pn_w says, bits 2-4 the ring's depth (qp_ring_depth); bit 0: the quantization's item
- * slots (QI of QP_T items per thread and round) that lie wholly past the m * k / 8 items are left out instead of run
- * with their loads and stores predicated off ($G3_CUDA_QPQS=0: run them, as before): the 27B shapes need 1-2 of the 4
- * (k = 4096 / 5376), and q8_quant does all its arithmetic and shuffles before its predicated stores. Nsight Compute on
- * the 27B fp8 o product alone (session 23 run 08): 42% of its instructions and 61% of its stall samples in each warp's
- * one-time code. A/B/A/B (run 09, tok/s one row): 27B int8 / int4 / fp8 129 / 177-178 / 128-129 against 123 / 171 /
- * 128, 4B 584-586 / 668-673 / 589-593 against 561-564 / 604-611 / 575-576. Measured in the same run and not kept:
- * issuing 0-1 of the ring's 3 slots before the launch wait and the rest right after x's loads, so that x would not
- * queue behind ~19 MB of copies (23% of the o product's stall samples wait for x there): 27B fp8 125-127, 4B 564-577,
- * no better. */
 /* $G3_CUDA_QPGS=0: int4 in groups of 128 through the kernel with the group arithmetic at run time (the shift by gsh
  * per chunk and its address per load) instead of at compile time (one scale / offset address a row and step).
  * Nsight Compute on the 27B int4 gate/up product at one row (session 24 run 05): ~480 warp instructions a step, of
@@ -532,6 +516,17 @@ static int qp_gs(void) {
     const char *e = getenv("G3_CUDA_QPGS");
     return !(e && !strcmp(e, "0"));
 }
+
+/* The kernel's opt: bit 1 as qp_pn_w says, bits 2-4 the ring's depth (qp_ring_depth); bit 0: the quantization's item
+ * slots (QI of QP_T items per thread and round) that lie wholly past the m * k / 8 items are left out instead of run
+ * with their loads and stores predicated off ($G3_CUDA_QPQS=0: run them, as before): the 27B shapes need 1-2 of the 4
+ * (k = 4096 / 5376), and q8_quant does all its arithmetic and shuffles before its predicated stores. Nsight Compute on
+ * the 27B fp8 o product alone (session 23 run 08): 42% of its instructions and 61% of its stall samples in each warp's
+ * one-time code. A/B/A/B (run 09, tok/s one row): 27B int8 / int4 / fp8 129 / 177-178 / 128-129 against 123 / 171 /
+ * 128, 4B 584-586 / 668-673 / 589-593 against 561-564 / 604-611 / 575-576. Measured in the same run and not kept:
+ * issuing 0-1 of the ring's 3 slots before the launch wait and the rest right after x's loads, so that x would not
+ * queue behind ~19 MB of copies (23% of the o product's stall samples wait for x there): 27B fp8 125-127, 4B 564-577,
+ * no better. */
 static int qp_opt(int m) {
     const char *q = getenv("G3_CUDA_QPQS");
     return (q && !strcmp(q, "0") ? 0 : 1) | qp_pn_w() << 1 | qp_ring_depth(m) << 2;
@@ -550,16 +545,13 @@ static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, fl
     if constexpr (H2 && (QT == G3Q_INT4 || PC))
         if (qp_ring_take(w, M, ks, H2, PN))
             return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true>, dim3(blocks), dim3(QP_T),
-                              qp_smem_rg(M, w->k / ks, H2, PN ? 1 + qp_pn_w() : 0, qp_ring_depth(M)), st, *w, x,
-                              ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
+                              qp_smem_rg(M, w->k / ks, H2, qp_pn(PN), qp_ring_depth(M)), st, *w, x, ldx, m, y, ldy,
+                              geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
+    auto kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>;
     if constexpr (QT == G3Q_INT4) /* groups of 128 (4 chunks): the group arithmetic at compile time (qp_gs) */
-        if (gsh == 2 && qp_gs())
-            return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, false, 2>, dim3(blocks), dim3(QP_T),
-                              qp_smem(M, w->k / ks, H2, PN ? 1 + qp_pn_w() : 0), st, *w, x, ldx, m, y, ldy, geglu,
-                              gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
-    return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>, dim3(blocks), dim3(QP_T),
-                      qp_smem(M, w->k / ks, H2, PN ? 1 + qp_pn_w() : 0), st, *w, x, ldx, m, y, ldy, geglu, gsh,
-                      geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
+        if (gsh == 2 && qp_gs()) kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, false, 2>;
+    return g3c_launch(kern, dim3(blocks), dim3(QP_T), qp_smem(M, w->k / ks, H2, qp_pn(PN)), st, *w, x, ldx, m, y, ldy,
+                      geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
 }
 
 template <bool HL, bool PN>
