@@ -3,7 +3,7 @@
 # built here and carried): builds the CUDA/Vulkan test, benchmark and CLI targets in BUILD (default build-gpu),
 # strips them, adds the shared libraries they need that the device may lack, and writes .gpu/bins.tar.xz.
 # On the device:  mkdir -p .gpu/bin && tar xJf .gpu/bins.tar.xz -C .gpu/bin && export LD_LIBRARY_PATH=$PWD/.gpu/bin/lib
-# PACK_VULKAN=0: CUDA only (a build folder configured with -DG3_VULKAN=OFF; no Vulkan tests).
+# PACK_VULKAN=0: CUDA only (a build folder configured with -DG3_VULKAN=OFF; no Vulkan tests). PACK_EXTRA: below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${1:-build-gpu}"
@@ -23,6 +23,8 @@ fi
 for lib in $(ldd "$BUILD"/gemma3 "$BUILD"/test_cuda_model | awk '/cjson|cmocka|microhttpd/ {print $3}' | sort -u); do
   cp -L "$lib" .gpu/stage/lib/
 done
+# PACK_EXTRA="FILE:NAME ...": more binaries for A/B runs (e.g. a benchmark built from another commit) as NAME
+for e in ${PACK_EXTRA:-}; do cp "${e%%:*}" ".gpu/stage/${e##*:}"; done
 # the commit the binaries were built from (the device's copy of .git may be older): printed by dev/gpu_run.sh
 git describe --always --dirty > .gpu/stage/COMMIT
 # one big dictionary: the binaries share the same CUDA fat binary, which then compresses once

@@ -41,6 +41,10 @@ typedef struct g3_dmat {
     float *z;     /* [n][k/g] offsets (int4) */
     size_t bytes; /* device bytes of q + s + z */
 } g3_dmat;
+/* Floats allocated (zeroed) past the end of every scale and offset array: the one-row dp4a kernel (qgemv_p.cu) loads
+ * the scales of a step's chunks past the end of a row without a predicate, at most 3 * 32 - 1 chunks (one group each)
+ * past it */
+#define G3C_DMAT_SPAD 128
 
 /* Element i of row r of a resident matrix, dequantized. */
 static __device__ __forceinline__ float dmat_val(const g3_dmat &w, size_t r, int i) {

@@ -24,8 +24,14 @@ g3_status g3cb_alloc_dmat(g3_dmat *d, int qt, int n, int k, int g, g3_error *err
     size_t nk = (size_t)n * k, ng = (size_t)n * (k / g);
     size_t qb = qt == G3Q_BF16 ? nk * 2 : qt == G3Q_INT4 ? nk / 2 : nk;
     G3C_CK(cudaMalloc(&d->q, qb), "weight allocation");
-    if (qt != G3Q_BF16) G3C_CK(cudaMalloc((void **)&d->s, ng * 4), "scale allocation");
-    if (qt == G3Q_INT4) G3C_CK(cudaMalloc((void **)&d->z, ng * 4), "offset allocation");
+    if (qt != G3Q_BF16) {
+        G3C_CK(cudaMalloc((void **)&d->s, (ng + G3C_DMAT_SPAD) * 4), "scale allocation");
+        G3C_CK(cudaMemset(d->s + ng, 0, G3C_DMAT_SPAD * 4), "scale allocation");
+    }
+    if (qt == G3Q_INT4) {
+        G3C_CK(cudaMalloc((void **)&d->z, (ng + G3C_DMAT_SPAD) * 4), "offset allocation");
+        G3C_CK(cudaMemset(d->z + ng, 0, G3C_DMAT_SPAD * 4), "offset allocation");
+    }
     d->bytes = g3c_dmat_bytes(qt, n, k, g);
     return G3_OK;
 }

@@ -98,8 +98,10 @@ static cudaError_t test_dmat(uint32_t src_type, const void *w, int n, int k, int
     const size_t rb = g3c_src_row_bytes(src_type, k), nk = (size_t)n * k, ng = (size_t)n * (k / g);
     void *src = NULL;
     cudaError_t e = cudaMalloc(&d->q, qt == G3Q_BF16 ? nk * 2 : qt == G3Q_INT4 ? nk / 2 : nk);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&d->s, ng * 4);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&d->z, ng * 4);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&d->s, (ng + G3C_DMAT_SPAD) * 4);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&d->z, (ng + G3C_DMAT_SPAD) * 4);
+    if (e == cudaSuccess) e = cudaMemset(d->s + ng, 0, G3C_DMAT_SPAD * 4);
+    if (e == cudaSuccess) e = cudaMemset(d->z + ng, 0, G3C_DMAT_SPAD * 4);
     if (e == cudaSuccess) e = cudaMalloc(&src, rb * n);
     if (e == cudaSuccess) e = cudaMemcpy(src, w, rb * n, cudaMemcpyHostToDevice);
     if (e == cudaSuccess) e = cudaDeviceSynchronize(); /* the legacy stream's copy before the conversion on st */
