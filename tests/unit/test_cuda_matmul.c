@@ -925,7 +925,11 @@ static void test_qgemv_ring_policy(void **state) {
     const int o27 = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 4096, "int8", 1, 0, 0);
     const int gu4b = g3_cuda_test_qp_ring(G3_DTYPE_F32, 20480, 2560, "int8", 1, 1, 0);
     const int down4b = g3_cuda_test_qp_ring(G3_DTYPE_F32, 2560, 10240, "int8", 1, 0, 0);
+    /* int4 in groups of 128 (no residual plane): the products without the add-norm prologue; not in groups of 32 */
     const int down4 = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 21504, "int4", 1, 0, 0);
+    const int o4 = g3_cuda_test_qp_ring(G3_DTYPE_F32, 5376, 4096, "int4", 2, 0, 0);
+    const int gu4_pn = g3_cuda_test_qp_ring(G3_DTYPE_F32, 43008, 5376, "int4", 1, 1, 1);
+    const int q4_0 = g3_cuda_test_qp_ring(G3_DTYPE_Q4_0, 5376, 21504, "bf16", 1, 0, 0);
     const int q8_0 = g3_cuda_test_qp_ring(G3_DTYPE_Q8_0, 8192, 8192, "bf16", 1, 0, 0); /* groups of 32 */
     /* fp8 (per channel, no residual plane) as per-channel int8: 27B down and gate/up with its prologue, not 4B
      * gate/up */
@@ -952,14 +956,16 @@ static void test_qgemv_ring_policy(void **state) {
     const int one_pn = g3_cuda_test_qp_ring(G3_DTYPE_F32, 45, 5376, "int8", 1, 0, 1);
     unsetenv("G3_CUDA_QPRING");
     printf("  ring: device %d; default: 27B down %d, gate/up %d (2 rows %d, prologue %d), o %d; 4B gate/up %d, down %d; "
-           "int4 %d, Q8_0 %d, heads 27B %d / 4B %d, no residual plane %d; >= 64 MB: o %d, gate/up %d; =0: %d; =1: "
+           "Q8_0 %d, heads 27B %d / 4B %d, no residual plane %d; >= 64 MB: o %d, gate/up %d; =0: %d; =1: "
            "int4 %d (without its residual plane %d), prologue %d\n",
-           dev, down, gu, gu2, gu_pn, o27, gu4b, down4b, down4, q8_0, head27, head4, nolo, min_o, min_gu, off, one4,
+           dev, down, gu, gu2, gu_pn, o27, gu4b, down4b, q8_0, head27, head4, nolo, min_o, min_gu, off, one4,
            one4_nolo, one_pn);
     assert_true(dev == 0 || dev == 1);
     assert_int_equal(down, dev), assert_int_equal(gu, dev), assert_int_equal(gu2, dev), assert_int_equal(gu_pn, dev);
     assert_int_equal(o27, dev), assert_int_equal(gu4b, 0), assert_int_equal(down4b, dev);
-    assert_int_equal(down4, 0), assert_int_equal(q8_0, 0), assert_int_equal(head27, dev), assert_int_equal(head4, 0);
+    assert_int_equal(q8_0, 0), assert_int_equal(head27, dev), assert_int_equal(head4, 0);
+    printf("  ring, int4: 27B down %d, o (2 rows) %d, gate/up (prologue) %d; Q4_0 %d\n", down4, o4, gu4_pn, q4_0);
+    assert_int_equal(down4, dev), assert_int_equal(o4, dev), assert_int_equal(gu4_pn, 0), assert_int_equal(q4_0, 0);
     printf("  ring, fp8: 27B down %d, gate/up (2 rows, prologue) %d, 4B gate/up %d\n", f8down, f8gu, f8gu4b);
     assert_int_equal(f8down, dev), assert_int_equal(f8gu, dev), assert_int_equal(f8gu4b, 0);
     /* the ring's depth ($G3_CUDA_QPD): 4 steps fit beside the 27B o product's activations, and beside the gate/up
@@ -998,7 +1004,7 @@ static void test_qgemv_ring_policy(void **state) {
     assert_int_equal(h_4dn, 0); /* 10240 in 2 slices of 5120, or whole: >= 4096 either way */
     assert_int_equal(h_q80, 0), assert_int_equal(h_3, 0), assert_int_equal(h_27on, 1), assert_int_equal(h_4off, 0);
     assert_int_equal(nolo, 0), assert_int_equal(min_o, 0), assert_int_equal(min_gu, dev), assert_int_equal(off, 0);
-    assert_int_equal(one4, dev), assert_int_equal(one4_nolo, 0), assert_int_equal(one_pn, 0);
+    assert_int_equal(one4, dev), assert_int_equal(one4_nolo, dev), assert_int_equal(one_pn, 0);
 }
 
 static void test_qgemv_pn(void **state) {

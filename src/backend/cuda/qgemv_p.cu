@@ -208,7 +208,11 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     /* aligned by address: the dynamic shared memory starts after the static (pn_red, pn_inv2 with the prologue), only
      * 16-byte aligned; bulk copies into a ring off the 128-byte grid went to L2 as 32-byte requests (run 03) */
     const size_t act = qp_smem(M, K, H2, PN ? (gw ? 2 : 1) : 0);
-    uint8_t *ring = (uint8_t *)(((uintptr_t)(qp_sm + act) + 127) & ~(uintptr_t)127);
+    /* kept an offset from qp_sm, so that the slots are read by LDS, not by generic loads (an address rounded as an
+     * integer lost its state space: 3-10% more instructions a step; H200 session 25 run 02: 27B int8 / fp8 one row 129
+     * against 127-128 tok/s) */
+    const unsigned ra = (unsigned)__cvta_generic_to_shared(qp_sm + act);
+    uint8_t *ring = qp_sm + act + (((ra + 127u) & ~127u) - ra);
     uint64_t *mbar = (uint64_t *)(ring + (size_t)NW * qd * R * SB);
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
     /* weights and scales of step s of row group rg. Row r's chunks at constant offsets from one address (rows
@@ -327,7 +331,7 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
             for (int u = 0; u < U; u++)
 #pragma unroll
                 for (int r = 0; r < R; r++)
-                    wa[u][r] = s * 32 * U + 32 * u + lane < nch ? src[r * (SB / 16) + 32 * u + lane] : zero4;
+                    if (s * 32 * U + 32 * u + lane < nch) wa[u][r] = src[r * (SB / 16) + 32 * u + lane];
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -428,7 +432,7 @@ cudaError_t g3c_qgemv_init(void) {
     qp_kernels<G3Q_INT4, false, false, 2>(ks + 32), qp_kernels<G3Q_INT4, false, true, 2>(ks + 36);
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_MAX);
-    void *kr[16] = {(void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, false, true>,
+    void *kr[20] = {(void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, false, true>,
                    (void *)k_qgemv_p<G3Q_INT4, 2, 2, false, true, false, true>,
                    (void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, true, true>,
                    (void *)k_qgemv_p<G3Q_INT4, 2, 2, false, true, true, true>,
@@ -443,7 +447,11 @@ cudaError_t g3c_qgemv_init(void) {
                    (void *)k_qgemv_p<G3C_QT_I8H, 1, 3, true, false, false, true>,
                    (void *)k_qgemv_p<G3C_QT_I8H, 2, 2, true, false, false, true>,
                    (void *)k_qgemv_p<G3C_QT_I8H, 1, 3, true, false, true, true>,
-                   (void *)k_qgemv_p<G3C_QT_I8H, 2, 2, true, false, true, true>};
+                   (void *)k_qgemv_p<G3C_QT_I8H, 2, 2, true, false, true, true>,
+                   (void *)k_qgemv_p<G3Q_INT4, 1, 3, false, false, false, true, 2>,
+                   (void *)k_qgemv_p<G3Q_INT4, 2, 2, false, false, false, true, 2>,
+                   (void *)k_qgemv_p<G3Q_INT4, 1, 3, false, false, true, true, 2>,
+                   (void *)k_qgemv_p<G3Q_INT4, 2, 2, false, false, true, true, 2>};
     cudaError_t er = cudaSuccess; /* a device with less shared memory a block: no ring, nothing else lost */
     for (size_t i = 0; i < sizeof kr / sizeof kr[0] && e == cudaSuccess && er == cudaSuccess; i++)
         er = cudaFuncSetAttribute(kr[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_RG);
@@ -453,12 +461,30 @@ cudaError_t g3c_qgemv_init(void) {
     return e;
 }
 
+/* $G3_CUDA_QPGS=0: int4 in groups of 128 through the kernel with the group arithmetic at run time (the shift by gsh
+ * per chunk and its address per load) instead of at compile time (one scale / offset address a row and step).
+ * Nsight Compute on the 27B int4 gate/up product at one row (session 24 run 05): ~480 warp instructions a step, of
+ * which 48 are the dp4a, the rest mostly address arithmetic, kernel parameters re-read from the constant bank and
+ * register moves; the issue slots 58% busy. With the groups at compile time (run 06, A/B/A/B, tok/s one / two rows):
+ * 27B 181 / 324 against 179-180 / 324-325, 4B 682-683 / 1175-1178 against 679-682 / 1173-1174; CUPTI: a 27B layer
+ * 85.4 against 87.9 us. */
+static int qp_gs(void) {
+    const char *e = getenv("G3_CUDA_QPGS");
+    return !(e && !strcmp(e, "0"));
+}
+
 /* $G3_CUDA_QPRING: weights through the shared-memory ring of bulk copies (k_qgemv_p's RG). Unset (auto): the
  * per-channel int8 products in rows (or K-slices) of >= 4096 values, with or without the add-norm prologue (every
- * 27B product and the 4B down product; none at 1B); 0: never; 1: every int4 / per-channel int8 product without the
- * prologue; 2: with the prologue too. $G3_CUDA_QPRINGMIN=n: only matrices of >= n MB. Measured on the H200 (session
- * 21, A/B/A/B, tok/s): int4 with the ring 152-163 against 167-168 at one row, 239-275 against 282-288 at two (its
- * per-group scales and offsets still come through registers a step ahead), so int8 only; the 1B / 4B heads (rows of
+ * 27B product and the 4B down product; none at 1B), and int4 in groups of 128 without its residual plane (the
+ * default int4) in the products without the prologue (o, down, the head); 0: never; 1: every int4 / per-channel int8
+ * product without the prologue; 2: with the prologue too. $G3_CUDA_QPRINGMIN=n: only matrices of >= n MB. Measured on
+ * the H200 (session 21, A/B/A/B, tok/s): int4 with its residual plane through the ring 152-163 against 167-168 at one
+ * row, 239-275 against 282-288 at two (its per-group scales and offsets still come through registers a step ahead).
+ * Session 25, once the step's loads took fewer instructions (run 03, tok/s one / two rows, against no ring): 27B int4
+ * 188-189 / 338-340 against 186 / 330, 4B 734-736 / 1226-1227 against 717-719 / 1217, 1B 1241-1259 / 2124-2143
+ * against 1217-1226 / 2130-2153; the products with the prologue through the ring as well (run 02): 27B one row
+ * 181-182 (gate/up 39.4 against 36.6 us a layer), two rows 338-340; the large ones only ($G3_CUDA_QPRINGMIN: down and
+ * head) 27B 186 / 334-335, 4B 713-717 / 1206-1207, 1B 1200-1210 / 2074-2099. The 1B / 4B int8 heads (rows of
  * 1152 / 2560 values) through the ring cost 1B int8 3% at one row (run 03), hence the row length. The ring with the
  * prologue was slow until the ring was aligned by address (run 03, Nsight Compute: the prologue's static shared
  * memory left the dynamic part 16-byte aligned, and bulk copies off the 128-byte grid went to L2 as 4x the requests,
@@ -471,8 +497,10 @@ static int qp_ring_mode(void) { /* -1 auto, 0, 1, 2 */
 /* hl: the activations take two bytes each (the residual plane, or float16: qp_f16) */
 static int qp_ring_take(const g3_dmat *w, int m, int ks, int hl, int pn) { /* pn: 0, 1 (the prologue) */
     const int mode = qp_ring_mode(), pc = (w->qt == G3Q_INT8 || w->qt == G3Q_FP8) && w->g == w->k;
-    if (!qp_ring_ok || !mode || !hl || !(pc || w->qt == G3Q_INT4)) return 0;
-    if (mode < 0 ? !pc || w->k / ks < QP_RING_MIN_K : mode < (pn ? 2 : 1)) return 0;
+    /* int4 in groups of 128 without the residual plane: the kernel with the group arithmetic at compile time */
+    const int q4 = w->qt == G3Q_INT4 && !hl && w->g == 128 && qp_gs();
+    if (!qp_ring_ok || !mode || !(hl ? pc || w->qt == G3Q_INT4 : q4)) return 0;
+    if (mode < 0 ? (q4 ? pn : !pc || w->k / ks < QP_RING_MIN_K) : mode < (pn ? 2 : 1)) return 0;
     const char *e = getenv("G3_CUDA_QPRINGMIN");
     const size_t min = (size_t)(e && *e ? atol(e) : 0) << 20;
     const size_t bytes = (size_t)w->n * (w->qt == G3Q_INT4 ? w->k / 2 : w->k);
@@ -512,18 +540,6 @@ static int qp_f16(const g3_dmat *w, int geglu, int pn) { /* the product runs on 
     return w->qt == G3Q_FP8 || qp_q8f16(w, geglu, pn);
 }
 
-/* $G3_CUDA_QPGS=0: int4 in groups of 128 through the kernel with the group arithmetic at run time (the shift by gsh
- * per chunk and its address per load) instead of at compile time (one scale / offset address a row and step).
- * Nsight Compute on the 27B int4 gate/up product at one row (session 24 run 05): ~480 warp instructions a step, of
- * which 48 are the dp4a, the rest mostly address arithmetic, kernel parameters re-read from the constant bank and
- * register moves; the issue slots 58% busy. With the groups at compile time (run 06, A/B/A/B, tok/s one / two rows):
- * 27B 181 / 324 against 179-180 / 324-325, 4B 682-683 / 1175-1178 against 679-682 / 1173-1174; CUPTI: a 27B layer
- * 85.4 against 87.9 us. */
-static int qp_gs(void) {
-    const char *e = getenv("G3_CUDA_QPGS");
-    return !(e && !strcmp(e, "0"));
-}
-
 /* The kernel's opt: bit 1 as qp_pn_w says, bits 2-4 the ring's depth (qp_ring_depth); bit 0: the quantization's item
  * slots (QI of QP_T items per thread and round) that lie wholly past the m * k / 8 items are left out instead of run
  * with their loads and stores predicated off ($G3_CUDA_QPQS=0: run them, as before): the 27B shapes need 1-2 of the 4
@@ -553,6 +569,11 @@ static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, fl
         if (qp_ring_take(w, M, ks, H2, PN))
             return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true>, dim3(blocks), dim3(QP_T),
                               qp_smem_rg(M, w->k / ks, H2, qp_pn(PN), qp_ring_depth(M)), st, *w, x, ldx, m, y, ldy,
+                              geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
+    if constexpr (QT == G3Q_INT4 && !HL) /* int4 in groups of 128 without the residual plane (qp_ring_take's q4) */
+        if (qp_ring_take(w, M, ks, 0, PN))
+            return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true, 2>, dim3(blocks), dim3(QP_T),
+                              qp_smem_rg(M, w->k / ks, 0, qp_pn(PN), qp_ring_depth(M)), st, *w, x, ldx, m, y, ldy,
                               geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
     auto kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>;
     if constexpr (QT == G3Q_INT4) /* groups of 128 (4 chunks): the group arithmetic at compile time (qp_gs) */
