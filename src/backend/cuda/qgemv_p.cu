@@ -214,13 +214,13 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     const unsigned ra = (unsigned)__cvta_generic_to_shared(qp_sm + act);
     uint8_t *ring = qp_sm + act + (((ra + 127u) & ~127u) - ra);
     uint64_t *mbar = (uint64_t *)(ring + (size_t)NW * qd * R * SB);
-    const uint4 zero4 = make_uint4(0, 0, 0, 0);
     /* weights and scales of step s of row group rg. Row r's chunks at constant offsets from one address (rows
      * row_bytes apart), its scales / offsets (GS: groups known at compile time) at constant offsets from one index;
      * the weight loads of chunks past the row (or of no row group) are not issued and leave their registers as they
      * were: q_chunk never reads them (the step loop stops at the first chunk past the row). The form before (zeros
      * past the row, every scale and offset load predicated) rebuilt each of their addresses from the kernel's
-     * parameters: 365 instructions a step in the 27B int4 gate/up product at one row (sm_90a SASS), 292 now. */
+     * parameters: 365 instructions a step in the 27B int4 gate/up product at one row (sm_90a SASS), 292 after (278
+     * with int4's hi nibbles multiplied in place, qgemv_common.cuh's dot8_16). */
     const int rs16 = (int)(row_bytes / 16);
     auto load = [&](bool any, int rg, int s, uint4 (&wv)[U][R], float (&sv)[U][R], float (&zv)[U][R]) {
         const int c0 = s * 32 * U + lane, n0 = min(rg * R, w.n - 1);
