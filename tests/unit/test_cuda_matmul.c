@@ -773,6 +773,12 @@ static void test_qgemv(void **state) {
             }
         }
         run_qgemv(G3_DTYPE_F32, "int4", 6, 96, 1, 0);     /* fewer chunks than lanes */
+        /* int4 in groups of 128 through the ring at one row in steps of 2 chunks a lane where they take fewer lane
+         * slots than steps of 3 (qgemv_p.cu's qp_u1): 4096 (128 chunks), 6912 (K-slices of 108), 2048, 1152 (36) */
+        run_qgemv(G3_DTYPE_F32, "int4", 45, 4096, 1, 0);
+        run_qgemv(G3_DTYPE_F32, "int4", 45, 6912, 1, 0);
+        run_qgemv(G3_DTYPE_F32, "int4", 9001, 2048, 1, 0);
+        run_qgemv(G3_DTYPE_F32, "int4", 37, 1152, 1, 0);
         run_qgemv(G3_DTYPE_F32, "int8", 130, 512, 2, 1);  /* GeGLU fused (gate, up pairs) */
         run_qgemv(G3_DTYPE_F32, "int8", 130, 512, 1, 1);
         run_qgemv(G3_DTYPE_F32, "int4", 132, 5376, 5, 1);

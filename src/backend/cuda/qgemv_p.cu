@@ -368,8 +368,25 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
 #define QP_SMEM_MAX (200 << 10)
 #define QP_SMEM_RG (226 << 10) /* the ring variants: the 227 KB a block may have, less its static shared memory */
 /* bytes of the ring variant of depth d (M rows: U = 3 at one row, 2 at two; pn as for qp_smem) */
-static size_t qp_smem_rg(int m, int k, int hl, int pn, int d) { /* + 127: the ring aligned to 128 bytes by address */
-    return qp_smem(m, k, hl, pn) + 127 + (size_t)(QP_T / 32) * d * (2 * 32 * (m <= 1 ? 3 : 2) * 16 + 8);
+static size_t qp_smem_rg(int m, int k, int hl, int pn, int d, int u) { /* + 127: the ring aligned to 128 bytes by
+                                                                         * address; u: chunks a lane, row and step */
+    return qp_smem(m, k, hl, pn) + 127 + (size_t)(QP_T / 32) * d * (2 * 32 * u * 16 + 8);
+}
+/* $G3_CUDA_QPU=0: U = 3 at one row everywhere. By default int4 through the ring at one row (no prologue) takes steps
+ * of 2 chunks a lane where they cover the row's (or K-slice's) nch chunks with fewer lane slots than steps of 3: the
+ * 27B o product's 128 chunks in two steps of 2 instead of two of 3 (a third of the slots idle), the 4B / 1B o
+ * products, the 1B head and down. Steps of 4 (the 27B o product's 128 chunks in one) were slower, 27B one row 184-185
+ * against 188-189 tok/s (session 25 run 07): the ring of 4-chunk steps takes 202 KB of shared memory, so the gate/up
+ * product's blocks (71 KB) no longer start beside the o product's under programmatic launch (gate/up 39.6 against
+ * 37.4 us a layer under CUPTI). */
+static int qp_u1(int nch) {
+    const char *e = getenv("G3_CUDA_QPU");
+    if (e && !strcmp(e, "0")) return 3;
+    return (nch + 63) / 64 * 64 < (nch + 95) / 96 * 96 ? 2 : 3;
+}
+/* U of the ring variant for this product (int4 in groups of 128 at one row without the prologue: qp_u1) */
+static int qp_ring_u(const g3_dmat *w, int m, int ks, int hl, int pn) {
+    return w->qt == G3Q_INT4 && !hl && m <= 1 && !pn ? qp_u1(w->k / ks / 32) : m <= 1 ? 3 : 2;
 }
 /* The ring's depth in steps at m rows: 3 at one row, 2 at two ($G3_CUDA_QPD=2..6: that depth at both). Measured on the
  * H200 (session 24 run 02, A/B/A/B, tok/s one / two rows): depth 2 everywhere 27B int8 128 / 236 against 128-129 /
@@ -432,7 +449,7 @@ cudaError_t g3c_qgemv_init(void) {
     qp_kernels<G3Q_INT4, false, false, 2>(ks + 32), qp_kernels<G3Q_INT4, false, true, 2>(ks + 36);
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_MAX);
-    void *kr[20] = {(void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, false, true>,
+    void *kr[21] = {(void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, false, true>,
                    (void *)k_qgemv_p<G3Q_INT4, 2, 2, false, true, false, true>,
                    (void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, true, true>,
                    (void *)k_qgemv_p<G3Q_INT4, 2, 2, false, true, true, true>,
@@ -451,7 +468,8 @@ cudaError_t g3c_qgemv_init(void) {
                    (void *)k_qgemv_p<G3Q_INT4, 1, 3, false, false, false, true, 2>,
                    (void *)k_qgemv_p<G3Q_INT4, 2, 2, false, false, false, true, 2>,
                    (void *)k_qgemv_p<G3Q_INT4, 1, 3, false, false, true, true, 2>,
-                   (void *)k_qgemv_p<G3Q_INT4, 2, 2, false, false, true, true, 2>};
+                   (void *)k_qgemv_p<G3Q_INT4, 2, 2, false, false, true, true, 2>,
+                   (void *)k_qgemv_p<G3Q_INT4, 1, 2, false, false, false, true, 2>};
     cudaError_t er = cudaSuccess; /* a device with less shared memory a block: no ring, nothing else lost */
     for (size_t i = 0; i < sizeof kr / sizeof kr[0] && e == cudaSuccess && er == cudaSuccess; i++)
         er = cudaFuncSetAttribute(kr[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_RG);
@@ -504,7 +522,8 @@ static int qp_ring_take(const g3_dmat *w, int m, int ks, int hl, int pn) { /* pn
     const char *e = getenv("G3_CUDA_QPRINGMIN");
     const size_t min = (size_t)(e && *e ? atol(e) : 0) << 20;
     const size_t bytes = (size_t)w->n * (w->qt == G3Q_INT4 ? w->k / 2 : w->k);
-    return bytes >= min && qp_smem_rg(m, w->k / ks, hl, qp_pn(pn), qp_ring_depth(m)) <= QP_SMEM_RG;
+    return bytes >= min &&
+           qp_smem_rg(m, w->k / ks, hl, qp_pn(pn), qp_ring_depth(m), qp_ring_u(w, m, ks, hl, pn)) <= QP_SMEM_RG;
 }
 
 /* K-slices of a product without GeGLU or add-norm prologue (27B: the down product's 21504-long rows in 4): the
@@ -568,13 +587,19 @@ static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, fl
     if constexpr (H2 && (QT == G3Q_INT4 || PC))
         if (qp_ring_take(w, M, ks, H2, PN))
             return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true>, dim3(blocks), dim3(QP_T),
-                              qp_smem_rg(M, w->k / ks, H2, qp_pn(PN), qp_ring_depth(M)), st, *w, x, ldx, m, y, ldy,
+                              qp_smem_rg(M, w->k / ks, H2, qp_pn(PN), qp_ring_depth(M), M == 1 ? 3 : 2), st, *w, x,
+                              ldx, m, y, ldy,
                               geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
     if constexpr (QT == G3Q_INT4 && !HL) /* int4 in groups of 128 without the residual plane (qp_ring_take's q4) */
-        if (qp_ring_take(w, M, ks, 0, PN))
-            return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true, 2>, dim3(blocks), dim3(QP_T),
-                              qp_smem_rg(M, w->k / ks, 0, qp_pn(PN), qp_ring_depth(M)), st, *w, x, ldx, m, y, ldy,
-                              geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
+        if (qp_ring_take(w, M, ks, 0, PN)) {
+            const int u = qp_ring_u(w, M, ks, 0, PN);
+            auto kr = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true, 2>;
+            if constexpr (M == 1 && !PN)
+                if (u == 2) kr = k_qgemv_p<QT, 1, 2, PC, HL, false, true, 2>;
+            return g3c_launch(kr, dim3(blocks), dim3(QP_T), qp_smem_rg(M, w->k / ks, 0, qp_pn(PN), qp_ring_depth(M), u),
+                              st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none,
+                              qp_opt(M));
+        }
     auto kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>;
     if constexpr (QT == G3Q_INT4) /* groups of 128 (4 chunks): the group arithmetic at compile time (qp_gs) */
         if (gsh == 2 && qp_gs()) kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, false, 2>;
