@@ -367,9 +367,9 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
 /* ---- persistent variant: dispatch ---- */
 #define QP_SMEM_MAX (200 << 10)
 #define QP_SMEM_RG (226 << 10) /* the ring variants: the 227 KB a block may have, less its static shared memory */
-/* bytes of the ring variant of depth d (M rows: U = 3 at one row, 2 at two; pn as for qp_smem) */
-static size_t qp_smem_rg(int m, int k, int hl, int pn, int d, int u) { /* + 127: the ring aligned to 128 bytes by
-                                                                         * address; u: chunks a lane, row and step */
+/* bytes of the ring variant of depth d and u chunks a lane, row and step (qp_ring_u; pn as for qp_smem); + 127: the
+ * ring aligned to 128 bytes by address */
+static size_t qp_smem_rg(int m, int k, int hl, int pn, int d, int u) {
     return qp_smem(m, k, hl, pn) + 127 + (size_t)(QP_T / 32) * d * (2 * 32 * u * 16 + 8);
 }
 /* $G3_CUDA_QPU=0: U = 3 at one row everywhere. By default int4 through the ring at one row (no prologue) takes steps
@@ -588,8 +588,7 @@ static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, fl
         if (qp_ring_take(w, M, ks, H2, PN))
             return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true>, dim3(blocks), dim3(QP_T),
                               qp_smem_rg(M, w->k / ks, H2, qp_pn(PN), qp_ring_depth(M), M == 1 ? 3 : 2), st, *w, x,
-                              ldx, m, y, ldy,
-                              geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
+                              ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
     if constexpr (QT == G3Q_INT4 && !HL) /* int4 in groups of 128 without the residual plane (qp_ring_take's q4) */
         if (qp_ring_take(w, M, ks, 0, PN)) {
             const int u = qp_ring_u(w, M, ks, 0, PN);
