@@ -742,8 +742,9 @@ static void test_qgemv(void **state) {
          * ($G3_CUDA_QPKS=0); pass 5: slices of <= 1800 (5376 in 3, 4096 in 4, 2816 in 2), q alone; passes 4 and 6
          * (default slices): the weights through the shared-memory ring of bulk copies ($G3_CUDA_QPRING=2; int4 and
          * per-channel int8 with the residual plane; by default per-channel int8 rows or slices of >= 4096 values
-         * take it anyway; int4 with its residual plane there, $G3_CUDA_Q4LO=2, off by default); pass 7: never the
-         * ring ($G3_CUDA_QPRING=0) */
+         * and int4 in groups of 128 without the plane (products without the add-norm prologue) take it anyway; int4
+         * with its residual plane there, $G3_CUDA_Q4LO=2, off by default); pass 7: never the ring
+         * ($G3_CUDA_QPRING=0) */
         setenv("G3_CUDA_QGEMV", "8", 1);
         if (pass == 1 || pass == 3 || pass == 5) setenv("G3_CUDA_Q8LO", "0", 1);
         if (pass == 2 || pass == 3) setenv("G3_CUDA_QGEMVP", "0", 1);
@@ -1018,8 +1019,8 @@ static void test_qgemv_pn(void **state) {
     need_gpu();
     unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPRING");
     unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_Q8F16");
-    /* 1, 2 rows; passes 2, 3: weights through the ring ($G3_CUDA_QPRING=2; int4 with its residual plane, which the
-     * ring needs: $G3_CUDA_Q4LO=2); pass 2: the norm weights read from global memory and a ring of 4 steps, pass 3:
+    /* 1, 2 rows; passes 2, 3: weights through the ring ($G3_CUDA_QPRING=2; int4 with its residual plane,
+     * $G3_CUDA_Q4LO=2, so that the ring variant of the run-time group form is run too); pass 2: the norm weights read from global memory and a ring of 4 steps, pass 3:
      * of 3 (by default 3 at one row, 2 at two) */
     for (int pass = 0; pass < 4; pass++) {
         const int m = 1 + (pass & 1);

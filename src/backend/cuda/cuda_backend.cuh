@@ -74,9 +74,6 @@ static inline size_t off_bt(const g3_backend *b) { return (size_t)4 * b->R; }
 /* cuda_weights.cu */
 void *g3cb_dalloc(size_t bytes, int *ok); /* cudaMalloc unless an earlier one failed (*ok = 0 then) */
 g3_status g3cb_load_weights(g3_backend *b, const g3_model *m, uint64_t seed, g3_error *err);
-/* a resident matrix of n rows of k values in format qt (scale groups of g), uninitialized; free with g3cb_free_dmat */
-g3_status g3cb_alloc_dmat(g3_dmat *d, int qt, int n, int k, int g, g3_error *err);
-void g3cb_free_dmat(g3_dmat *d);
 /* cuda_forward.cu */
 int g3cb_n_splits(const g3_backend *b, int m); /* ~4 blocks per SM of keys split for decode */
 cudaError_t g3cb_record(g3_backend *b, int m, int n_out);

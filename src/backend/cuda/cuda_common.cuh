@@ -45,6 +45,10 @@ typedef struct g3_dmat {
  * the scales of a step's chunks past the end of a row without a predicate, at most 3 * 32 - 1 chunks (one group each)
  * past it */
 #define G3C_DMAT_SPAD 128
+/* a resident matrix of n rows of k values in format qt (scale groups of g), uninitialized but for that padding; free
+ * with g3cb_free_dmat (cuda_weights.cu; the backend's weights and the test hooks' matrices alike) */
+g3_status g3cb_alloc_dmat(g3_dmat *d, int qt, int n, int k, int g, g3_error *err);
+void g3cb_free_dmat(g3_dmat *d);
 
 /* Element i of row r of a resident matrix, dequantized. */
 static __device__ __forceinline__ float dmat_val(const g3_dmat &w, size_t r, int i) {

@@ -90,18 +90,13 @@ static int parse_q(const char *s) {
 }
 
 /* The hooks' resident matrix: n rows of k values of src_type (host w) converted on the device into format qt with
- * groups of g, as the backend loads weights; free with test_dmat_free. */
+ * groups of g, as the backend loads weights (its allocation, g3cb_alloc_dmat); free with g3cb_free_dmat. */
 static cudaError_t test_dmat(uint32_t src_type, const void *w, int n, int k, int qt, int g, g3_dmat *d,
                              cudaStream_t st) {
-    memset(d, 0, sizeof *d);
-    d->qt = qt, d->n = n, d->k = k, d->g = g;
-    const size_t rb = g3c_src_row_bytes(src_type, k), nk = (size_t)n * k, ng = (size_t)n * (k / g);
+    const size_t rb = g3c_src_row_bytes(src_type, k);
     void *src = NULL;
-    cudaError_t e = cudaMalloc(&d->q, qt == G3Q_BF16 ? nk * 2 : qt == G3Q_INT4 ? nk / 2 : nk);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&d->s, (ng + G3C_DMAT_SPAD) * 4);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&d->z, (ng + G3C_DMAT_SPAD) * 4);
-    if (e == cudaSuccess) e = cudaMemset(d->s + ng, 0, G3C_DMAT_SPAD * 4);
-    if (e == cudaSuccess) e = cudaMemset(d->z + ng, 0, G3C_DMAT_SPAD * 4);
+    g3_error err;
+    cudaError_t e = g3cb_alloc_dmat(d, qt, n, k, g, &err) == G3_OK ? cudaSuccess : cudaErrorMemoryAllocation;
     if (e == cudaSuccess) e = cudaMalloc(&src, rb * n);
     if (e == cudaSuccess) e = cudaMemcpy(src, w, rb * n, cudaMemcpyHostToDevice);
     if (e == cudaSuccess) e = cudaDeviceSynchronize(); /* the legacy stream's copy before the conversion on st */
@@ -110,7 +105,6 @@ static cudaError_t test_dmat(uint32_t src_type, const void *w, int n, int k, int
     cudaFree(src);
     return e;
 }
-static void test_dmat_free(g3_dmat *d) { cudaFree(d->q), cudaFree(d->s), cudaFree(d->z); }
 
 /* The header of the resident matrix the forward would make of an n x k source of that type (no memory): 0, or -1
  * for a type / quantization it cannot convert. */
@@ -209,7 +203,7 @@ extern "C" g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n
 out:
     if (h) cublasDestroy(h);
     free(ha);
-    test_dmat_free(&d);
+    g3cb_free_dmat(&d);
     cudaFree(dx), cudaFree(dxh), cudaFree(dy), cudaFree(scr), cudaFree(dw), cudaFree(da), cudaFree(dah), cudaFree(cnt);
     if (st) cudaStreamDestroy(st);
     return rc;
@@ -319,7 +313,7 @@ extern "C" g3_status g3_cuda_test_qgemv_pn(uint32_t src_type, const void *w, int
         if (hz[i] != 0.f) *zero_ok = 0;
 out:
     free(hz);
-    test_dmat_free(&d);
+    g3cb_free_dmat(&d);
     cudaFree(dbuf);
     if (st) cudaStreamDestroy(st);
     return rc;

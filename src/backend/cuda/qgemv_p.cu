@@ -584,18 +584,13 @@ static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, fl
     const int blocks = ks * (need < per ? need : per);
     g3c_qp_pre none;
     memset(&none, 0, sizeof none);
-    if constexpr (H2 && (QT == G3Q_INT4 || PC))
-        if (qp_ring_take(w, M, ks, H2, PN))
-            return g3c_launch(k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true>, dim3(blocks), dim3(QP_T),
-                              qp_smem_rg(M, w->k / ks, H2, qp_pn(PN), qp_ring_depth(M), M == 1 ? 3 : 2), st, *w, x,
-                              ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
-    if constexpr (QT == G3Q_INT4 && !HL) /* int4 in groups of 128 without the residual plane (qp_ring_take's q4) */
-        if (qp_ring_take(w, M, ks, 0, PN)) {
-            const int u = qp_ring_u(w, M, ks, 0, PN);
-            auto kr = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true, 2>;
-            if constexpr (M == 1 && !PN)
+    if constexpr (QT == G3Q_INT4 || (H2 && PC))
+        if (qp_ring_take(w, M, ks, H2, PN)) { /* int4 without its plane: groups of 128 (qp_ring_take's q4) */
+            const int u = qp_ring_u(w, M, ks, H2, PN);
+            auto kr = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true, H2 ? -1 : 2>;
+            if constexpr (M == 1 && !PN && !H2)
                 if (u == 2) kr = k_qgemv_p<QT, 1, 2, PC, HL, false, true, 2>;
-            return g3c_launch(kr, dim3(blocks), dim3(QP_T), qp_smem_rg(M, w->k / ks, 0, qp_pn(PN), qp_ring_depth(M), u),
+            return g3c_launch(kr, dim3(blocks), dim3(QP_T), qp_smem_rg(M, w->k / ks, H2, qp_pn(PN), qp_ring_depth(M), u),
                               st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none,
                               qp_opt(M));
         }
