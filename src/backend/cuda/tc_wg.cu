@@ -29,8 +29,15 @@
  * descriptor: stride 1024 B between 8-row groups, K advanced by adding 32 B to the start address), plus the
  * tokens' d per stage and the channel scales of the block's first two tiles (read at the start). Copies by cp.async
  * from all threads, ST - 1 stages in flight (the weights of the first stages are requested before the
- * programmatic-launch wait: they do not depend on the previous kernel). Rows >= m of the activation tiles are zeroed
- * once and never loaded. Work: a block takes an equal contiguous range of the
+ * programmatic-launch wait: they do not depend on the previous kernel), their addresses kept from unit to unit: the
+ * form before rebuilt each copy's address from the unit index (a 64-bit division, ~250 of ~640 instructions a unit
+ * and warp; now ~375), and the kernel is bound by its instruction issue (Nsight Compute, session 25 run 04: the 64-row
+ * gate/up product 1.42x slower at the profiler's 1.31 GHz clock than in the forward, issue slots 51% busy with 2.9
+ * warps a scheduler). H200 session 26 run 01, A/B/A/B, aggregate decode tok/s against the addresses rebuilt: 27B int8
+ * 64 / 128 / 256 seqs 5470 / 6285-6301 / 5948-5951 against 5300-5305 / 5761-5773 / 5340-5346, fp8 32 / 64 / 128 / 256
+ * 2733-2737 / 4725-4732 / 5145-5162 / 5188-5189 against 2464-2465 / 4062-4111 / 4184-4186 / 4231-4235; 4B int8 +6-7%,
+ * fp8 +13-16%, 1B +1-7%; alone (g3wg_bench, 64 rows) qkv / gate/up / down 16.2 / 67.0 / 34.2 against 18.6 / 67.7 /
+ * 36.2 us. Rows >= m of the activation tiles are zeroed once and never loaded. Work: a block takes an equal contiguous range of the
  * (channel tile, stage) units, so small matrices split K across blocks (stream-K, atomic adds). The block's last
  * share (BR, $G3_CUDA_WGBR=0: off) is written into the idle ring as [token][channel] rows and added into y by one
  * bulk reduction per row (cp.reduce.async.bulk .add.f32) instead of 8-byte atomics from every thread; shares that
@@ -121,25 +128,46 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
     const int n = w.n, K = w.k, nb = K / 128;
     const long long u0 = L * blockIdx.x / gridDim.x, u1 = L * (blockIdx.x + 1) / gridDim.x;
     const int8_t *W = (const int8_t *)w.q;
-    auto load_w = [&](long long u, int slot) {
-        const int tile = (int)(u / S), st = (int)(u % S);
-        uint8_t *dst = sm + slot * SB;
+    /* The copies of a unit, with addresses kept from unit to unit (the form before rebuilt every copy's address from
+     * the unit index: a 64-bit division and ~250 instructions a unit and warp of 600, sm_90a SASS). Thread tid copies
+     * chunk c = tid % 8 of rows r0 + j NT/8 (weights) and r0 + i NT/8 (activations), r0 = tid / 8: their swizzled
+     * places in a stage are one offset apart (NT/8 is a multiple of 8, so r & 7 is r0 & 7 for every row). */
+    constexpr int WJ = BN * 8 / NT, XI = BM * 8 / NT; /* copies of weights / activations a thread and stage */
+    const int c16 = (tid & 7) * 16, r0 = tid >> 3;
+    const int so = r0 * 128 + ((c16 ^ ((r0 & 7) << 4))); /* chunk c of row r0 in a tile */
+    const size_t wstep = (size_t)(NT / 8) * K;
+    /* weights of stage st of tile t: rows t BN + r0 + j NT/8 (rows >= n copy no bytes from row 0); rows: n - t BN,
+     * the tile's rows in the matrix (>= BN: all of them, a block-uniform branch) */
+    auto load_w = [&](const int8_t *src, int rows, int slot) {
+        uint8_t *dst = sm + slot * SB + so;
+        if (rows >= BN) { /* every row of the tile (every tile where BN divides n) */
 #pragma unroll
-        for (int j = 0; j < BN * 8 / NT; j++) {
-            const int idx = tid + NT * j, r = idx >> 3, c = idx & 7, row = tile * BN + r;
-            const int8_t *src = W + (size_t)(row < n ? row : 0) * K + st * 128 + c * 16;
-            wg_cp16<PF>(dst + r * 128 + ((c ^ (r & 7)) << 4), src, row < n ? 16 : 0);
+            for (int j = 0; j < WJ; j++) wg_cp16<PF>(dst + j * (NT / 8) * 128, src + j * wstep, 16);
+        } else {
+#pragma unroll
+            for (int j = 0; j < WJ; j++) {
+                const bool ok = r0 + j * (NT / 8) < rows;
+                wg_cp16<PF>(dst + j * (NT / 8) * 128, ok ? src + j * wstep : W, ok ? 16 : 0);
+            }
         }
     };
-    auto load_x = [&](long long u, int slot) {
-        const int st = (int)(u % S);
-        uint8_t *dst = sm + slot * SB + WB;
-        for (int idx = tid; idx < (F8 ? BM : m) * 8; idx += NT) {
-            const int r = idx >> 3, c = idx & 7;
-            if (F8 && !present(r)) continue;
-            g3c_cp16(dst + r * 128 + ((c ^ (r & 7)) << 4), xq + (size_t)grow(r) * K + st * 128 + c * 16);
-        }
-        if (tid < BM && present(tid)) wg_cp4(ds + slot * BM + tid, &xd[(size_t)grow(tid) * nb + st].x); /* BM <= NT */
+    auto wsrc = [&](int t, int st) { return W + (size_t)(t * BN + r0) * K + st * 128 + c16; };
+    /* activation copies present for this thread: bit i (tile row r0 + i NT/8 < m, or present for e4m3) and their
+     * rows' offsets in xq (F8 with several warpgroups: grow) */
+    unsigned xm = 0;
+#pragma unroll
+    for (int i = 0; i < XI; i++) {
+        const int r = r0 + i * (NT / 8);
+        if (F8 ? present(r) : r < m) xm |= 1u << i;
+    }
+    auto xoff = [&](int i) { return (size_t)grow(r0 + i * (NT / 8)) * K + c16; };
+    const float *xdp = tid < BM && present(tid) ? &xd[(size_t)grow(tid) * nb].x : NULL; /* BM <= NT */
+    auto load_x = [&](int st, int slot) {
+        uint8_t *dst = sm + slot * SB + WB + so;
+#pragma unroll
+        for (int i = 0; i < XI; i++)
+            if (xm >> i & 1) g3c_cp16(dst + i * (NT / 8) * 128, xq + xoff(i) + st * 128);
+        if (xdp) wg_cp4(ds + slot * BM + tid, xdp + 2 * st);
     };
     /* activation rows not present in every stage: zeros, never loaded */
     if constexpr (F8) {
@@ -162,8 +190,18 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
     if (sc_ok)
         for (int i = tid; i < 2 * BN; i += NT) scs[i] = tf * BN + i < n ? __ldg(w.s + tf * BN + i) : 0.f;
     auto ch_scale = [&](int c) { return c < n ? (sc_ok ? scs[c - tf * BN] : __ldg(w.s + c)) : 0.f; }; /* c's scale */
-    wg_ring_start<ST>(u1 - u0 < ST ? (int)(u1 - u0) : ST, [&](int i, bool on) { if (on) load_w(u0 + i, i); },
-                      [&](int i, bool on) { if (on) load_x(u0 + i, i); });
+    const int nu = (int)(u1 - u0); /* this block's units */
+    wg_ring_start<ST>(
+        nu < ST ? nu : ST,
+        [&](int i, bool on) {
+            if (on) {
+                const int t = (int)((u0 + i) / S), st = (int)((u0 + i) % S);
+                load_w(wsrc(t, st), n - t * BN, i);
+            }
+        },
+        [&](int i, bool on) {
+            if (on) load_x((int)((u0 + i) % S), i);
+        });
     /* unit u0 + i has landed once group ST - 1 + i has: at the top of iteration i, 2 (ST - 1) + i groups exist */
     const int tr = 16 * wq + (lane >> 2); /* this thread's tokens in each m64 tile: tr, tr + 8 */
     float acc[MA][NR];
@@ -172,14 +210,20 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
     for (int t = 0; t < MA; t++)
 #pragma unroll
         for (int r = 0; r < NR; r++) acc[t][r] = 0.f, ai[t][r] = 0;
-    int slot = 0;
-    for (long long u = u0; u < u1; u++) {
+    int slot = 0, tile = (int)(u0 / S), st = (int)(u0 % S); /* this iteration's unit */
+    int lt = (int)((u0 + ST - 1) / S), ls = (int)((u0 + ST - 1) % S); /* the unit requested this iteration */
+    const int8_t *lw = wsrc(lt, ls);
+    for (int i = 0; i < nu; i++) {
         asm volatile("cp.async.wait_group %0;" ::"n"(ST - 2) : "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* cp.async writes -> the MMA's reads */
         __syncthreads();
         {
             const int sn = slot == 0 ? ST - 1 : slot - 1; /* = (slot + ST - 1) % ST: the stage done last iteration */
-            if (u + ST - 1 < u1) load_w(u + ST - 1, sn), load_x(u + ST - 1, sn);
+            if (i + ST - 1 < nu) {
+                load_w(lw, n - lt * BN, sn), load_x(ls, sn);
+                if (++ls == S) ls = 0, lt++, lw = wsrc(lt, 0);
+                else lw += 128;
+            }
             g3c_cp_commit();
         }
         const uint8_t *base = sm + slot * SB;
@@ -204,9 +248,8 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
 #pragma unroll
             for (int r = 0; r < NR; r++) acc[t][r] = fmaf((r & 2) ? d1 : d0, wg_acc<F8>::f(ai[t][r]), acc[t][r]);
         }
-        const int tile = (int)(u / S), st = (int)(u % S);
         /* the tile (or this block's share of it) is done: add into y (BR: the block's last share after the loop) */
-        if ((!BR && u + 1 == u1) || (st + 1 == S && !(BR && u + 1 == u1))) {
+        if ((!BR && i + 1 == nu) || (st + 1 == S && !(BR && i + 1 == nu))) {
             const int ch0 = tile * BN + chg * BNW + 2 * (lane & 3);
 #pragma unroll
             for (int j = 0; j < NR / 4; j++) {
@@ -236,6 +279,7 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
                 for (int r = 0; r < NR; r++) acc[t][r] = 0.f;
         }
         slot = slot + 1 == ST ? 0 : slot + 1;
+        if (++st == S) st = 0, tile++;
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     if constexpr (BR) { /* the last share: staged in the (now idle) ring as [token][channel] rows, then one bulk
@@ -247,10 +291,10 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
         static_assert(!(F8 && MA == 1 && MT == 1), "stacked lo rows add into the same token: atomics only");
         if (u1 > u0) { /* block-uniform */
             __syncthreads(); /* every warpgroup's MMAs have read their last stage */
-            const int tile = (int)((u1 - 1) / S), cr0 = chg * BNW + 2 * (lane & 3);
+            const int tl = (int)((u1 - 1) / S), cr0 = chg * BNW + 2 * (lane & 3);
 #pragma unroll
             for (int j = 0; j < NR / 4; j++) {
-                const int cr = cr0 + 8 * j, ch = tile * BN + cr;
+                const int cr = cr0 + 8 * j, ch = tl * BN + cr;
                 if (ch >= n) continue;
                 const float s0 = ch_scale(ch), s1 = ch_scale(ch + 1);
 #pragma unroll
@@ -265,10 +309,10 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
             }
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* st.shared -> the bulk copy's reads */
             __syncthreads();
-            const int bytes = 4 * min(BN, n - tile * BN);
+            const int bytes = 4 * min(BN, n - tl * BN);
             for (int r = tid; r < m && r < TOKS; r += NT)
                 asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
-                                 y + (size_t)r * n + (size_t)tile * BN),
+                                 y + (size_t)r * n + (size_t)tl * BN),
                              "r"((unsigned)__cvta_generic_to_shared(sm + r * RS)), "r"(bytes)
                              : "memory");
             asm volatile("cp.async.bulk.commit_group;" ::: "memory");
