@@ -75,9 +75,11 @@ static __device__ __forceinline__ void g3c_rowgroup_out(float (&acc)[R][M], cons
     }
 }
 
-/* exact int -> float for |v| < 2^22 with two full-rate ops (I2F is a quarter-rate pipe): the int32 sums of the int8
- * tensor-core kernels (tc_q8.cu, tc_wg.cu) */
-static __device__ __forceinline__ float g3c_i2f_exact(int v) { return __int_as_float(v + 0x4B400000) - 12582912.f; }
+/* int32 -> float of the int8 tensor-core kernels' sums (tc_q8.cu, tc_wg.cu, tc_wg4.cu; |v| < 2^22, so exact): one
+ * I2FP (sm_90). The magic-number add and subtraction used before (two instructions, on the belief that conversions
+ * were a quarter-rate pipe) lost 0.3-3% (H200 session 26 run 03, A/B/A/B, tok/s: 27B int8 64 / 128 seqs 5498-5518 /
+ * 6320-6340 against 5424-5434 / 6173-6176, int4 64 seqs 4753-4762 against 4684, 4B int8 +1-3%). */
+static __device__ __forceinline__ float g3c_i2f_exact(int v) { return __int2float_rn(v); }
 
 /* streamed weights: no L1 allocation (activations and scales keep L1), 256-byte L2 prefetch */
 static __device__ __forceinline__ uint4 g3c_ld_stream(const uint4 *p) {

@@ -21,7 +21,7 @@
  *    y += s_g d_x acc (+ z_g d_x sum(q_x) for int4), int8 per channel: y += d_x acc, the channel scale at the end.
  *    ~4 float ops per 4 k32 mma per output element: ~3.5 instructions per bf16-mma-equivalent instead of 12.8.
  *  - weights stream through cp.async into a ring of 3 stages per warp (two stages in flight: ~64 KB per SM);
- *  - int32 -> float by a magic-number add (two full-rate ops; I2F is a quarter-rate pipe).
+ *  - int32 -> float by one I2FP (g3c_i2f_exact).
  * ncu (first version, quantizing in the loop): 35e6 instructions, 0.39 issued per cycle and scheduler (2 warps each:
  * 238 registers), stalls mostly on fixed-latency dependencies. $G3_CUDA_TQOCC=2 takes a variant with one tile per
  * warp and registers capped at 128 (two blocks, 4 warps per scheduler; small spills at int4 NT >= 4), the default
