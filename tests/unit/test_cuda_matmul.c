@@ -780,6 +780,14 @@ static void test_qgemv(void **state) {
         run_qgemv(G3_DTYPE_F32, "int4", 45, 6912, 1, 0);
         run_qgemv(G3_DTYPE_F32, "int4", 9001, 2048, 1, 0);
         run_qgemv(G3_DTYPE_F32, "int4", 37, 1152, 1, 0);
+        /* per-channel int8 and fp8 through the ring at one row: 4096 (the 27B o product's 256 chunks, the last of its
+         * three steps of 3 a third idle), 10240 (the 4B down product's K-slices of 320) */
+        run_qgemv(G3_DTYPE_F32, "int8", 45, 4096, 1, 0);
+        run_qgemv(G3_DTYPE_F32, "int8", 45, 10240, 1, 0);
+        if (pass != 2 && pass != 3) {
+            run_qgemv(G3_DTYPE_F32, "fp8", 45, 4096, 1, 0);
+            run_qgemv(G3_DTYPE_F32, "fp8", 45, 10240, 1, 0);
+        }
         run_qgemv(G3_DTYPE_F32, "int8", 130, 512, 2, 1);  /* GeGLU fused (gate, up pairs) */
         run_qgemv(G3_DTYPE_F32, "int8", 130, 512, 1, 1);
         run_qgemv(G3_DTYPE_F32, "int4", 132, 5376, 5, 1);
