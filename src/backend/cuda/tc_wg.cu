@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
     const long long u0 = L * blockIdx.x / gridDim.x, u1 = L * (blockIdx.x + 1) / gridDim.x;
     const int8_t *W = (const int8_t *)w.q;
     /* The copies of a unit, with addresses kept from unit to unit (the form before rebuilt every copy's address from
-     * the unit index: a 64-bit division and ~250 instructions a unit and warp of 600, sm_90a SASS). Thread tid copies
+     * the unit index: a 64-bit division and ~250 of ~640 instructions a unit and warp, sm_90a SASS). Thread tid copies
      * chunk c = tid % 8 of rows r0 + j NT/8 (weights) and r0 + i NT/8 (activations), r0 = tid / 8: their swizzled
      * places in a stage are one offset apart (NT/8 is a multiple of 8, so r & 7 is r0 & 7 for every row). */
     constexpr int WJ = BN * 8 / NT, XI = BM * 8 / NT; /* copies of weights / activations a thread and stage */
