@@ -24,27 +24,27 @@
  * tokens x BN channels per tile: 64 x 128 (m64n128k32) up to 64 rows, 128 x 64 (two m64n64k32 per k step on the
  * same weights) beyond.
  *
- * Shared memory: a ring of ST stages, each the weight tile [BN rows][128 B] then the activation tile [BM][128 B],
- * in the 128-byte swizzle wgmma expects (16-byte chunk c of row r at chunk c ^ (r & 7), tiles 1024-byte aligned;
- * descriptor: stride 1024 B between 8-row groups, K advanced by adding 32 B to the start address), plus the
- * tokens' d per stage and the channel scales of the block's first two tiles (read at the start). Copies by cp.async
- * from all threads, ST - 1 stages in flight (the weights of the first stages are requested before the
- * programmatic-launch wait: they do not depend on the previous kernel), their addresses kept from unit to unit: the
- * form before rebuilt each copy's address from the unit index (a 64-bit division, ~250 of ~640 instructions a unit
- * and warp; now ~375), and the kernel is bound by its instruction issue (Nsight Compute, session 25 run 04: the 64-row
- * gate/up product 1.42x slower at the profiler's 1.31 GHz clock than in the forward, issue slots 51% busy with 2.9
- * warps a scheduler). H200 session 26 run 01, A/B/A/B, aggregate decode tok/s against the addresses rebuilt: 27B int8
- * 64 / 128 / 256 seqs 5470 / 6285-6301 / 5948-5951 against 5300-5305 / 5761-5773 / 5340-5346, fp8 32 / 64 / 128 / 256
- * 2733-2737 / 4725-4732 / 5145-5162 / 5188-5189 against 2464-2465 / 4062-4111 / 4184-4186 / 4231-4235; 4B int8 +6-7%,
- * fp8 +13-16%, 1B +1-7%; alone (g3wg_bench, 64 rows) qkv / gate/up / down 16.2 / 67.0 / 34.2 against 18.6 / 67.7 /
- * 36.2 us. Rows >= m of the activation tiles are zeroed once and never loaded. Work: a block takes an equal contiguous range of the
- * (channel tile, stage) units, so small matrices split K across blocks (stream-K, atomic adds). The block's last
- * share (BR, $G3_CUDA_WGBR=0: off) is written into the idle ring as [token][channel] rows and added into y by one
- * bulk reduction per row (cp.reduce.async.bulk .add.f32) instead of 8-byte atomics from every thread; shares that
- * end mid-kernel keep the atomics (the ring is busy then). Measured on the H200 (session 19 run 01, 27B, 64 rows):
- * alone (g3wg_bench) qkv / o / gate/up / down 18.6 / 12.3 / 67.4 / 36.3 us against 19.4 / 13.0 / 68.1 / 37.0; in the
- * replayed step (CUPTI) the o product 1 us faster, the others the same, a layer 185.4 against 186.3 us; aggregate
- * decode within noise at 27B (int8 64 seqs 5247 / 5226 against 5221 / 5220), +1-2% at 4B / 1B int8 128-256 seqs.
+ * Shared memory: a ring of ST stages, each the weight tile [BN rows][128 B] then the activation tile [BM][128 B], in
+ * the 128-byte swizzle wgmma expects (16-byte chunk c of row r at chunk c ^ (r & 7), tiles 1024-byte aligned;
+ * descriptor: stride 1024 B between 8-row groups, K advanced by adding 32 B to the start address), plus the tokens' d
+ * per stage and the channel scales of the block's first two tiles (read at the start). Copies by cp.async from all
+ * threads, ST - 1 stages in flight (the weights of the first stages are requested before the programmatic-launch wait:
+ * they do not depend on the previous kernel), their addresses kept from unit to unit: the form before rebuilt each
+ * copy's address from the unit index (a 64-bit division, ~250 of ~640 instructions a unit and warp; now ~375), and the
+ * kernel is bound by its instruction issue (Nsight Compute, session 25 run 04: the 64-row gate/up product 1.42x slower
+ * at the profiler's 1.31 GHz clock than in the forward, issue slots 51% busy with 2.9 warps a scheduler). H200 session
+ * 26 run 01, A/B/A/B, aggregate decode tok/s against the addresses rebuilt: 27B int8 64 / 128 / 256 seqs 5470 /
+ * 6285-6301 / 5948-5951 against 5300-5305 / 5761-5773 / 5340-5346, fp8 32 / 64 / 128 / 256 2733-2737 / 4725-4732 /
+ * 5145-5162 / 5188-5189 against 2464-2465 / 4062-4111 / 4184-4186 / 4231-4235; 4B int8 +6-7%, fp8 +13-16%, 1B +1-7%;
+ * alone (g3wg_bench, 64 rows) qkv / gate/up / down 16.2 / 67.0 / 34.2 against 18.6 / 67.7 / 36.2 us. Rows >= m of the
+ * activation tiles are zeroed once and never loaded. Work: a block takes an equal contiguous range of the (channel
+ * tile, stage) units, so small matrices split K across blocks (stream-K, atomic adds). The block's last share (BR,
+ * $G3_CUDA_WGBR=0: off) is written into the idle ring as [token][channel] rows and added into y by one bulk reduction
+ * per row (cp.reduce.async.bulk .add.f32) instead of 8-byte atomics from every thread; shares that end mid-kernel keep
+ * the atomics (the ring is busy then). Measured on the H200 (session 19 run 01, 27B, 64 rows): alone (g3wg_bench) qkv /
+ * o / gate/up / down 18.6 / 12.3 / 67.4 / 36.3 us against 19.4 / 13.0 / 68.1 / 37.0; in the replayed step (CUPTI) the o
+ * product 1 us faster, the others the same, a layer 185.4 against 186.3 us; aggregate decode within noise at 27B (int8
+ * 64 seqs 5247 / 5226 against 5221 / 5220), +1-2% at 4B / 1B int8 128-256 seqs.
  *
  * fp8 (F8; g3c_tq_mm from 33 rows, g3c_tq_mm_pre when the producers wrote the parts): the weights are e4m3 bytes in
  * the int8 layout, so tiles, swizzle and copies are the same; the activations come as two e4m3 parts per value, hi =
@@ -128,10 +128,9 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
     const int n = w.n, K = w.k, nb = K / 128;
     const long long u0 = L * blockIdx.x / gridDim.x, u1 = L * (blockIdx.x + 1) / gridDim.x;
     const int8_t *W = (const int8_t *)w.q;
-    /* The copies of a unit, with addresses kept from unit to unit (the form before rebuilt every copy's address from
-     * the unit index: a 64-bit division and ~250 of ~640 instructions a unit and warp, sm_90a SASS). Thread tid copies
-     * chunk c = tid % 8 of rows r0 + j NT/8 (weights) and r0 + i NT/8 (activations), r0 = tid / 8: their swizzled
-     * places in a stage are one offset apart (NT/8 is a multiple of 8, so r & 7 is r0 & 7 for every row). */
+    /* The copies of a unit (addresses kept from unit to unit: the header comment). Thread tid copies chunk c = tid % 8
+     * of rows r0 + j NT/8 (weights) and r0 + i NT/8 (activations), r0 = tid / 8: their swizzled places in a stage are
+     * one offset apart (NT/8 is a multiple of 8, so r & 7 is r0 & 7 for every row). */
     constexpr int WJ = BN * 8 / NT, XI = BM * 8 / NT; /* copies of weights / activations a thread and stage */
     const int c16 = (tid & 7) * 16, r0 = tid >> 3;
     const int so = r0 * 128 + ((c16 ^ ((r0 & 7) << 4))); /* chunk c of row r0 in a tile */
