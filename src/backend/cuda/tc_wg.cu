@@ -186,20 +186,33 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
      * into y does not wait for global loads behind the weight streams of every other block (measured with
      * dev/cuda/wg_bench.cu, 27B at 64 rows, session 8, x0 -> x6: gate/up 79.5 -> 73.4 us, down 47.7 -> 40.5) */
     const int tf = (int)(u0 / S), sc_ok = u1 > u0 && (int)((u1 - 1) / S) - tf < 2;
+    /* by cp.async, in the first unit's group (landed long before any tile ends): a plain load stored to shared memory
+     * held every thread at its store for a memory round trip before the first weight copies were issued (sm_90a
+     * SASS: LDG, STS, then the first LDGSTS). H200 session 27 run 01, A/B/A/B, tok/s: 27B int8 64 / 128 / 256 seqs
+     * 5553-5541 / 6488-6502 / 6330-6315 against 5529-5539 / 6474-6468 / 6267-6264, fp8 64 seqs 4819-4823 against
+     * 4762-4769, 4B int8 64 / 256 seqs 19230 / 27130 against 18910 / 26797 */
     if (sc_ok)
-        for (int i = tid; i < 2 * BN; i += NT) scs[i] = tf * BN + i < n ? __ldg(w.s + tf * BN + i) : 0.f;
+        for (int i = tid; i < 2 * BN; i += NT) {
+            if (tf * BN + i < n) wg_cp4(scs + i, w.s + tf * BN + i);
+            else scs[i] = 0.f;
+        }
     auto ch_scale = [&](int c) { return c < n ? (sc_ok ? scs[c - tf * BN] : __ldg(w.s + c)) : 0.f; }; /* c's scale */
     const int nu = (int)(u1 - u0); /* this block's units */
+    int slot = 0, tile = (int)(u0 / S), st = (int)(u0 % S); /* the unit computed */
+    /* the unit requested next: one cursor, which the ring start's loaders advance whether or not they copy
+     * (wg_ring_start's contract) and the loop continues from unit u0 + ST - 1 */
+    int lt = tile, ls = st, xs = st;
+    const int8_t *lw = wsrc(lt, ls);
     wg_ring_start<ST>(
-        nu < ST ? nu : ST,
+        nu,
         [&](int i, bool on) {
-            if (on) {
-                const int t = (int)((u0 + i) / S), st = (int)((u0 + i) % S);
-                load_w(wsrc(t, st), n - t * BN, i);
-            }
+            if (on) load_w(lw, n - lt * BN, i);
+            if (++ls == S) ls = 0, lt++, lw = wsrc(lt, 0);
+            else lw += 128;
         },
         [&](int i, bool on) {
-            if (on) load_x((int)((u0 + i) % S), i);
+            if (on) load_x(xs, i);
+            if (++xs == S) xs = 0;
         });
     /* unit u0 + i has landed once group ST - 1 + i has: at the top of iteration i, 2 (ST - 1) + i groups exist */
     const int tr = 16 * wq + (lane >> 2); /* this thread's tokens in each m64 tile: tr, tr + 8 */
@@ -209,9 +222,6 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
     for (int t = 0; t < MA; t++)
 #pragma unroll
         for (int r = 0; r < NR; r++) acc[t][r] = 0.f, ai[t][r] = 0;
-    int slot = 0, tile = (int)(u0 / S), st = (int)(u0 % S); /* this iteration's unit */
-    int lt = (int)((u0 + ST - 1) / S), ls = (int)((u0 + ST - 1) % S); /* the unit requested this iteration */
-    const int8_t *lw = wsrc(lt, ls);
     for (int i = 0; i < nu; i++) {
         asm volatile("cp.async.wait_group %0;" ::"n"(ST - 2) : "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* cp.async writes -> the MMA's reads */
