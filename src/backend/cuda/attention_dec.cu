@@ -12,9 +12,9 @@
  * SASS 1577 -> 769 instructions at 27B's shape; H200 session 27 run 02, A/B/A/B against the full shuffle sums of
  * every score in every lane: 27B int8 64 / 128 seqs 5612-5641 / 6559-6578 against 5557-5595 / 6492-6502 tok/s, 1B
  * int8 64 seqs 35724-35829 against 32434-32710, one row 1151-1159 against 1115-1124, 4B the same; CUPTI at 27B, 64
- * rows: 17.3 against 18.6 us a layer) and updates its float32 online softmax. The 4 warps merge in shared memory (one barrier), the C blocks through distributed shared memory
- * (cluster barriers), and the threads of the cluster normalize and write o and its bf16 copy. No counters, no
- * partials in global memory, one launch.
+ * rows: 17.3 against 18.6 us a layer) and updates its float32 online softmax. The 4 warps merge in shared memory
+ * (one barrier), the C blocks through distributed shared memory (cluster barriers), and the threads of the cluster
+ * normalize and write o and its bf16 copy. No counters, no partials in global memory, one launch.
  *
  * Rows are read from device memory (position, sequence, block table), so graphs replay it; padding rows (useq < 0)
  * write zeros. Cache layout as in attention.cu; float32 or bf16 elements (a.kv16). */
@@ -52,7 +52,9 @@ template <int EPL, int MODE = A2_NC> __device__ __forceinline__ void a2_ld(float
  * address, which puts the array in local memory) */
 __device__ __forceinline__ float a2_sel(bool p, float a, float b) {
     float r;
-    asm("{\n.reg .pred q;\nsetp.ne.u32 q, %1, 0;\nselp.f32 %0, %2, %3, q;\n}" : "=f"(r) : "r"((unsigned)p), "f"(a), "f"(b));
+    asm("{\n.reg .pred q;\nsetp.ne.u32 q, %1, 0;\nselp.f32 %0, %2, %3, q;\n}"
+        : "=f"(r)
+        : "r"((unsigned)p), "f"(a), "f"(b));
     return r;
 }
 
