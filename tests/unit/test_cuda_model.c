@@ -520,6 +520,63 @@ static void test_kv16_random(void **state) {
     }
 }
 
+/* Decode steps of 12 and 40 sequences (16- and 48-row graphs: the int8-core mma.sync kernel and the wgmma kernel) in
+ * which the decode attention writes o already quantized for the o product, against the same steps with the o product
+ * quantizing the attention's bf16 copy in a launch of its own ($G3_CUDA_ATTNTQ=0): the 270M shape (4 heads of 256: G D
+ * = 1024), 2 layers, random bf16 weights resident as int8 (12 and 40 sequences) and fp8 (40: its e4m3 hi + lo parts),
+ * 4 prompt tokens a sequence prefilled in one step.
+ * The two quantize the same values (float32 against their bf16 copies), so the logits agree to the int8 activations'
+ * noise, where a wrong block scale, row or byte order would make them unrelated; the runs must differ (identical
+ * logits: the switch did nothing). */
+static void test_attn_tq(void **state) {
+    (void)state;
+    enum { SMAX = 40, P = 4 };
+    int32_t prompt[SMAX * P];
+    g3_model *m = random_270m(17, 5, prompt, SMAX * P);
+    const int V = m->cfg.vocab;
+    g3_backend_cfg bc = {.max_seqs = SMAX, .max_rows = SMAX * P, .kv_block = 16, .max_blocks_per_seq = 1,
+                         .n_blocks_global = SMAX, .n_blocks_local = SMAX};
+    int32_t bt[SMAX], tok[SMAX * P], pos[SMAX * P], seq[SMAX * P], outr[SMAX];
+    for (int i = 0; i < SMAX; i++) bt[i] = i; /* sequence s: block s of each pool */
+    static const char *const quants[] = {"int8", "fp8"};
+    static const int seqs[] = {12, 40};
+    float *pre = malloc(sizeof(float) * SMAX * (size_t)V), *out[2];
+    out[0] = malloc(sizeof(float) * SMAX * (size_t)V), out[1] = malloc(sizeof(float) * SMAX * (size_t)V);
+    for (int qi = 0; qi < 2; qi++)
+        for (int si = qi; si < 2; si++) { /* fp8: from 33 rows (the e4m3 kernel takes this o product there) */
+            const int S = seqs[si];
+            setenv("G3_CUDA_QUANT", quants[qi], 1);
+            for (int v = 0; v < 2; v++) { /* 0: the attention quantizes o, 1: $G3_CUDA_ATTNTQ=0 */
+                if (v) setenv("G3_CUDA_ATTNTQ", "0", 1);
+                g3_backend *b = NULL;
+                g3_error err = {0};
+                if (g3_backend_cuda.create(m, &bc, &b, &err) != G3_OK) fail_msg("create: %s", err.msg);
+                for (int s = 0; s < S; s++) {
+                    for (int i = 0; i < P; i++)
+                        tok[s * P + i] = prompt[s * P + i], pos[s * P + i] = i, seq[s * P + i] = s;
+                    outr[s] = s * P + P - 1;
+                }
+                g3_batch pf = {.n_rows = S * P, .token = tok, .pos = pos, .seq = seq, .n_out = S, .out_rows = outr,
+                               .bt_global = bt, .bt_local = bt};
+                if (g3_backend_cuda.forward(b, &pf, pre, &err) != G3_OK) fail_msg("prefill: %s", err.msg);
+                for (int s = 0; s < S; s++) tok[s] = prompt[s * P + 1], pos[s] = P, seq[s] = s, outr[s] = s;
+                g3_batch dec = {.n_rows = S, .token = tok, .pos = pos, .seq = seq, .n_out = S, .out_rows = outr,
+                                .bt_global = bt, .bt_local = bt};
+                if (g3_backend_cuda.forward(b, &dec, out[v], &err) != G3_OK) fail_msg("decode: %s", err.msg);
+                g3_backend_cuda.destroy(b);
+                if (v) unsetenv("G3_CUDA_ATTNTQ");
+            }
+            unsetenv("G3_CUDA_QUANT");
+            const double d = tu_rel_err_rows(out[0], out[1], S, V);
+            printf("  270M shape, 2 layers, %s, a decode step of %d sequences: o quantized by the attention against "
+                   "its own launch: max relative logit difference %.2e\n", quants[qi], S, d);
+            assert_true(d < 2e-2);
+            assert_true(d > 0);
+        }
+    free(pre), free(out[0]), free(out[1]);
+    g3_model_free(m);
+}
+
 /* The decode graphs captured when the backend is prepared (the engine does it at create): before any step every
  * bucket up to the prepared row count holds a graph and larger ones none; a decode step of 3 sequences (the 4-row
  * graph, one padded row) replaying a prepared graph gives the logits of the same step on a backend that captures on
@@ -620,6 +677,7 @@ int main(void) {
         cmocka_unit_test(test_fp8_decode),
         cmocka_unit_test(test_kv16_random),
         cmocka_unit_test(test_warmup),
+        cmocka_unit_test(test_attn_tq),
         cmocka_unit_test(test_prepared_graphs),
         cmocka_unit_test(test_create_after_oom),
 #else

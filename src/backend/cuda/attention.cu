@@ -18,6 +18,7 @@
  * both): [n_layers_of_kind][2 (K, V)][NKV][kv_block][D]; a key at position p of sequence u
  * lives in physical block bt[u][kind][p / kv_block], slot p % kv_block. Sliding layers see keys p-W+1..p. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
 
@@ -436,10 +437,15 @@ static cudaError_t attention_any(const g3c_attn_args *a, const float *q, float *
     return cudaErrorInvalidValue;
 }
 
+int g3c_attn_tq_ok(const g3c_attn_args *a) { /* $G3_CUDA_ATTNTQ read at every call (once a layer when recording) */
+    const char *e = getenv("G3_CUDA_ATTNTQ");
+    return !(e && !strcmp(e, "0")) && g3c_attn2_enabled() && g3c_attn2_supported(a) && a->NH / a->NKV * a->D % 128 == 0;
+}
+
 cudaError_t g3c_attention(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt, float *o,
                           __nv_bfloat16 *oh, int split, cudaStream_t st) {
     if (g3c_attn2_enabled() && g3c_attn2_supported(a)) return g3c_attn2(a, q, o, oh, split, st); /* attention_dec.cu */
-    if (a->kv16) return cudaErrorInvalidValue; /* the round-1 kernels read float32 caches only */
+    if (a->kv16 || a->tq_x) return cudaErrorInvalidValue; /* the round-1 kernels: float32 caches, o in float32 only */
     return attention_any<false>(a, q, part, cnt, o, oh, split, NULL, 0, NULL, NULL, st);
 }
 
@@ -448,7 +454,7 @@ cudaError_t g3c_attention_fused(const g3c_attn_args *a, float *y, int ny, const 
     if (a->D > 256 || a->D % 2 || a->m > 64 || ny < 1) return cudaErrorInvalidValue;
     if (g3c_attn2_enabled() && g3c_attn2_supported(a)) /* attention_dec.cu */
         return g3c_attn2_fused(a, y, ny, qn, kn, o, oh, split, st);
-    if (a->kv16) return cudaErrorInvalidValue;
+    if (a->kv16 || a->tq_x) return cudaErrorInvalidValue;
     return attention_any<true>(a, NULL, part, cnt, o, oh, split, y, ny, qn, kn, st);
 }
 
@@ -482,9 +488,15 @@ extern "C" g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, i
     unsigned *dcnt = NULL;
     int32_t *dpar = NULL; /* hist pos [mh], hist useq [mh], pos [m], useq [m], bt [n_u][2][mbps] */
     g3c_attn_args a;
+    memset(&a, 0, sizeof a);
     cudaStream_t st = NULL;
     g3c_attn2_force(fused & 2 ? 0 : 1); /* bit 1: the round-1 attention kernel (separate launches) */
     g3c_attn2_force_w(fused & 4 ? 2 : 0); /* bit 2: the second kernel in 2-warp blocks */
+    const int tq = fused & 8, K = t->NH * D; /* bit 3: o quantized (tq_act.cuh, value order 0), dequantized into o */
+    int8_t *dxq = NULL;
+    float2 *dxd = NULL;
+    int8_t *hq = NULL;
+    float2 *hd = NULL;
     fused &= 1;
     AT_CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
     AT_CK(cudaMalloc((void **)&dy, (size_t)mx * NQKV * 4), "alloc");
@@ -524,6 +536,18 @@ extern "C" g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, i
         AT_CK(g3c_qkv_post(&a, dy, 1, dnorm, dnorm + D, dq, st), "qkv_post (history)");
     }
     a.rows.token = dpar + 2 * mh, a.rows.pos = dpar + 2 * mh, a.rows.useq = dpar + 2 * mh + m, a.m = m;
+    if (tq) {
+        if (K % 128) {
+            rc = g3c_fail(err, G3_ERR_ARG, "decode attention test: quantized o needs NH*D %% 128 == 0");
+            goto out;
+        }
+        AT_CK(cudaMalloc((void **)&dxq, (size_t)m * K), "alloc");
+        AT_CK(cudaMalloc((void **)&dxd, (size_t)m * (K / 128) * sizeof(float2)), "alloc");
+        AT_CK(cudaMemset(dxq, 0x7f, (size_t)m * K), "poison");
+        AT_CK(cudaMemset(dxd, 0xff, (size_t)m * (K / 128) * sizeof(float2)), "poison");
+        AT_CK(cudaDeviceSynchronize(), "poison");
+        a.tq_x = dxq, a.tq_d = dxd, a.tq_il = 0;
+    }
     for (int rep = 0; rep < 2; rep++) { /* twice, the second time over poisoned output: counters were reset */
         AT_CK(cudaMemcpyAsync(dy, qkv, (size_t)m * NQKV * 4, cudaMemcpyHostToDevice, st), "upload");
         AT_CK(cudaMemsetAsync(dout, 0xff, (size_t)m * t->NH * D * 4, st), "poison");
@@ -536,12 +560,31 @@ extern "C" g3_status g3_cuda_test_attention_decode(const g3_cuda_attn_test *t, i
         }
     }
     AT_CK(cudaStreamSynchronize(st), "run");
-    AT_CK(cudaMemcpy(o, dout, (size_t)m * t->NH * D * 4, cudaMemcpyDeviceToHost), "download");
+    if (tq) { /* o[i] = q[i] d of its block; the block's second number must be d * sum q */
+        hq = (int8_t *)malloc((size_t)m * K), hd = (float2 *)malloc((size_t)m * (K / 128) * sizeof(float2));
+        if (!hq || !hd) {
+            rc = g3c_fail(err, G3_ERR_NOMEM, "decode attention test: host buffers");
+            goto out;
+        }
+        AT_CK(cudaMemcpy(hq, dxq, (size_t)m * K, cudaMemcpyDeviceToHost), "download");
+        AT_CK(cudaMemcpy(hd, dxd, (size_t)m * (K / 128) * sizeof(float2), cudaMemcpyDeviceToHost), "download");
+        for (size_t b = 0; b < (size_t)m * (K / 128); b++) {
+            long sum = 0;
+            for (int i = 0; i < 128; i++) sum += hq[b * 128 + i], o[b * 128 + i] = hq[b * 128 + i] * hd[b].x;
+            if (!(fabsf(hd[b].y - hd[b].x * (float)sum) <= 1e-5f * (fabsf(hd[b].x * (float)sum) + 1e-6f))) {
+                rc = g3c_fail(err, G3_ERR_DEVICE, "decode attention test: block %zu: d * sum q %g, expected %g", b,
+                              (double)hd[b].y, (double)hd[b].x * sum);
+                goto out;
+            }
+        }
+    } else
+        AT_CK(cudaMemcpy(o, dout, (size_t)m * t->NH * D * 4, cudaMemcpyDeviceToHost), "download");
     if (y_after) AT_CK(cudaMemcpy(y_after, dy, (size_t)m * NQKV * 4, cudaMemcpyDeviceToHost), "download");
 out:
     g3c_attn2_force(-1), g3c_attn2_force_w(0);
     cudaFree(dy), cudaFree(dq), cudaFree(dpart), cudaFree(dout), cudaFree(pool), cudaFree(dnorm), cudaFree(dpar);
-    cudaFree(douth), cudaFree(dcnt);
+    cudaFree(douth), cudaFree(dcnt), cudaFree(dxq), cudaFree(dxd);
+    free(hq), free(hd);
     if (st) cudaStreamDestroy(st);
     return rc;
 }

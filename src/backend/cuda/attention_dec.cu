@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/tq_act.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -346,32 +347,58 @@ __global__ void __launch_bounds__(WPB * 32, WPB == 2 ? 8 : 1) k_attn2(g3c_attn_a
         }
     /* the cluster's threads share the G*D outputs; each merges the C block partials of its element */
     const size_t ob = (size_t)r * a.NH * D + (size_t)kh * GD;
-    for (int e = rank * WPB * 32 + threadIdx.x; e < GD; e += C * WPB * 32) {
-        const int g = e / D;
-        float mj[8], lj[8], aj[8], M = -INFINITY, out = 0.f, L = 0.f;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            mj[j] = -INFINITY, lj[j] = 0.f, aj[j] = 0.f;
-            if (j < C) {
-                const float *pm = C > 1 ? cluster.map_shared_rank(b_m, j) : b_m;
-                const float *pl = C > 1 ? cluster.map_shared_rank(b_l, j) : b_l;
-                const float *pa = C > 1 ? cluster.map_shared_rank(b_acc, j) : b_acc;
-                mj[j] = pm[g], lj[j] = pl[g], aj[j] = pa[e];
-            }
-            M = fmaxf(M, mj[j]);
-        }
-        if (M != -INFINITY)
+    if (GD % 128 == 0 && a.tq_x) { /* quantized for the o product: a warp merges a block of 128 values, 4 a lane */
+        for (int wb = rank * WPB + warp; wb < GD / 128; wb += C * WPB) { /* warp-uniform */
+            const int e0 = wb * 128 + 4 * lane, g = e0 / D;
+            float M = -INFINITY, L = 0.f, mj[8];
+            float4 out = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                const float f = mj[j] == -INFINITY ? 0.f : expf(mj[j] - M);
-                out += f * aj[j], L += f * lj[j];
+                mj[j] = -INFINITY;
+                if (j < C) mj[j] = (C > 1 ? cluster.map_shared_rank(b_m, j) : b_m)[g];
+                M = fmaxf(M, mj[j]);
             }
-        const float v = L > 0.f ? out / L : 0.f;
-        const size_t idx = ob + e;
-        o[idx] = v;
-        const __nv_bfloat16 hv = __float2bfloat16_rn(v);
-        oh[idx] = hv;
-        if (split) oh[(size_t)a.m * a.NH * D + idx] = __float2bfloat16_rn(v - __bfloat162float(hv));
+            if (M != -INFINITY)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (j < C && mj[j] != -INFINITY) {
+                        const float f = expf(mj[j] - M);
+                        const float4 aj = *(const float4 *)((C > 1 ? cluster.map_shared_rank(b_acc, j) : b_acc) + e0);
+                        out.x += f * aj.x, out.y += f * aj.y, out.z += f * aj.z, out.w += f * aj.w;
+                        L += f * (C > 1 ? cluster.map_shared_rank(b_l, j) : b_l)[g];
+                    }
+            const float il = L > 0.f ? 1.f / L : 0.f;
+            out.x *= il, out.y *= il, out.z *= il, out.w *= il;
+            g3c_tq_quant4(out, true, a.tq_x, ob + (size_t)wb * 128, a.tq_d + ob / 128 + wb, a.tq_il, a.NH * D);
+        }
+    } else {
+        for (int e = rank * WPB * 32 + threadIdx.x; e < GD; e += C * WPB * 32) {
+            const int g = e / D;
+            float mj[8], lj[8], aj[8], M = -INFINITY, out = 0.f, L = 0.f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                mj[j] = -INFINITY, lj[j] = 0.f, aj[j] = 0.f;
+                if (j < C) {
+                    const float *pm = C > 1 ? cluster.map_shared_rank(b_m, j) : b_m;
+                    const float *pl = C > 1 ? cluster.map_shared_rank(b_l, j) : b_l;
+                    const float *pa = C > 1 ? cluster.map_shared_rank(b_acc, j) : b_acc;
+                    mj[j] = pm[g], lj[j] = pl[g], aj[j] = pa[e];
+                }
+                M = fmaxf(M, mj[j]);
+            }
+            if (M != -INFINITY)
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    const float f = mj[j] == -INFINITY ? 0.f : expf(mj[j] - M);
+                    out += f * aj[j], L += f * lj[j];
+                }
+            const float v = L > 0.f ? out / L : 0.f;
+            const size_t idx = ob + e;
+            o[idx] = v;
+            const __nv_bfloat16 hv = __float2bfloat16_rn(v);
+            oh[idx] = hv;
+            if (split) oh[(size_t)a.m * a.NH * D + idx] = __float2bfloat16_rn(v - __bfloat162float(hv));
+        }
     }
     if (C > 1) cluster.sync(); /* no block leaves while another may still read its shared memory */
 }
@@ -522,7 +549,7 @@ static cudaError_t a2_launch_d(const g3c_attn_args *a, const float *q, float *o,
 
 static cudaError_t a2_any(const g3c_attn_args *a, const float *q, float *o, __nv_bfloat16 *oh, int split,
                           const a2_fu &f, cudaStream_t st) {
-    if (!g3c_attn2_supported(a)) return cudaErrorInvalidValue;
+    if (!g3c_attn2_supported(a) || (a->tq_x && a->NH / a->NKV * a->D % 128)) return cudaErrorInvalidValue;
     int W = 4;
     const int C = g3c_attn2_cluster(a->m, a->NKV, &W);
     if (a->D == 64) return a2_launch_d<2>(a, q, o, oh, split, C, W, f, st);

@@ -44,15 +44,47 @@ __global__ void k_fa_plan(const int32_t *useq, int m, int tq, int32_t *fa_useq) 
 
 /* ---- QK-norm + RoPE + cache write, many rows ---------------------------------------------------------------- */
 /* A warp per (row, head) of q, k or v, 8 per block; every slice of the head is loaded before any is zeroed. T: pairs
- * (i, i + D/2) per lane, i = lane + 32t. Same arithmetic as k_qkv_post (attention.cu). */
+ * (i, i + D/2) per lane, i = lane + 32t. Same arithmetic as k_qkv_post (attention.cu). What does not depend on the
+ * kernel before (the row's position, sequence and cache slot: uploaded before the step; the norm weights and the
+ * rotation's cosines and sines) is read and computed before the programmatic-dependent-launch wait, so that after it
+ * only the loads of y stand between the product and the writes (they were three dependent round trips after it). */
 template <int T, typename KT>
 __global__ void __launch_bounds__(256) k_qkv_rows(g3c_attn_args a, float *y, int ny, const float *qn,
                                                   const float *kn, float *qout, int flags) {
-    g3c_pdl_wait();
     const int lane = threadIdx.x & 31, D = a.D, half = D / 2, NHT = a.NH + 2 * a.NKV;
     const int unit = blockIdx.x * 8 + (threadIdx.x >> 5);
-    if (unit >= a.m * NHT) return;
-    const int r = unit / NHT, hh = unit - r * NHT;
+    const bool live = unit < a.m * NHT;
+    const int r = live ? unit / NHT : 0, hh = unit - r * NHT;
+    const int u = live ? a.rows.useq[r] : -1, p = live ? a.rows.pos[r] : 0;
+    const bool isv = hh >= a.NH + a.NKV;
+    float *dst = NULL;
+    KT *kd = NULL; /* the cache row (k, v) */
+    bool put = !(hh >= a.NH); /* q: always written; k / v: where the row has a cache slot */
+    if (live && hh >= a.NH && u >= 0) {
+        const int h = hh - a.NH - isv * a.NKV;
+        const int blk = a.rows.bt[((size_t)u * 2 + a.kind) * a.rows.mbps + p / a.kv_block];
+        if (blk >= 0) {
+            const size_t off = (((size_t)blk * a.n_layers_kind + a.layer_in_kind) * 2 + isv) * a.NKV;
+            kd = (KT *)a.pool + ((off + h) * a.kv_block + p % a.kv_block) * D;
+            put = true;
+        }
+    } else if (live && hh < a.NH) {
+        dst = qout + (size_t)r * a.NH * D + (size_t)hh * D;
+    }
+    float w0[T], w1[T], cs[T], sn[T]; /* q / k: norm weights and rotation of pair t */
+    const float *nw = hh < a.NH ? qn : kn;
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        const int i = lane + 32 * t;
+        w0[t] = w1[t] = cs[t] = sn[t] = 0.f;
+        if (live && put && !isv && i < half) {
+            w0[t] = nw[i], w1[t] = nw[i + half];
+            const float ang = (float)p * a.inv_freq[i];
+            cs[t] = cosf(ang), sn[t] = sinf(ang);
+        }
+    }
+    g3c_pdl_wait();
+    if (!live) return;
     const size_t src = (size_t)r * NHT * D + (size_t)hh * D, sl = (size_t)a.m * NHT * D;
     float v0[T], v1[T];
 #pragma unroll
@@ -70,40 +102,26 @@ __global__ void __launch_bounds__(256) k_qkv_rows(g3c_attn_args a, float *y, int
         if (i < half && !(flags & G3C_KEEP_Y))
             for (int j = 0; j < ny; j++) y[j * sl + src + i] = 0.f, y[j * sl + src + i + half] = 0.f;
     }
-    const int u = a.rows.useq[r], p = a.rows.pos[r];
-    float *dst = NULL;
-    KT *kd = NULL; /* the cache row (k, v) */
-    if (hh >= a.NH) { /* k or v: into the cache */
-        if (u < 0) return;
-        const int kv = hh >= a.NH + a.NKV, h = hh - a.NH - kv * a.NKV;
-        const int blk = a.rows.bt[((size_t)u * 2 + a.kind) * a.rows.mbps + p / a.kv_block];
-        if (blk < 0) return;
-        const size_t off = (((size_t)blk * a.n_layers_kind + a.layer_in_kind) * 2 + kv) * a.NKV;
-        kd = (KT *)a.pool + ((off + h) * a.kv_block + p % a.kv_block) * D;
-        if (kv) {
+    if (!put) return; /* k / v of a padding row, or of a row without a cache slot */
+    if (isv) {
 #pragma unroll
-            for (int t = 0; t < T; t++) {
-                const int i = lane + 32 * t;
-                if (i < half) g3c_kv_put(kd + i, v0[t]), g3c_kv_put(kd + i + half, v1[t]);
-            }
-            return;
+        for (int t = 0; t < T; t++) {
+            const int i = lane + 32 * t;
+            if (i < half) g3c_kv_put(kd + i, v0[t]), g3c_kv_put(kd + i + half, v1[t]);
         }
-    } else {
-        dst = qout + (size_t)r * a.NH * D + (size_t)hh * D;
+        return;
     }
     float ss = 0.f;
 #pragma unroll
     for (int t = 0; t < T; t++) ss += v0[t] * v0[t] + v1[t] * v1[t];
     for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float inv = 1.f / sqrtf(ss / (float)D + a.eps);
-    const float *nw = hh < a.NH ? qn : kn;
 #pragma unroll
     for (int t = 0; t < T; t++) {
         const int i = lane + 32 * t;
         if (i < half) {
-            const float x0 = v0[t] * inv * nw[i], x1 = v1[t] * inv * nw[i + half];
-            const float ang = (float)p * a.inv_freq[i], c = cosf(ang), s = sinf(ang);
-            const float r0 = x0 * c - x1 * s, r1 = x1 * c + x0 * s;
+            const float x0 = v0[t] * inv * w0[t], x1 = v1[t] * inv * w1[t];
+            const float r0 = x0 * cs[t] - x1 * sn[t], r1 = x1 * cs[t] + x0 * sn[t];
             if (kd) g3c_kv_put(kd + i, r0), g3c_kv_put(kd + i + half, r1);
             else dst[i] = r0, dst[i + half] = r1;
         }
@@ -453,7 +471,7 @@ cudaError_t g3c_attention_prefill(const g3c_attn_args *a, const float *q, float 
                                   const int32_t *fa_useq, int all_flash, float *o, __nv_bfloat16 *oh, int split,
                                   cudaStream_t st) {
     const int G = a->NKV > 0 && a->NH % a->NKV == 0 ? a->NH / a->NKV : 0;
-    if ((G != 1 && G != 2 && G != 4 && G != 8) || a->D > 256 || a->D % 2) return cudaErrorInvalidValue;
+    if ((G != 1 && G != 2 && G != 4 && G != 8) || a->D > 256 || a->D % 2 || a->tq_x) return cudaErrorInvalidValue;
     if (!all_flash) { /* the decode kernel takes the other rows; flash rows read as padding (zeros) */
         g3c_attn_args d = *a;
         d.rows.useq = fa_useq;

@@ -317,7 +317,7 @@ cudaError_t g3c_geglu(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *a
  * product slices as they are (the next writer of y overwrites them: cuBLAS, beta = 0; the forward clears y after its
  * last layer), G3C_NO_F32 skips the float32 output (xn, a) when only its bf16 copies are read. $G3_CUDA_NOZERO=0: the
  * forward passes no flags. */
-enum { G3C_KEEP_Y = 1, G3C_NO_F32 = 2 };
+enum { G3C_KEEP_Y = 1, G3C_NO_F32 = 2, G3C_GELU_TANHF = 4 /* k_geglu4: gelu_tanh_ref ($G3_CUDA_GELU) */ };
 int g3c_nozero_enabled(void);
 cudaError_t g3c_add_norm_f(float *x, float *y, int ny, const float *w1, const float *w2, float eps, int m, int H,
                            float *xn, __nv_bfloat16 *xh, int split, int flags, cudaStream_t st);
@@ -353,6 +353,12 @@ struct g3c_attn_args {
     int kv16;         /* 1: the cache holds bf16 K/V (g3c_kv_ld / g3c_kv_st) */
     int n_splits;     /* blocks per (row, kv head), <= 64 */
     int min_keys;     /* fewest keys a split takes (fewer splits are used for short contexts) */
+    /* optional (NULL: none; g3c_attn_tq_ok says where taken): o quantized for the o product by the decode attention
+     * (tq_act.cuh: [m][NH*D] int8 in value order tq_il, (d, d * sum q) [m][NH*D/128]) instead of o and its bf16
+     * copies, which are then not written */
+    int8_t *tq_x;
+    float2 *tq_d;
+    int tq_il;
 };
 /* K/V cache elements: bf16 (the default where the kernels take it: g3c_kv16_for) or float32 ($G3_CUDA_KV=f32,
  * `--kv-cache f32`): N consecutive values of a cache row as floats, and back (N = 1, 2, 4, 8; p aligned to N
@@ -440,6 +446,9 @@ cudaError_t g3c_qkv_post(const g3c_attn_args *a, float *y, int ny, const float *
 cudaError_t g3c_attention(const g3c_attn_args *a, const float *q, float *part, unsigned *cnt, float *o,
                           __nv_bfloat16 *oh, int split, cudaStream_t st);
 size_t g3c_attn_part_floats(int rows_x_splits, int NH, int D);
+/* 1 where g3c_attention / g3c_attention_fused take a.tq_x (the decode kernel of attention_dec.cu, G*D % 128 == 0;
+ * not for prefill steps); $G3_CUDA_ATTNTQ=0: never (the o product quantizes its input itself, as before) */
+int g3c_attn_tq_ok(const g3c_attn_args *a);
 
 /* ---- many rows and prefill (kernels.cu, attention_prefill.cu) ------------------------------------------------- */
 #define G3C_ROWK_MIN 16 /* rows from which the many-row variants of the row-wise kernels are used */

@@ -107,6 +107,12 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
         a.eps = c->rms_eps, a.inv_freq = b->inv_freq + L->kind * (D / 2), a.pool = b->pool[L->kind];
         a.kv16 = b->kv16;
         a.n_splits = g3cb_n_splits(b, m), a.min_keys = b->attn_min_keys;
+        a.tq_x = NULL, a.tq_d = NULL, a.tq_il = 0;
+        /* 9..64 rows: the decode attention also quantizes o for the o product (no quantization launch; o and its
+         * bf16 copies are not written) */
+        const int tq_o = tqp && !b->fa_step && c->n_heads * D <= (H > F ? H : F) && g3c_tq_taken(&L->o, m) &&
+                         g3c_attn_tq_ok(&a);
+        if (tq_o) a.tq_x = tq_x, a.tq_d = tq_d, a.tq_il = g3c_tq_order(&L->o, m);
         if (dfuse) { /* decode: one launch (attention.cu) */
             RUN(g3c_attention_fused(&a, yqkv, ny, L->q_norm, L->k_norm, b->part, b->acnt, b->o, b->oh, split, b->st));
             PROF("qk-norm + attention (fused)");
@@ -121,7 +127,12 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
             }
             PROF("attention");
         }
-        RUN(g3c_mm(&mc, &L->o, b->o, b->oh, m, pn ? yo : b->y, &ny, NULL, NULL, 0, &fused));
+        if (tq_o) {
+            RUN(g3c_tq_mm_pre(&L->o, tq_x, tq_d, m, b->y, b->n_sm, b->st));
+            ny = 1;
+        } else {
+            RUN(g3c_mm(&mc, &L->o, b->o, b->oh, m, pn ? yo : b->y, &ny, NULL, NULL, 0, &fused));
+        }
         PROF("o product");
         if (pn) { /* x + the o product -> x2, xn: GeGLU */
             g3c_qp_pre pq;

@@ -64,20 +64,26 @@ __global__ void __launch_bounds__(DN_T) k_add_norm_dec(float *x, float *y, int n
     const size_t sl4 = (size_t)m * H4, row4 = (size_t)r * H4;
     float4 *y4 = (float4 *)y + row4, *x4 = (float4 *)x + row4;
     float4 v[V4], xv[V4];
-    float ss = 0.f;
+    /* every load of the first slice and of x issued at once (a loop over the ny slices inside each e issued them a
+     * memory round trip apart: sm_90a SASS), the further slices after */
 #pragma unroll
     for (int e = 0; e < V4; e++) {
         const int i4 = threadIdx.x + DN_T * e;
         v[e] = xv[e] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (i4 < H4) {
-            for (int j = 0; j < ny; j++) {
+        if (i4 < H4) v[e] = y4[i4], xv[e] = x4[i4];
+    }
+    for (int j = 1; j < ny; j++)
+#pragma unroll
+        for (int e = 0; e < V4; e++) {
+            const int i4 = threadIdx.x + DN_T * e;
+            if (i4 < H4) {
                 const float4 t = y4[j * sl4 + i4];
                 v[e].x += t.x, v[e].y += t.y, v[e].z += t.z, v[e].w += t.w;
             }
-            xv[e] = x4[i4];
         }
-        ss += v[e].x * v[e].x + v[e].y * v[e].y + v[e].z * v[e].z + v[e].w * v[e].w;
-    }
+    float ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < V4; e++) ss += v[e].x * v[e].x + v[e].y * v[e].y + v[e].z * v[e].z + v[e].w * v[e].w;
 #pragma unroll
     for (int e = 0; e < V4; e++) { /* the product's output goes back to zero */
         const int i4 = threadIdx.x + DN_T * e;

@@ -20,8 +20,14 @@ static __device__ __forceinline__ void g3c_warp_argmax(float &v, int &i) {
     }
 }
 
-/* gelu(x), tanh approximation (GeGLU's gate) */
+/* gelu(x), tanh approximation (GeGLU's gate): 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715
+ * x^3), as one exponential and one fast division (exp(-2u) = inf for very negative x gives -0) instead of tanhf's
+ * polynomial and branches; the CPU kernels use the same form. gelu_tanh_ref: the tanhf form ($G3_CUDA_GELU=tanhf in
+ * the many-row GeGLU kernel, for comparison). */
 static __device__ __forceinline__ float gelu_tanh(float x) {
+    return __fdividef(x, 1.f + __expf(-1.5957691216057308f * fmaf(0.044715f * x, x * x, x)));
+}
+static __device__ __forceinline__ float gelu_tanh_ref(float x) {
     return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 

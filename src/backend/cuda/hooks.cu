@@ -241,6 +241,7 @@ extern "C" g3_status g3_cuda_test_attention(const g3_cuda_attn_test *t, const fl
     CKE(cudaMemcpy(dpar + 3 * m, bt, (size_t)n_u * 2 * t->mbps * 4, cudaMemcpyHostToDevice), "upload");
     {
         g3c_attn_args a;
+        memset(&a, 0, sizeof a);
         a.rows.token = dpar, a.rows.pos = dpar + m, a.rows.useq = dpar + 2 * m, a.rows.bt = dpar + 3 * m;
         a.rows.mbps = t->mbps;
         a.m = m, a.NH = t->NH, a.NKV = t->NKV, a.D = D, a.kind = t->kind, a.layer_in_kind = t->layer_in_kind;

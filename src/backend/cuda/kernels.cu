@@ -302,8 +302,10 @@ __global__ void __launch_bounds__(256) k_geglu4(float *y, int ny, int m, int F, 
             y4[j] = y4[j + 1] = make_float4(0.f, 0.f, 0.f, 0.f);
             if (ny > 1) y4[sl4 + j] = y4[sl4 + j + 1] = make_float4(0.f, 0.f, 0.f, 0.f);
         }
-        const float4 v = make_float4(gelu_tanh(p0.x) * p0.y, gelu_tanh(p0.z) * p0.w, gelu_tanh(p1.x) * p1.y,
-                                     gelu_tanh(p1.z) * p1.w);
+        const float4 v = flags & G3C_GELU_TANHF ? make_float4(gelu_tanh_ref(p0.x) * p0.y, gelu_tanh_ref(p0.z) * p0.w,
+                                                              gelu_tanh_ref(p1.x) * p1.y, gelu_tanh_ref(p1.z) * p1.w)
+                                                : make_float4(gelu_tanh(p0.x) * p0.y, gelu_tanh(p0.z) * p0.w,
+                                                              gelu_tanh(p1.x) * p1.y, gelu_tanh(p1.z) * p1.w);
         if (a && (!(flags & G3C_NO_F32) || !ah)) ((float4 *)a)[e] = v;
         if (ah) put_bf16x4(ah, split, (size_t)m * F, (size_t)4 * e, v);
         if (xq) g3c_tq_quant4(v, true, xq, (size_t)4 * (e & ~31), xd + (e >> 5), il, F); /* n4 % 32 == 0 */
@@ -393,8 +395,17 @@ cudaError_t g3c_add_norm_f(float *x, float *y, int ny, const float *w1, const fl
 cudaError_t g3c_geglu(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, cudaStream_t st) {
     return g3c_geglu_f(y, ny, m, F, a, ah, split, 0, st);
 }
+static int gelu_flag(void) { /* $G3_CUDA_GELU=tanhf: the many-row GeGLU kernel with tanhf (read once) */
+    static int f = -1;
+    if (f < 0) {
+        const char *e = getenv("G3_CUDA_GELU");
+        f = e && !strcmp(e, "tanhf") ? G3C_GELU_TANHF : 0;
+    }
+    return f;
+}
 cudaError_t g3c_geglu_f(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, int flags,
                         cudaStream_t st) {
+    flags |= gelu_flag();
     if (m >= G3C_ROWK_MIN && ny <= 2 && F % 4 == 0 && g3c_rowk_enabled())
         return g3c_launch(k_geglu4, dim3(grid4((size_t)m * F / 4)), dim3(256), 0, st, y, ny, m, F, a, ah, split,
                           flags, (int8_t *)NULL, (float2 *)NULL, 0);
@@ -403,8 +414,8 @@ cudaError_t g3c_geglu_f(float *y, int ny, int m, int F, float *a, __nv_bfloat16 
 cudaError_t g3c_geglu_tq(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, int8_t *xq,
                          float2 *xd, int il, cudaStream_t st) {
     if (F % 128 || ny > 2) return cudaErrorInvalidValue;
-    return g3c_launch(k_geglu4, dim3(grid4((size_t)m * F / 4)), dim3(256), 0, st, y, ny, m, F, a, ah, split, 0, xq, xd,
-                      il);
+    return g3c_launch(k_geglu4, dim3(grid4((size_t)m * F / 4)), dim3(256), 0, st, y, ny, m, F, a, ah, split,
+                      gelu_flag(), xq, xd, il);
 }
 cudaError_t g3c_to_bf16(const float *x, int m, int n, __nv_bfloat16 *xh, int split, cudaStream_t st) {
     if (m >= G3C_ROWK_MIN && n % 4 == 0 && g3c_rowk_enabled())

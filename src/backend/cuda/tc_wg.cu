@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
         }
     auto ch_scale = [&](int c) { return c < n ? (sc_ok ? scs[c - tf * BN] : __ldg(w.s + c)) : 0.f; }; /* c's scale */
     const int nu = (int)(u1 - u0); /* this block's units */
-    int slot = 0, tile = (int)(u0 / S), st = (int)(u0 % S); /* the unit computed */
+    int slot = 0, tile = tf, st = (int)(u0 - (long long)tf * S); /* the unit computed (one 64-bit division) */
     /* the unit requested next: one cursor, which the ring start's loaders advance whether or not they copy
      * (wg_ring_start's contract) and the loop continues from unit u0 + ST - 1 */
     int lt = tile, ls = st, xs = st;
