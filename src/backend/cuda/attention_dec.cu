@@ -14,7 +14,10 @@
  * int8 64 seqs 35724-35829 against 32434-32710, one row 1151-1159 against 1115-1124, 4B the same; CUPTI at 27B, 64
  * rows: 17.3 against 18.6 us a layer) and updates its float32 online softmax. The 4 warps merge in shared memory
  * (one barrier), the C blocks through distributed shared memory (cluster barriers), and the threads of the cluster
- * normalize and write o and its bf16 copy. No counters, no partials in global memory, one launch.
+ * normalize and write o and its bf16 copy, or (a.tq_x, 9..64-row steps whose o product takes int8 activations) each
+ * warp merges a block of 128 outputs, 4 a lane, and writes it quantized for that product (tq_act.cuh), so that the
+ * product needs no quantization launch (H200 session 28 run 01, 27B int8 64 seqs: 5802-5787 against 5672-5684 tok/s
+ * with $G3_CUDA_ATTNTQ=0). No counters, no partials in global memory, one launch.
  *
  * Rows are read from device memory (position, sequence, block table), so graphs replay it; padding rows (useq < 0)
  * write zeros. Cache layout as in attention.cu; float32 or bf16 elements (a.kv16). */
