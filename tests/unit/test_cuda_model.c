@@ -520,6 +520,27 @@ static void test_kv16_random(void **state) {
     }
 }
 
+/* S sequences of P prompt tokens (prompt[s * P + i]) prefilled in one step on b (logits of each last row to pre), then
+ * one decode step of the S sequences at position P (token prompt[s * P + 1]; logits to out); bt: the block tables. */
+static void prefill_decode(g3_backend *b, const int32_t *prompt, int S, int P, const int32_t *bt, float *pre,
+                           float *out) {
+    int32_t *tok = malloc(sizeof(int32_t) * S * P), *pos = malloc(sizeof(int32_t) * S * P);
+    int32_t *seq = malloc(sizeof(int32_t) * S * P), *outr = malloc(sizeof(int32_t) * S);
+    g3_error err = {0};
+    for (int s = 0; s < S; s++) {
+        for (int i = 0; i < P; i++) tok[s * P + i] = prompt[s * P + i], pos[s * P + i] = i, seq[s * P + i] = s;
+        outr[s] = s * P + P - 1;
+    }
+    g3_batch pf = {.n_rows = S * P, .token = tok, .pos = pos, .seq = seq, .n_out = S, .out_rows = outr,
+                   .bt_global = bt, .bt_local = bt};
+    if (g3_backend_cuda.forward(b, &pf, pre, &err) != G3_OK) fail_msg("prefill: %s", err.msg);
+    for (int s = 0; s < S; s++) tok[s] = prompt[s * P + 1], pos[s] = P, seq[s] = s, outr[s] = s;
+    g3_batch dec = {.n_rows = S, .token = tok, .pos = pos, .seq = seq, .n_out = S, .out_rows = outr,
+                    .bt_global = bt, .bt_local = bt};
+    if (g3_backend_cuda.forward(b, &dec, out, &err) != G3_OK) fail_msg("decode: %s", err.msg);
+    free(tok), free(pos), free(seq), free(outr);
+}
+
 /* Decode steps of 12 and 40 sequences (16- and 48-row graphs: the int8-core mma.sync kernel and the wgmma kernel) in
  * which the decode attention writes o already quantized for the o product, against the same steps with the o product
  * quantizing the attention's bf16 copy in a launch of its own ($G3_CUDA_ATTNTQ=0): the 270M shape (4 heads of 256: G D
@@ -536,7 +557,7 @@ static void test_attn_tq(void **state) {
     const int V = m->cfg.vocab;
     g3_backend_cfg bc = {.max_seqs = SMAX, .max_rows = SMAX * P, .kv_block = 16, .max_blocks_per_seq = 1,
                          .n_blocks_global = SMAX, .n_blocks_local = SMAX};
-    int32_t bt[SMAX], tok[SMAX * P], pos[SMAX * P], seq[SMAX * P], outr[SMAX];
+    int32_t bt[SMAX];
     for (int i = 0; i < SMAX; i++) bt[i] = i; /* sequence s: block s of each pool */
     static const char *const quants[] = {"int8", "fp8"};
     static const int seqs[] = {12, 40};
@@ -551,18 +572,7 @@ static void test_attn_tq(void **state) {
                 g3_backend *b = NULL;
                 g3_error err = {0};
                 if (g3_backend_cuda.create(m, &bc, &b, &err) != G3_OK) fail_msg("create: %s", err.msg);
-                for (int s = 0; s < S; s++) {
-                    for (int i = 0; i < P; i++)
-                        tok[s * P + i] = prompt[s * P + i], pos[s * P + i] = i, seq[s * P + i] = s;
-                    outr[s] = s * P + P - 1;
-                }
-                g3_batch pf = {.n_rows = S * P, .token = tok, .pos = pos, .seq = seq, .n_out = S, .out_rows = outr,
-                               .bt_global = bt, .bt_local = bt};
-                if (g3_backend_cuda.forward(b, &pf, pre, &err) != G3_OK) fail_msg("prefill: %s", err.msg);
-                for (int s = 0; s < S; s++) tok[s] = prompt[s * P + 1], pos[s] = P, seq[s] = s, outr[s] = s;
-                g3_batch dec = {.n_rows = S, .token = tok, .pos = pos, .seq = seq, .n_out = S, .out_rows = outr,
-                                .bt_global = bt, .bt_local = bt};
-                if (g3_backend_cuda.forward(b, &dec, out[v], &err) != G3_OK) fail_msg("decode: %s", err.msg);
+                prefill_decode(b, prompt, S, P, bt, pre, out[v]);
                 g3_backend_cuda.destroy(b);
                 if (v) unsetenv("G3_CUDA_ATTNTQ");
             }
@@ -591,7 +601,7 @@ static void test_prepared_graphs(void **state) {
     const int V = m->cfg.vocab;
     g3_backend_cfg bc = {.max_seqs = 4, .max_rows = 32, .kv_block = 16, .max_blocks_per_seq = 2,
                          .n_blocks_global = 8, .n_blocks_local = 8};
-    int32_t bt[8], tok[S * P], pos[S * P], seq[S * P], outr[S];
+    int32_t bt[8];
     for (int i = 0; i < 8; i++) bt[i] = i; /* sequence s: blocks 2s, 2s + 1 of each pool */
     float *pre = malloc(sizeof(float) * S * (size_t)V), *out[3];
     for (int v = 0; v < 3; v++) { /* 0: prepared, 1: captured on first use, 2: no graphs */
@@ -605,18 +615,8 @@ static void test_prepared_graphs(void **state) {
             assert_int_equal(g3_cuda_graph_nodes(b, 8), 0); /* beyond the prepared rows */
         }
         if (v == 1) assert_int_equal(g3_cuda_graph_nodes(b, 4), 0);
-        for (int s = 0; s < S; s++) {
-            for (int i = 0; i < P; i++) tok[s * P + i] = prompt[s * P + i], pos[s * P + i] = i, seq[s * P + i] = s;
-            outr[s] = s * P + P - 1;
-        }
-        g3_batch pf = {.n_rows = S * P, .token = tok, .pos = pos, .seq = seq, .n_out = S, .out_rows = outr,
-                       .bt_global = bt, .bt_local = bt};
-        if (g3_backend_cuda.forward(b, &pf, pre, &err) != G3_OK) fail_msg("prefill: %s", err.msg);
-        for (int s = 0; s < S; s++) tok[s] = prompt[s * P + 1], pos[s] = P, seq[s] = s, outr[s] = s;
-        g3_batch dec = {.n_rows = S, .token = tok, .pos = pos, .seq = seq, .n_out = S, .out_rows = outr,
-                        .bt_global = bt, .bt_local = bt};
         out[v] = malloc(sizeof(float) * S * (size_t)V);
-        if (g3_backend_cuda.forward(b, &dec, out[v], &err) != G3_OK) fail_msg("decode: %s", err.msg);
+        prefill_decode(b, prompt, S, P, bt, pre, out[v]);
         if (v < 2) assert_true(g3_cuda_graph_nodes(b, 4) > 0); /* the step replayed (v = 1: captured) a graph */
         else assert_int_equal(g3_cuda_graph_nodes(b, 4), 0);
         g3_backend_cuda.destroy(b);
