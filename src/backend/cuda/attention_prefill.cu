@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(256) k_qkv_rows(g3c_attn_args a, float *y, int
     const bool isv = hh >= a.NH + a.NKV;
     float *dst = NULL;
     KT *kd = NULL; /* the cache row (k, v) */
-    bool put = !(hh >= a.NH); /* q: always written; k / v: where the row has a cache slot */
+    bool put = hh < a.NH; /* q: always written; k / v: where the row has a cache slot */
     if (live && hh >= a.NH && u >= 0) {
         const int h = hh - a.NH - isv * a.NKV;
         const int blk = a.rows.bt[((size_t)u * 2 + a.kind) * a.rows.mbps + p / a.kv_block];

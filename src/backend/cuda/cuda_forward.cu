@@ -64,8 +64,9 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
     /* 9..64 rows: the decode add-norms and GeGLU also quantize their outputs for the int8 tensor-core products that
      * read them (one launch less per product); tq_* below say which products take them, per layer */
     const int tqp = b->tq8 && m >= 9 && m <= 64 && !rf && H % 128 == 0 && F % 128 == 0 && add_norm == g3c_add_norm_dec;
+    const int tq_k = H > F ? H : F; /* the widest activation row b->tq8 holds (cuda_backend.cu) */
     int8_t *tq_x = b->tq8;
-    float2 *tq_d = (float2 *)(b->tq8 + (size_t)128 * (H > F ? H : F)); /* past [64][k] bf16 (g3c_tq_q8_bytes) */
+    float2 *tq_d = (float2 *)(b->tq8 + (size_t)128 * tq_k); /* past [64][k] bf16 (g3c_tq_q8_bytes) */
     int tq_next = 0; /* the next qkv product reads activations the last add-norm quantized */
     const int NQKV = (c->n_heads + 2 * c->n_kv_heads) * D;
     float *x2 = b->pnb, *yq = x2 + 2 * H, *yo = yq + 2 * NQKV, *yd = yo + 2 * H;
@@ -110,8 +111,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
         a.tq_x = NULL, a.tq_d = NULL, a.tq_il = 0;
         /* 9..64 rows: the decode attention also quantizes o for the o product (no quantization launch; o and its
          * bf16 copies are not written) */
-        const int tq_o = tqp && !b->fa_step && c->n_heads * D <= (H > F ? H : F) && g3c_tq_taken(&L->o, m) &&
-                         g3c_attn_tq_ok(&a);
+        const int tq_o = tqp && !b->fa_step && c->n_heads * D <= tq_k && g3c_tq_taken(&L->o, m) && g3c_attn_tq_ok(&a);
         if (tq_o) a.tq_x = tq_x, a.tq_d = tq_d, a.tq_il = g3c_tq_order(&L->o, m);
         if (dfuse) { /* decode: one launch (attention.cu) */
             RUN(g3c_attention_fused(&a, yqkv, ny, L->q_norm, L->k_norm, b->part, b->acnt, b->o, b->oh, split, b->st));
