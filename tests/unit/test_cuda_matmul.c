@@ -315,6 +315,12 @@ static void test_matmul_wgmma(void **state) {
     /* blocks of several units: shares that end mid-kernel (atomics) and each block's last (bulk reductions) */
     run_wg(2048, 5376, 64, 1);
     run_wg(2048, 5376, 100, 1);
+    /* 336 channel tiles (the 27B gate/up product's) for 3 blocks a SM on a 132-SM H200: a block a tile, its whole K
+     * range ($G3_CUDA_WGTILE=0: stream-K ranges) */
+    run_wg(43008, 256, 64, 1);
+    setenv("G3_CUDA_WGTILE", "0", 1);
+    run_wg(43008, 256, 40, 1);
+    unsetenv("G3_CUDA_WGTILE");
     setenv("G3_CUDA_WGBR", "0", 1); /* every share by float2 atomics */
     run_wg(264, 5376, 64, 1);
     run_wg(2048, 5376, 100, 1);
@@ -358,6 +364,7 @@ static void test_matmul_wgmma_fp8(void **state) {
         run_wgq("fp8", 45, 128, ms[i], 1);
     }
     run_wgq("fp8", 2048, 5376, 64, 1); /* blocks of several units (mid-kernel shares by atomics) */
+    run_wgq("fp8", 43008, 256, 48, 1);  /* a block a channel tile (336 tiles, 396 slots on an H200) */
     run_wgq("fp8", 2048, 5376, 128, 1);
     setenv("G3_CUDA_WGBR", "0", 1); /* every share by float2 atomics */
     run_wgq("fp8", 264, 5376, 64, 1);
