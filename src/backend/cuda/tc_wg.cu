@@ -38,7 +38,8 @@
  * 5145-5162 / 5188-5189 against 2464-2465 / 4062-4111 / 4184-4186 / 4231-4235; 4B int8 +6-7%, fp8 +13-16%, 1B +1-7%;
  * alone (g3wg_bench, 64 rows) qkv / gate/up / down 16.2 / 67.0 / 34.2 against 18.6 / 67.7 / 36.2 us. Rows >= m of the
  * activation tiles are zeroed once and never loaded. Work: a block takes an equal contiguous range of the (channel
- * tile, stage) units, so small matrices split K across blocks (stream-K, atomic adds). The block's last share (BR,
+ * tile, stage) units, so small matrices split K across blocks (stream-K, atomic adds); where the tiles fill >= 3/4 of
+ * the resident slots, a block takes one whole tile instead (wg_tile_blocks). The block's last share (BR,
  * $G3_CUDA_WGBR=0: off) is written into the idle ring as [token][channel] rows and added into y by one bulk reduction
  * per row (cp.reduce.async.bulk .add.f32) instead of 8-byte atomics from every thread; shares that end mid-kernel keep
  * the atomics (the ring is busy then). Measured on the H200 (session 19 run 01, 27B, 64 rows): alone (g3wg_bench) qkv /
@@ -364,8 +365,10 @@ static int wg_br(void) {
  * one share added by the bulk reductions, and the SMs that hold two blocks instead of three free early for the
  * launches after it. $G3_CUDA_WGTILE=0: the equal stream-K ranges always (read at every call). Measured on the H200
  * (session 29 run 04, A/B/A/B, tok/s): 27B int8 33 / 48 / 64 seqs 3100-3110 / 4468-4489 / 5914-5945 against
- * 3040-3046 / 4393-4394 / 5827-5835, fp8 48 / 64 3893 / 5137 against 3768 / 5030; 4B / 1B (no product qualifies at
- * those rows) unchanged. CUPTI at 27B, 64 rows: the gate/up launch 67.4 against 70.3 us, a layer 165.5 against 169.2. */
+ * 3040-3046 / 4393-4394 / 5827-5835, fp8 48 / 64 3893 / 5137 against 3768 / 5030; 4B / 1B at 64 seqs (no product
+ * qualifies at those rows) unchanged. CUPTI at 27B, 64 rows: the gate/up launch 67.4 against 70.3 us, a layer 165.5
+ * against 169.2. It also acts on 4B's int8 gate/up product in 65..128-row launches (320 tiles of 64 channels): run 06,
+ * 4B int8 256 seqs 28661-28737 against 27676-27687, 128 seqs within noise. */
 static int wg_tile_blocks(long long tiles, long long slots) {
     const char *e = getenv("G3_CUDA_WGTILE");
     return !(e && !strcmp(e, "0")) && tiles <= slots && 4 * tiles >= 3 * slots;
