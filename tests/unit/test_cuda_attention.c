@@ -290,7 +290,8 @@ static void test_attention_decode(void **state) {
     run_attention_decode(32, 16, 128, 1, 50, 16, 30.f, 16, 40, many27, 7);
     run_attention_decode(32, 16, 128, 0, 1024, 4, 0, 16, 40, many27, -1);
     run_attention_decode(8, 4, 256, 1, 100, 9, 0, 16, 8, eight, 5); /* 4B head shape, window 100 */
-    /* 4B head shape at 40 rows: one block a (row, kv head) (160 pairs), 2-warp blocks in the -w2 modes */
+    /* 4B head shape at 40 rows: one block a (row, kv head) on a GPU of <= 160 SMs (160 pairs; the H200 has 132), 2-warp
+     * blocks in the -w2 modes */
     run_attention_decode(8, 4, 256, 1, 100, 9, 0, 16, 40, many27, 5);
     const int two[2] = {0, 700};                                    /* a row with no history, a long one */
     run_attention_decode(4, 1, 256, 1, 512, 12, 0, 32, 2, two, -1);  /* 1B head shape, window 512 < 701 keys */
@@ -298,8 +299,8 @@ static void test_attention_decode(void **state) {
      * sequences: here each row must see the keys the same step wrote for the rows before it) */
     const int hist[1] = {600};
     run_attention_decode_x(32, 16, 128, 0, 1024, 33, 0, 16, 4, hist, -1, 1); /* 27B shape, 1 cluster a row */
-    /* 27B shape, 40 rows of one sequence, window 50: one block a (row, kv head) in 2-warp blocks (640 pairs), every
-     * load after the launch wait */
+    /* 27B shape, 40 rows of one sequence, window 50: one block a (row, kv head), in 2-warp blocks where 640 pairs
+     * exceed 4 a SM (the H200's 132 SMs), every load after the launch wait (rows of one sequence) */
     run_attention_decode_x(32, 16, 128, 1, 50, 4, 0, 16, 40, hist, -1, 1);
     run_attention_decode_x(8, 4, 256, 1, 100, 9, 0, 16, 8, hist, -1, 1);    /* 4B head shape, window 100 */
     const int hist0[1] = {3};
