@@ -345,6 +345,85 @@ static void test_matmul_wgmma(void **state) {
     unsetenv("G3_CUDA_WG");
 }
 
+/* The gate/up product with GeGLU and the down product's quantization in its last step (g3c_wg_mm_geglu: each block
+ * one whole tile of 128 interleaved (gate, up) channels, the second block of each pair quantizing their 128 values)
+ * against the product then k_geglu4's quantization, from the same quantized x: equal to float rounding (the
+ * reference's stream-K sums add in another order; at the 27B width both take whole tiles and agree exactly), at most
+ * 1 in 50 values a quantization step apart; both within a few percent of the float GeGLU of the unquantized weights
+ * (a wrong pairing or placement is off by the values themselves); the pair counters zero again after `calls`
+ * launches. */
+static void run_wg_geglu(const char *quant, int n, int k, int m, int calls, int want_taken) {
+    const int F = n / 2;
+    float *w = malloc(sizeof(float) * (size_t)n * k), *x = malloc(sizeof(float) * (size_t)m * k);
+    float *hf = calloc((size_t)m * F, sizeof(float)), *hr = calloc((size_t)m * F, sizeof(float));
+    random_rows(G3_DTYPE_F32, n, k, 0.08f, (uint8_t *)w, NULL);
+    for (size_t i = 0; i < (size_t)m * k; i++) x[i] = frand();
+    int taken = -1, cnt_zero = -1;
+    g3_error err = {0};
+    assert_int_equal(g3_cuda_test_wg_geglu(G3_DTYPE_F32, w, n, k, quant, x, m, calls, hf, hr, &taken, &cnt_zero, &err),
+                     G3_OK);
+    assert_int_equal(taken, want_taken);
+    double worst = 0, worst_cpu = 0, hmax = 0;
+    int diff = 0;
+    for (int r = 0; r < m; r++)
+        for (int j0 = 0; j0 < F; j0 += 128) {
+            double amax = 0;
+            for (int j = j0; j < j0 + 128; j++) {
+                const float *wg = w + (size_t)(2 * j) * k, *wu = wg + k, *xr = x + (size_t)r * k;
+                double g = 0, u = 0;
+                for (int i = 0; i < k; i++) g += (double)wg[i] * xr[i], u += (double)wu[i] * xr[i];
+                const double h = geglu_ref(g, u);
+                const double e = fabs(hr[(size_t)r * F + j] - h);
+                if (e > worst_cpu) worst_cpu = e;
+                if (fabs(h) > amax) amax = fabs(h);
+            }
+            if (amax > hmax) hmax = amax;
+            if (!want_taken) continue;
+            for (int j = j0; j < j0 + 128; j++) {
+                const double e = fabs((double)hf[(size_t)r * F + j] - hr[(size_t)r * F + j]) / amax;
+                if (e > worst) worst = e;
+                diff += e > 1e-4; /* beyond float rounding: a quantization step (1/127 of amax for int8) */
+            }
+        }
+    printf("  wg geglu %s n %d k %d m %d x%d: taken %d, max |fused - ref| %.2e of the block max (%d of %d values "
+           "differ by more than 1e-4 of it), ref vs float %.2e of max|h| %.3f\n",
+           quant, n, k, m, calls, taken, worst, diff, m * F, worst_cpu / hmax, hmax);
+    assert_true(hmax > 0.1);
+    assert_true(worst_cpu < 0.05 * hmax);
+    if (want_taken) {
+        assert_int_equal(cnt_zero, 1);
+        assert_true(worst <= (strcmp(quant, "fp8") ? 1.01 / 127 : 0.02));
+        assert_true(diff <= m * F / 50);
+    }
+    free(w), free(x), free(hf), free(hr);
+}
+
+static void test_matmul_wg_geglu(void **state) {
+    (void)state;
+    need_gpu();
+    setenv("G3_CUDA_WGGG", "2", 1); /* whole tiles wherever the kernel can (by default: where they are the policy) */
+    const char *qs[] = {"int8", "fp8"};
+    for (int qi = 0; qi < 2; qi++) {
+        run_wg_geglu(qs[qi], 512, 384, 33, 1, 1);
+        run_wg_geglu(qs[qi], 512, 384, 64, 3, 1); /* the counters cleared by each launch */
+        run_wg_geglu(qs[qi], 1024, 1280, 47, 2, 1);
+    }
+    run_wg_geglu("int8", 512, 384, 32, 1, 0); /* 32 rows: not this kernel */
+    setenv("G3_CUDA_WGGG", "0", 1);
+    run_wg_geglu("fp8", 512, 384, 64, 1, 0);
+    unsetenv("G3_CUDA_WGGG");
+    /* the 27B gate/up shape (336 tiles): whole tiles by default on a GPU of 112..149 SMs at three blocks a SM (the
+     * H200's 132), where fp8 takes the epilogue by default and int8 with $G3_CUDA_WGGG=1 */
+    int n_sm = 0;
+    g3_cuda_test_qp_kslices(G3_DTYPE_F32, 64, 256, "int8", 0, &n_sm);
+    const int whole = n_sm >= 112 && n_sm <= 149;
+    run_wg_geglu("fp8", 43008, 256, 64, 2, whole);
+    run_wg_geglu("int8", 43008, 256, 64, 1, 0);
+    setenv("G3_CUDA_WGGG", "1", 1);
+    run_wg_geglu("int8", 43008, 256, 48, 2, whole);
+    unsetenv("G3_CUDA_WGGG");
+}
+
 /* fp8 on e4m3 warpgroup MMA (tc_wg.cu): up to 32 rows as 64-row tiles (lo parts at rows m..2m-1), 33..64 as hi and
  * lo tiles of 64 tokens summed in one accumulator (lo parts at 64..), decode batches of 65..128 rows in one launch
  * of four (or two) warpgroups on one weight tile (lo parts at 128..), beyond in equal launches (129 = 65 + 64; with
@@ -1117,6 +1196,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_staged),
         cmocka_unit_test(test_matmul_wgmma),
         cmocka_unit_test(test_matmul_wgmma_fp8),
+        cmocka_unit_test(test_matmul_wg_geglu),
         cmocka_unit_test(test_matmul_wg4),
         cmocka_unit_test(test_matmul_wgb),
         cmocka_unit_test(test_matmul_big_decode),

@@ -78,6 +78,15 @@ g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n, int k, co
  * residual x [m][k], the previous product's output yin [m][k] and the norm weights w1, w2 [k] (as 1 + w): xo = x +
  * rms(yin) * w1 ([m][k]) and y = (rms(xo) * w2) W^T ([m][n], or [m][n/2] with geglu); wdeq [n][k] the resident
  * weights dequantized; *zero_ok = 1 when the kernel cleared the m*k floats of its zero buffer (filled with ones). */
+/* The gate/up product of m rows with GeGLU and the down product's quantization in its last step (g3c_wg_mm_geglu)
+ * against the product then the GeGLU kernel (g3c_geglu_tq), both from the same quantized x [m][k]: the two outputs
+ * dequantized into h_fused and h_ref ([m][n/2] float32); *taken = 0 where g3c_wg_geglu_ok refuses (nothing run);
+ * *cnt_zero = 1 when the pair counters were zero again after the launch. calls: launches of the fused product (each
+ * must leave the counters at zero for the next). */
+g3_status g3_cuda_test_wg_geglu(uint32_t src_type, const void *w, int n, int k, const char *quant, const float *x,
+                                int m, int calls, float *h_fused, float *h_ref, int *taken, int *cnt_zero,
+                                g3_error *err);
+
 g3_status g3_cuda_test_qgemv_pn(uint32_t src_type, const void *w, int n, int k, const char *quant, int geglu,
                                 const float *x, const float *yin, const float *w1, const float *w2, float eps, int m,
                                 float *y, float *xo, float *wdeq, int *zero_ok, g3_error *err);

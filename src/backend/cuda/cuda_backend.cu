@@ -40,7 +40,7 @@ static void cuda_destroy(g3_backend *b) {
     free(b->L);
     void *dev[] = {b->norms, b->inv_freq, b->pool[0], b->pool[1], b->x, b->xn, b->y, b->pnb, b->q, b->o, b->a, b->part,
                    b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->d_srow,
-                   b->d_sadj, b->cub_ws, b->tq8, b->acnt, b->tcnt, b->q8, b->fa_useq};
+                   b->d_sadj, b->cub_ws, b->tq8, b->tq8g, b->acnt, b->tcnt, b->q8, b->fa_useq};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     cudaFreeHost(b->h_par);
     free(b->seq_map);
@@ -215,6 +215,7 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
             if (R >= 9) { /* int8 / bf16 activations of 64 rows, or fp8's hi + lo parts (128 rows of d) */
                 const size_t qb = g3c_tq_q8_bytes(64, H > F ? H : F), fb = g3c_wgf_q_bytes(64, H > F ? H : F);
                 b->tq8 = (int8_t *)g3cb_dalloc(qb > fb ? qb : fb, &ok);
+                b->tq8g = (int8_t *)g3cb_dalloc(qb > fb ? qb : fb, &ok);
             }
         }
         b->par_ints = off_bt(b) + (size_t)R * 2 * cfg->max_blocks_per_seq;

@@ -40,6 +40,8 @@ struct g3_backend {
     void *q8;                                   /* q8 activations of the dp4a products (qgemv.cu) */
     int8_t *tq8;                                /* 9..64 rows: activations quantized by their producer for the int8
                                                  * tensor-core products (tc_q8.cu), [64][max(H, F)] + scales */
+    int8_t *tq8g;                               /* the same for the down product's activations when the gate/up
+                                                 * product quantizes them (g3c_wg_mm_geglu: its inputs are in tq8) */
     size_t q8_bytes;
     int HC;                                     /* head chunk rows */
     int32_t *d_par, *h_par, *d_ids, *seq_map;

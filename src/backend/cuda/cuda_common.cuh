@@ -236,6 +236,23 @@ int g3c_wgf_lo_row(int m);
 size_t g3c_wgf_q_bytes(int m, int k);
 cudaError_t g3c_wgf_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                        cudaStream_t st);
+/* tc_wg.cu: the gate/up product with GeGLU and the down product's quantization in its last step, where each block
+ * takes one whole channel tile (33..64 rows, per-channel int8 or fp8; tiles of 128 interleaved (gate, up) channels:
+ * 64 GeGLU values). The two blocks of a 128-value quantization block meet through h and cnt: each writes its 64
+ * values to h, the second to arrive quantizes all 128 into xq / xd (tq_act.cuh, value order il) and clears the
+ * counter. y is not touched, and no GeGLU launch follows. g3c_wg_geglu_ok: the forward may take it for (gu, m) with
+ * the down product's order il ($G3_CUDA_WGGG=0: never; =2: also where whole tiles are not the policy, for tests). */
+typedef struct g3c_wg_gg {
+    float *h;      /* [m][n/2] scratch */
+    unsigned *cnt; /* [n/256], zero on entry; zero again on exit */
+    int8_t *xq;    /* [m][n/2] (fp8: + lo rows at il - G3C_TQ_FP8), then xd [rows][n/256] */
+    float2 *xd;
+    int il, tanhf; /* tanhf: gelu_tanh_ref, as k_geglu4 with G3C_GELU_TANHF */
+} g3c_wg_gg;
+int g3c_wg_geglu_ok(const g3_dmat *gu, int m, int il, int n_sm);
+cudaError_t g3c_wg_mm_geglu(const g3_dmat *gu, const int8_t *xq, const float2 *xd, int m, const g3c_wg_gg *gg,
+                            int n_sm, cudaStream_t st);
+int g3c_gelu_tanhf(void); /* 1 with $G3_CUDA_GELU=tanhf (read once) */
 /* tc_wg4.cu: int4 products (groups of 128 * j) of 9..16 and 33..64 rows on warpgroup MMA with the weights in
  * registers (activations quantized as for g3c_tq_mm_pre, value order 2); g3c_tq_mm and g3c_tq_mm_pre take it where
  * g3c_wg4_supported ($G3_CUDA_WG4=0: never; all: 9..64 rows). */
@@ -260,6 +277,8 @@ int g3c_tq_order(const g3_dmat *w, int m);
 size_t g3c_tq_q8_bytes(int m, int k);
 cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                           cudaStream_t st);
+/* xh (bf16 [m][k], hi rows) quantized as g3c_tq_mm would for w (order g3c_tq_order(w, m)) into xq / xd. */
+cudaError_t g3c_tq_quant(const g3_dmat *w, const __nv_bfloat16 *xh, int m, int8_t *xq, float2 *xd, cudaStream_t st);
 /* g3c_tq_mm on bf16 activations (tc_q8.cu): quantizes them (k_tq_quant) into q8 (or a scratch of its own), then the
  * product; up to 64 rows, 128 where g3c_wg_supported; fp8 on tc_wg.cu's e4m3 kernel (g3c_wgf_mm) */
 cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,

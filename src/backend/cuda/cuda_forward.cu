@@ -67,6 +67,9 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
     const int tq_k = H > F ? H : F; /* the widest activation row b->tq8 holds (cuda_backend.cu) */
     int8_t *tq_x = b->tq8;
     float2 *tq_d = (float2 *)(b->tq8 + (size_t)128 * tq_k); /* past [64][k] bf16 (g3c_tq_q8_bytes) */
+    /* the down product's activations where the gate/up product quantizes them (its own inputs are still in tq8) */
+    int8_t *tq_xg = b->tq8g;
+    float2 *tq_dg = b->tq8g ? (float2 *)(b->tq8g + (size_t)128 * tq_k) : NULL;
     int tq_next = 0; /* the next qkv product reads activations the last add-norm quantized */
     const int NQKV = (c->n_heads + 2 * c->n_kv_heads) * D;
     float *x2 = b->pnb, *yq = x2 + 2 * H, *yo = yq + 2 * NQKV, *yd = yo + 2 * H;
@@ -85,6 +88,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
     PROF("embed + norm");
     for (int l = 0; l < c->n_layers; l++) {
         const layer_dev *L = &b->L[l];
+        int gg = 0; /* the gate/up product writes the down product's activations (g3c_wg_mm_geglu) */
         float *yqkv = pn ? yq : b->y;
         if (pn) { /* layer 0: the embedding's xn as it is; then x2 + the previous down product -> x, xn */
             g3c_qp_pre pq;
@@ -143,6 +147,10 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
             fused = 1;
         } else {
             const int tq_gu = tqp && g3c_tq_taken(&L->gu, m);
+            /* 33..64 rows where the gate/up product takes whole channel tiles (27B): GeGLU and the down product's
+             * quantization in its last step (g3c_wg_mm_geglu), no GeGLU launch */
+            gg = tq_gu && tq_xg && g3c_tq_taken(&L->down, m) &&
+                 g3c_wg_geglu_ok(&L->gu, m, g3c_tq_order(&L->down, m), b->n_sm);
             if (rf) RUN(g3c_add_norm_f(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh,
                                        split, rf, b->st));
             else if (tq_gu) /* the gate/up product reads only the quantized copy: no xn / xh */
@@ -150,7 +158,11 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
                                         tq_x, tq_d, g3c_tq_order(&L->gu, m), b->st));
             else RUN(add_norm(b->x, b->y, ny, L->post_attn, L->pre_ffn, c->rms_eps, m, H, b->xn, b->xh, split, b->st));
             PROF("add + norms");
-            if (tq_gu) {
+            if (gg) {
+                g3c_wg_gg gp = {b->a, b->tcnt, tq_xg, tq_dg, g3c_tq_order(&L->down, m), g3c_gelu_tanhf()};
+                RUN(g3c_wg_mm_geglu(&L->gu, tq_x, tq_d, m, &gp, b->n_sm, b->st));
+                ny = 1, fused = 0;
+            } else if (tq_gu) {
                 RUN(g3c_tq_mm_pre(&L->gu, tq_x, tq_d, m, b->y, b->n_sm, b->st));
                 ny = 1, fused = 0;
             } else {
@@ -158,16 +170,17 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
             }
         }
         PROF("gate/up product");
-        const int tq_dn = tqp && !fused && ny <= 2 && g3c_tq_taken(&L->down, m);
+        const int tq_dn = gg || (tqp && !fused && ny <= 2 && g3c_tq_taken(&L->down, m));
         /* the down product reads only the quantized copy: no float32 / bf16 copies (11 MB a layer at 27B, 64 rows) */
-        if (tq_dn) RUN(g3c_geglu_tq(b->y, ny, m, F, NULL, NULL, split, tq_x, tq_d, g3c_tq_order(&L->down, m), b->st));
-        else if (!fused) RUN(g3c_geglu_f(b->y, ny, m, F, b->a, b->ah, split, rf, b->st));
+        if (tq_dn) {
+            if (!gg) RUN(g3c_geglu_tq(b->y, ny, m, F, NULL, NULL, split, tq_x, tq_d, g3c_tq_order(&L->down, m), b->st));
+        } else if (!fused) RUN(g3c_geglu_f(b->y, ny, m, F, b->a, b->ah, split, rf, b->st));
         else if (fused == 1 && g3c_mm_path(&mc, &L->down, m) != G3C_PATH_GEMV &&
                  g3c_mm_path(&mc, &L->down, m) != G3C_PATH_QGEMV)
             RUN(g3c_to_bf16(b->a, m, F, b->ah, split, b->st));
         PROF("geglu");
         if (tq_dn) {
-            RUN(g3c_tq_mm_pre(&L->down, tq_x, tq_d, m, b->y, b->n_sm, b->st));
+            RUN(g3c_tq_mm_pre(&L->down, gg ? tq_xg : tq_x, gg ? tq_dg : tq_d, m, b->y, b->n_sm, b->st));
             ny = 1;
         } else {
             RUN(g3c_mm(&mc, &L->down, b->a, b->ah, m, pn ? yd : b->y, &ny, NULL, NULL, 0, &fused));

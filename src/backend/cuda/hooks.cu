@@ -1,9 +1,11 @@
 /* Probes of the device's ceilings (streaming read bandwidth, device-to-device copy, dense bf16 GEMM rate) and the
  * test hooks of cuda_api.h that run single kernels of the backend on host data. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/tq_act.cuh"
 extern "C" {
 #include "backend/cuda/cuda_api.h"
 }
@@ -205,6 +207,97 @@ out:
     free(ha);
     g3cb_free_dmat(&d);
     cudaFree(dx), cudaFree(dxh), cudaFree(dy), cudaFree(scr), cudaFree(dw), cudaFree(da), cudaFree(dah), cudaFree(cnt);
+    if (st) cudaStreamDestroy(st);
+    return rc;
+}
+
+static float e4m3_host(uint8_t b) { /* e4m3 (bias 7, no infinities) to float; 0x7f / 0xff: NaN */
+    const int e = (b >> 3) & 15, mt = b & 7;
+    if (e == 15 && mt == 7) return NAN;
+    const float v = e ? ldexpf(1.f + mt / 8.f, e - 7) : ldexpf(mt / 8.f, -6);
+    return b & 0x80 ? -v : v;
+}
+
+/* quantized activations [m][F] (tq_act.cuh, order il: 0 or e4m3 hi + lo) back to float */
+static void tq_dequant_host(const int8_t *q, const float2 *d, int m, int F, int il, float *h) {
+    const size_t lo = il >= G3C_TQ_FP8 ? (size_t)(il - G3C_TQ_FP8) * F : 0;
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < F; j++) {
+            const size_t i = (size_t)r * F + j;
+            const float dd = d[(size_t)r * (F / 128) + j / 128].x;
+            h[i] = il >= G3C_TQ_FP8 ? dd * (e4m3_host((uint8_t)q[i]) + e4m3_host((uint8_t)q[i + lo])) : dd * q[i];
+        }
+}
+
+extern "C" g3_status g3_cuda_test_wg_geglu(uint32_t src_type, const void *w, int n, int k, const char *quant,
+                                           const float *x, int m, int calls, float *h_fused, float *h_ref, int *taken,
+                                           int *cnt_zero, g3_error *err) {
+    g3_status rc = G3_OK;
+    g3_dmat d;
+    memset(&d, 0, sizeof d);
+    float *dx = NULL, *dy = NULL, *dh = NULL;
+    __nv_bfloat16 *dxh = NULL;
+    int8_t *qin = NULL, *qf = NULL, *qr = NULL, *hq = NULL;
+    unsigned *cnt = NULL, *hc = NULL;
+    cudaStream_t st = NULL;
+    int g, n_sm = 0, want = parse_q(quant), qt = g3c_target_format(src_type, want, k, &g);
+    const int F = n / 2;
+    *taken = 0, *cnt_zero = 0;
+    if (want < 0 || qt < 0 || n % 256 || k % 128 || m < 1 || m > 64)
+        return g3c_fail(err, G3_ERR_UNSUPPORTED, "cuda test: wg geglu %s n %d k %d m %d", quant, n, k, m);
+    const size_t qb_in = g3c_tq_q8_bytes(64, k) > g3c_wgf_q_bytes(64, k) ? g3c_tq_q8_bytes(64, k) : g3c_wgf_q_bytes(64, k);
+    const size_t qb_out = g3c_tq_q8_bytes(64, F) > g3c_wgf_q_bytes(64, F) ? g3c_tq_q8_bytes(64, F) : g3c_wgf_q_bytes(64, F);
+    CKE(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+    CKE(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0), "attribute");
+    CKE(g3c_tc_init(), "tc init");
+    CKE(test_dmat(src_type, w, n, k, qt, g, &d, st), "weights");
+    {
+        const int il = g3c_tq_order(&d, m), f8 = il >= G3C_TQ_FP8;
+        /* xd right after the rows, as g3c_tq_mm lays them out (fp8: lo rows up to mo + m) */
+        const size_t xdo_in = f8 ? (size_t)(il - G3C_TQ_FP8 + m) * k : (size_t)2 * m * k;
+        const size_t xdo_out = f8 ? (size_t)(il - G3C_TQ_FP8 + m) * F : (size_t)2 * m * F;
+        CKE(cudaMalloc((void **)&dx, (size_t)m * k * 4), "alloc");
+        CKE(cudaMalloc((void **)&dxh, (size_t)2 * m * k * 2), "alloc");
+        CKE(cudaMalloc((void **)&dy, (size_t)m * n * 4), "alloc");
+        CKE(cudaMemset(dy, 0, (size_t)m * n * 4), "clear"); /* product outputs start at zero */
+        CKE(cudaMalloc((void **)&dh, (size_t)m * F * 4), "alloc");
+        CKE(cudaMalloc((void **)&qin, qb_in), "alloc");
+        CKE(cudaMalloc((void **)&qf, qb_out), "alloc");
+        CKE(cudaMalloc((void **)&qr, qb_out), "alloc");
+        CKE(cudaMemset(qf, 0, qb_out), "clear");
+        CKE(cudaMemset(qr, 0, qb_out), "clear");
+        CKE(cudaMalloc((void **)&cnt, (size_t)(n / 256) * 4), "alloc");
+        CKE(cudaMemset(cnt, 0, (size_t)(n / 256) * 4), "clear");
+        CKE(cudaMemcpy(dx, x, (size_t)m * k * 4, cudaMemcpyHostToDevice), "upload");
+        CKE(cudaDeviceSynchronize(), "sync"); /* the uploads (legacy stream) before the kernels on st */
+        CKE(g3c_to_bf16(dx, m, k, dxh, 0, st), "to_bf16");
+        CKE(g3c_tq_quant(&d, dxh, m, qin, (float2 *)(qin + xdo_in), st), "quantize x");
+        /* the reference: the product into y, then the GeGLU kernel's quantization */
+        CKE(g3c_tq_mm_pre(&d, qin, (const float2 *)(qin + xdo_in), m, dy, n_sm, st), "product");
+        CKE(g3c_geglu_tq(dy, 1, m, F, NULL, NULL, 0, qr, (float2 *)(qr + xdo_out), il, st), "geglu");
+        if (g3c_wg_geglu_ok(&d, m, il, n_sm)) {
+            *taken = 1;
+            g3c_wg_gg gg = {dh, cnt, qf, (float2 *)(qf + xdo_out), il, g3c_gelu_tanhf()};
+            for (int c = 0; c < (calls < 1 ? 1 : calls); c++)
+                CKE(g3c_wg_mm_geglu(&d, qin, (const float2 *)(qin + xdo_in), m, &gg, n_sm, st), "fused product");
+        }
+        CKE(cudaStreamSynchronize(st), "products");
+        hq = (int8_t *)malloc(qb_out);
+        hc = (unsigned *)malloc((size_t)(n / 256) * 4);
+        if (!hq || !hc) CKE(cudaErrorMemoryAllocation, "host memory");
+        CKE(cudaMemcpy(hq, qr, qb_out, cudaMemcpyDeviceToHost), "download");
+        tq_dequant_host(hq, (const float2 *)(hq + xdo_out), m, F, il, h_ref);
+        CKE(cudaMemcpy(hq, qf, qb_out, cudaMemcpyDeviceToHost), "download");
+        tq_dequant_host(hq, (const float2 *)(hq + xdo_out), m, F, il, h_fused);
+        CKE(cudaMemcpy(hc, cnt, (size_t)(n / 256) * 4, cudaMemcpyDeviceToHost), "download");
+        *cnt_zero = 1;
+        for (int i = 0; i < n / 256; i++)
+            if (hc[i]) *cnt_zero = 0;
+    }
+out:
+    free(hq), free(hc);
+    g3cb_free_dmat(&d);
+    cudaFree(dx), cudaFree(dxh), cudaFree(dy), cudaFree(dh), cudaFree(qin), cudaFree(qf), cudaFree(qr), cudaFree(cnt);
     if (st) cudaStreamDestroy(st);
     return rc;
 }

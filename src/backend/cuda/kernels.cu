@@ -411,6 +411,8 @@ cudaError_t g3c_geglu_f(float *y, int ny, int m, int F, float *a, __nv_bfloat16 
                           flags, (int8_t *)NULL, (float2 *)NULL, 0);
     return g3c_launch(k_geglu, dim3(grid_for((size_t)m * F)), dim3(256), 0, st, y, ny, m, F, a, ah, split);
 }
+int g3c_gelu_tanhf(void) { return gelu_flag() != 0; }
+
 cudaError_t g3c_geglu_tq(float *y, int ny, int m, int F, float *a, __nv_bfloat16 *ah, int split, int8_t *xq,
                          float2 *xd, int il, cudaStream_t st) {
     if (F % 128 || ny > 2) return cudaErrorInvalidValue;

@@ -454,6 +454,13 @@ cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, 
     return e == cudaSuccess ? tq_run(ti, w, xq, xd, m, y, n_sm, st) : e;
 }
 
+cudaError_t g3c_tq_quant(const g3_dmat *w, const __nv_bfloat16 *xh, int m, int8_t *xq, float2 *xd, cudaStream_t st) {
+    if (w->k % 128) return cudaErrorInvalidValue;
+    const long long th = (long long)m * (w->k / 4);
+    return g3c_launch(k_tq_quant, dim3((unsigned)((th + 255) / 256)), dim3(256), 0, st, xh, m, w->k, xq, xd,
+                      g3c_tq_order(w, m));
+}
+
 cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,
                       cudaStream_t st) {
     const int wg = tq_wg(w, m), wgb = !wg && g3c_wgb_supported(w, m); /* up to 128 rows there, 64 for wg4 */

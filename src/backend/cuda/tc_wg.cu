@@ -70,11 +70,16 @@
  * (all with two warpgroups; four: +0-3%, wgf2_groups below). At
  * 128 rows the products run at ~0.35 of the bandwidth (CUPTI: gate/up 213 us for 231 MB): each 16 KB weight stage
  * brings 32 KB of activations from L2. */
+/* GeGLU in the last step (GG, g3c_wg_mm_geglu; 33..64 rows where the gate/up product takes whole tiles): each block
+ * applies GeGLU to its tile's 64 (gate, up) pairs and the second block of each pair of tiles quantizes their 128
+ * values for the down product (wg_geglu_out), so no GeGLU launch follows and y is not touched. By default for fp8
+ * only (wg_gg_mode has the measurements). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/tq_act.cuh"
 #include "backend/cuda/wgmma.cuh"
 
 #define WG_T 128 /* one warpgroup */
@@ -94,14 +99,72 @@ template <> struct wg_acc<true> {
     static __device__ __forceinline__ float f(float v) { return v; }
 };
 
+/* The GeGLU epilogue of a whole channel tile tl of interleaved (gate, up) channels (g3c_wg_mm_geglu): the tile's sums,
+ * scaled, are in shared memory as rows [token][128 channels] of RS bytes. Each warp takes tokens wq, wq + 4, ...;
+ * lane l makes GeGLU values 2l, 2l + 1 of the tile's 64 (h index 64 tl + j) into shared memory and into gg.h. The
+ * tiles 2q and 2q + 1 make the 128 values of quantization block q: the block that arrives second at gg.cnt[q] (so
+ * that the other's gg.h stores are visible to it) quantizes them, 32 lanes x 4 values as k_geglu4 does (the same
+ * arithmetic: both paths give the same bytes for the same sums), and clears the counter for the next launch. No
+ * block waits for another, so the grid need not be resident at once. */
+template <int TOKS, int RS, int RING>
+static __device__ __forceinline__ void wg_geglu_out(uint8_t *sm, int tl, int m, int F, int wq, int lane, int tid,
+                                                    const g3c_wg_gg &gg) {
+    float *hs = (float *)(sm + TOKS * RS); /* [TOKS][64] */
+    unsigned *flag = (unsigned *)(hs + TOKS * 64);
+    static_assert(TOKS * RS + TOKS * 64 * 4 + 16 <= RING, "the GeGLU rows fit in the ring");
+    for (int tok = wq; tok < m && tok < TOKS; tok += 4) {
+        const float4 p = *(const float4 *)(sm + tok * RS + 16 * lane);
+        const float2 h = gg.tanhf ? make_float2(gelu_tanh_ref(p.x) * p.y, gelu_tanh_ref(p.z) * p.w)
+                                  : make_float2(gelu_tanh(p.x) * p.y, gelu_tanh(p.z) * p.w);
+        *(float2 *)(hs + tok * 64 + 2 * lane) = h;
+        __stcg((float2 *)(gg.h + (size_t)tok * F + 64 * tl + 2 * lane), h);
+    }
+    /* the block's stores, then one count by thread 0 with release and acquire semantics at GPU scope (cumulative
+     * over the stores the barrier ordered before it), as a semaphore in CUTLASS does: no fence in every thread */
+    __syncthreads();
+    if (tid == 0) {
+        unsigned old;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(gg.cnt + (tl >> 1)) : "memory");
+        *flag = old;
+    }
+    __syncthreads();
+    if (*flag == 0) return; /* the pair's other tile is not done yet: its block quantizes both */
+    if (tid == 0) gg.cnt[tl >> 1] = 0; /* both have counted; the next launch finds it zero (stream order) */
+    /* the other tile's values into shared memory (the staging rows, read by now), every load in flight at once: read
+     * inside the quantization loop, each warp's 16 loads waited one after another behind its stores (~10 us a
+     * launch at 27B, 64 rows: H200, session 31 run 04) */
+    float *os = (float *)sm; /* [TOKS][64] */
+    static_assert(TOKS * 64 * 4 <= TOKS * RS, "the other tile's rows fit in the staging rows");
+    constexpr int OJ = TOKS * 16 / 128; /* float4s a thread (128 threads) */
+    const float4 *src = (const float4 *)(gg.h + 64 * (tl ^ 1));
+    float4 ov[OJ];
+#pragma unroll
+    for (int j = 0; j < OJ; j++) {
+        const int i = tid + 128 * j, tok = i >> 4;
+        ov[j] = tok < m ? __ldcg(src + (size_t)tok * (F / 4) + (i & 15)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int j = 0; j < OJ; j++) ((float4 *)os)[tid + 128 * j] = ov[j];
+    __syncthreads();
+    const int q = tl >> 1, mine = (lane >> 4) == (tl & 1); /* lanes 0-15: tile 2q's values, 16-31: 2q + 1's */
+    /* every row slot, unrolled, rows >= m computed and not stored: the 16 rows' shuffle chains overlap instead of
+     * following one another */
+#pragma unroll
+    for (int it = 0; it < TOKS / 4; it++) {
+        const int tok = wq + 4 * it;
+        const float4 v = *(const float4 *)((mine ? hs : os) + tok * 64 + 4 * (lane & 15));
+        g3c_tq_quant4(v, tok < m, gg.xq, (size_t)tok * F + 128 * q, gg.xd + (size_t)tok * (F / 128) + q, gg.il, F);
+    }
+}
+
 /* One warpgroup per block, two or three blocks per SM: while one block turns a stage's int32 sums into floats
  * (which needs the MMAs of that stage complete), another's MMAs run. BM tokens x BN channels per tile: 64 x 128
  * (m64n128k32) or 128 x 64 (two m64n64k32 per k step, same weights). Units u of (tile = u / S, stage = u % S);
  * [L * b / grid, L * (b + 1) / grid) for block b. */
-template <int BM, int BN, int ST, bool PF, bool F8, int NWG = 1, bool BR = false>
+template <int BM, int BN, int ST, bool PF, bool F8, int NWG = 1, bool BR = false, bool GG = false>
 __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
     k_wg8(g3_dmat w, const int8_t *__restrict__ xq, const float2 *__restrict__ xd, int m, float *__restrict__ y, int S,
-          long long L, int mo) {
+          long long L, int mo, g3c_wg_gg gg) {
     constexpr int NT = WG_T * NWG; /* threads */
     /* warpgroups split the tile: NTH token groups (each its own activation rows) x NCH channel groups (each its own
      * weight rows): 1 x 1, 2 x 1 (NWG 2) or 2 x 2 (NWG 4: 64 channels a warpgroup) */
@@ -317,6 +380,11 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
                                 make_float2(acc[t][4 * j + 2 * h] * s0, acc[t][4 * j + 2 * h + 1] * s1);
                     }
             }
+            if constexpr (GG) { /* GeGLU and the down product's quantization (g3c_wg_mm_geglu) */
+                __syncthreads();
+                wg_geglu_out<TOKS, RS, ST * SB>(sm, tl, m, n >> 1, wq, lane, tid, gg);
+                return;
+            }
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* st.shared -> the bulk copy's reads */
             __syncthreads();
             const int bytes = 4 * min(BN, n - tl * BN);
@@ -401,6 +469,8 @@ static wg_inst wg_tab[2][2][2][2][2];
 /* e4m3 at 65..128 rows: four (or two: $G3_CUDA_WGF2W=2) warpgroups a block on one weight tile
  * [warpgroups 2 / 4][ST 3 / 4][PF on / off][BR off / on] */
 static wg_inst wgf2_tab[2][2][2][2];
+/* GeGLU in the last step (g3c_wg_mm_geglu), the default variants only: [int8 (BM 64, 3 stages) / e4m3 (BM 128, 2)] */
+static wg_inst wg_gg_tab[2];
 static int wg_ready; /* wg_tab filled */
 #define WGF2_BM 256 /* activation rows a stage: 2 warpgroups x (64 tokens' hi + lo rows) */
 
@@ -428,11 +498,19 @@ static cudaError_t wg_setup(void) {
         wg_fill<128, 4, false>(wg_tab[0][1][0]), wg_fill<128, 3, false>(wg_tab[0][1][1]);
         wg_fill<64, 4, true>(wg_tab[1][0][0]), wg_fill<64, 3, true>(wg_tab[1][0][1]);
         wg_fill<128, 2, true>(wg_tab[1][1][0]), wg_fill<128, 3, true>(wg_tab[1][1][1]);
+        wg_gg_tab[0].k = (void *)k_wg8<64, 128, 3, true, false, 1, true, true>;
+        wg_gg_tab[0].smem = wg_cfg<64, 128, 3>::SMEM;
+        wg_gg_tab[1].k = (void *)k_wg8<128, 128, 2, true, true, 1, true, true>;
+        wg_gg_tab[1].smem = wg_cfg<128, 128, 2>::SMEM;
         wg_ready = 1;
     }
     for (int i = 0; i < 32; i++) { /* no-op once bps is set */
         wg_inst *v = &wg_tab[i >> 4][(i >> 3) & 1][(i >> 2) & 1][(i >> 1) & 1][i & 1];
         cudaError_t e = g3c_smem_setup(v->k, (int)v->smem, WG_T, &v->bps);
+        if (e != cudaSuccess) return e;
+    }
+    for (int i = 0; i < 2; i++) {
+        cudaError_t e = g3c_smem_setup(wg_gg_tab[i].k, (int)wg_gg_tab[i].smem, WG_T, &wg_gg_tab[i].bps);
         if (e != cudaSuccess) return e;
     }
     for (int i = 0; i < 16; i++) {
@@ -452,26 +530,69 @@ static int wgf2_groups(void);
  * to 64 tokens x 128 channels), else 64 x 128; e4m3 beyond 64 rows: two warpgroups, 256 activation rows (hi and lo
  * tiles of up to 128 tokens) x 128 channels; mo: e4m3's first lo row */
 static cudaError_t wg_run(int f8, const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, int big, int mo,
-                          float *y, int n_sm, cudaStream_t st) {
+                          float *y, int n_sm, cudaStream_t st, const g3c_wg_gg *gg = NULL) {
     cudaError_t e = wg_setup(); /* no-op after g3c_wg_init */
     if (e != cudaSuccess) return e;
     const int two = f8 && m > 64, nwg = two ? wgf2_groups() : 1;
     const int BN = big && !f8 ? 64 : 128, S = w->k / 128, tiles = (w->n + BN - 1) / BN;
     const int br = wg_br() && w->n % 4 == 0 && !((uintptr_t)y & 15);
-    const wg_inst *v = two ? &wgf2_tab[nwg == 4][wgf2_stages() == 4][!wg_pf()][br]
-                           : &wg_tab[f8][big][f8 && big ? wgf_stages() == 3 : wg_stages() == 3][!wg_pf()][br];
+    const wg_inst *v = gg    ? &wg_gg_tab[f8]
+                       : two ? &wgf2_tab[nwg == 4][wgf2_stages() == 4][!wg_pf()][br]
+                             : &wg_tab[f8][big][f8 && big ? wgf_stages() == 3 : wg_stages() == 3][!wg_pf()][br];
     const long long L = (long long)tiles * S;
     long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * v->bps;
     if (blocks > L) blocks = L;
-    if (wg_tile_blocks(tiles, blocks)) blocks = tiles;
-    typedef void (*kfn)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long, int);
-    return g3c_launch((kfn)v->k, dim3((unsigned)blocks), dim3(WG_T * nwg), v->smem, st, *w, xq, xd, m, y, S, L, mo);
+    if (gg || wg_tile_blocks(tiles, blocks)) blocks = tiles; /* the GeGLU epilogue needs whole tiles */
+    g3c_wg_gg none;
+    memset(&none, 0, sizeof none);
+    typedef void (*kfn)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long, int, g3c_wg_gg);
+    return g3c_launch((kfn)v->k, dim3((unsigned)blocks), dim3(WG_T * nwg), v->smem, st, *w, xq, xd, m, y, S, L, mo,
+                      gg ? *gg : none);
 }
 
 cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                       cudaStream_t st) {
     if (!g3c_wg_supported(w, m)) return cudaErrorInvalidValue;
     return wg_run(0, w, xq, xd, m, m > 64, 0, y, n_sm, st);
+}
+
+/* ---- GeGLU in the gate/up product ------------------------------------------------------------------------------ */
+/* Where the gate/up product takes whole tiles anyway (wg_tile_blocks: the 27B shape at 33..64 rows): by default for
+ * fp8 only; $G3_CUDA_WGGG=1: int8 too, 0: never, 2: wherever the kernel can, whole tiles forced (tests). Read at every
+ * call. Measured on the H200 (session 31, A/B within one binary, aggregate decode tok/s, 27B): fp8 48 / 64 seqs 3846 /
+ * 5041-5065 against 3777 / 4991-4994 (run 05), 64 seqs 5147 against 5119 (run 07); int8 64 seqs 5865-5869 against
+ * 5955-5957 (run 07). Alone (CUPTI without programmatic launch) the int8 launch takes 68.7 us against 63.7 + 6.5 for
+ * the product and the GeGLU launch; in the step it runs 77 against 68 us: the down product's blocks start beside it
+ * (73 us before its end) where the GeGLU launch's used to, and slow it more than they did. */
+static int wg_gg_mode(int f8) {
+    const char *e = getenv("G3_CUDA_WGGG");
+    if (e && (!strcmp(e, "0") || !strcmp(e, "1") || !strcmp(e, "2"))) return *e - '0';
+    return f8 ? 1 : 0;
+}
+
+/* which kernel the gate/up product of m rows takes: 0 int8 (BM 64), 1 e4m3 (hi + lo tiles of 64 tokens), -1 neither
+ * of the default variants the GeGLU epilogue exists for */
+static int wg_gg_kind(const g3_dmat *gu, int m) {
+    if (m < 33 || m > 64) return -1;
+    if (gu->qt == G3Q_INT8 && m >= g3c_wg_min_rows() && g3c_wg_supported(gu, m))
+        return wg_stages() == 3 && wg_pf() && wg_br() ? 0 : -1;
+    if (gu->qt == G3Q_FP8 && g3c_wgf_taken(gu, m)) return wgf_stages() == 2 && wg_pf() && wg_br() ? 1 : -1;
+    return -1;
+}
+
+int g3c_wg_geglu_ok(const g3_dmat *gu, int m, int il, int n_sm) {
+    const int f8 = wg_gg_kind(gu, m), mode = f8 < 0 ? 0 : wg_gg_mode(f8);
+    /* 128 channels a tile = 64 GeGLU values; two tiles a quantization block of 128 */
+    if (!mode || f8 < 0 || gu->n % 256 || il < 0 || wg_setup() != cudaSuccess) return 0;
+    const long long tiles = gu->n / 128, slots = (long long)(n_sm > 0 ? n_sm : 1) * wg_gg_tab[f8].bps;
+    return mode == 2 || wg_tile_blocks(tiles, slots);
+}
+
+cudaError_t g3c_wg_mm_geglu(const g3_dmat *gu, const int8_t *xq, const float2 *xd, int m, const g3c_wg_gg *gg,
+                            int n_sm, cudaStream_t st) {
+    const int f8 = wg_gg_kind(gu, m);
+    if (f8 < 0 || gu->n % 256 || !gg || !gg->h || !gg->cnt || !gg->xq || !gg->xd) return cudaErrorInvalidValue;
+    return wg_run(f8, gu, xq, xd, m, f8 ? m > 32 : m > 64, f8 ? g3c_wgf_lo_row(m) : 0, NULL, n_sm, st, gg);
 }
 
 /* ---- fp8 (e4m3, per channel) ----------------------------------------------------------------------------------- */
