@@ -5,6 +5,7 @@
  *   g3cuda_bench [--sizes 1b,4b,27b] [--quants bf16,int8,int4] [--gemm split|bf16] [--steps 64] [--batches 8,32,64,256]
  *                [--profile 1]   (also: time of each launch group in one eager prefill, decode step and batch step)
  *                [--batch1 0]    (aggregate decode only: no prefill or batch-1 measurements, e.g. under a profiler)
+ *                [--dump FILE]   (append each batch size's last decode logits to FILE, float32: dev/cuda/logits_diff.py)
  *
  * Prints one markdown row per measurement. Decode figures come twice: logits copied to the host (the backend
  * interface) and argmax on the device (only token ids come back). Prefill is timed in the chosen GEMM mode and
@@ -55,16 +56,10 @@ static int list(const char *s, char out[][16], int max) {
     return n;
 }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) { /* FNV-1a */
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 int main(int argc, char **argv) {
     char sizes[8][16], quants[8][16], batches_s[8][16];
     int ns = list("1b,4b,27b", sizes, 8), nq = list("bf16,int8,int4", quants, 8), nb = list("8,32,64,256", batches_s, 8);
-    int gemm = 0, steps = 64, prof = 0, one = 1, digest = 0;
+    int gemm = 0, steps = 64, prof = 0, one = 1;
     const char *dump = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--sizes")) ns = list(argv[i + 1], sizes, 8);
@@ -74,7 +69,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--profile")) prof = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--batch1")) one = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--digest")) digest = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--dump")) dump = argv[i + 1];
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
     }
@@ -212,28 +206,21 @@ int main(int argc, char **argv) {
                     for (int s = 0; s < B; s++) pos[s] = P;
                     g3_backend_cuda.forward(b, &db, logits, &err); /* warm-up, capture */
                     t0 = now();
-                    uint64_t dg = 1469598103934665603ull; /* FNV-1a of every step's token ids (argmax) */
                     for (int i = 0; i < G; i++) {
                         for (int s = 0; s < B; s++) pos[s] = P + 1 + i + (mode ? 0 : 0);
                         g3_status rc = mode ? g3_cuda_forward_argmax(b, &db, ids, &err)
                                             : g3_backend_cuda.forward(b, &db, logits, &err);
                         if (rc) { fprintf(stderr, "%s\n", err.msg); return 1; }
-                        if (digest && mode) dg = fnv(dg, ids, sizeof(int32_t) * B);
                     }
                     double t = (now() - t0) / G;
-                    /* --digest 1: hashes of the outputs, to compare two switch settings that must give the same
-                     * bytes (the argmax ids of every step; the last step's logits) */
-                    if (dump && !mode) { /* the last step's logits of each batch size, appended as float32 */
+                    /* --dump FILE: the last step's logits of each batch size appended as float32 rows, to compare two
+                     * switch settings (dev/cuda/logits_diff.py) */
+                    if (dump && !mode) {
                         FILE *f = fopen(dump, "ab");
-                        if (!f || fwrite(logits, sizeof(float), (size_t)B * c.vocab, f) != (size_t)B * c.vocab) {
-                            fprintf(stderr, "cannot write %s\n", dump);
-                            return 1;
-                        }
-                        fclose(f);
+                        const int ok = f && fwrite(logits, sizeof(float), (size_t)B * c.vocab, f) == (size_t)B * c.vocab;
+                        if (f) fclose(f);
+                        if (!ok) { fprintf(stderr, "cannot write %s\n", dump); return 1; }
                     }
-                    if (digest)
-                        printf("digest | %s | %s | %d seqs | %s | %016llx\n", sizes[si], quants[qi], B,
-                               mode ? "argmax ids" : "last logits", (unsigned long long)(mode ? dg : fnv(dg, logits, sizeof(float) * (size_t)B * c.vocab)));
                     if (mode && prof && B == 32) profile(b, &db, sizes[si], quants[qi], "decode 32");
                     printf("| %s | %s | %s | aggregate decode tok/s, %d seqs (%s) | %.0f | %.0f (weights once per step) "
                            "| %.2f |\n",

@@ -1,5 +1,6 @@
 /* Probes of the device's ceilings (streaming read bandwidth, device-to-device copy, dense bf16 GEMM rate) and the
  * test hooks of cuda_api.h that run single kernels of the backend on host data. */
+#include <algorithm>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,8 +246,9 @@ extern "C" g3_status g3_cuda_test_wg_geglu(uint32_t src_type, const void *w, int
     *taken = 0, *cnt_zero = 0;
     if (want < 0 || qt < 0 || n % 256 || k % 128 || m < 1 || m > 64)
         return g3c_fail(err, G3_ERR_UNSUPPORTED, "cuda test: wg geglu %s n %d k %d m %d", quant, n, k, m);
-    const size_t qb_in = g3c_tq_q8_bytes(64, k) > g3c_wgf_q_bytes(64, k) ? g3c_tq_q8_bytes(64, k) : g3c_wgf_q_bytes(64, k);
-    const size_t qb_out = g3c_tq_q8_bytes(64, F) > g3c_wgf_q_bytes(64, F) ? g3c_tq_q8_bytes(64, F) : g3c_wgf_q_bytes(64, F);
+    /* room for either form of quantized activations (int8 or fp8 hi + lo), as the backend's buffers */
+    const size_t qb_in = std::max(g3c_tq_q8_bytes(64, k), g3c_wgf_q_bytes(64, k));
+    const size_t qb_out = std::max(g3c_tq_q8_bytes(64, F), g3c_wgf_q_bytes(64, F));
     CKE(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
     CKE(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0), "attribute");
     CKE(g3c_tc_init(), "tc init");
