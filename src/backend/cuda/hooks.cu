@@ -1,7 +1,6 @@
 /* Probes of the device's ceilings (streaming read bandwidth, device-to-device copy, dense bf16 GEMM rate) and the
  * test hooks of cuda_api.h that run single kernels of the backend on host data. */
 #include <algorithm>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,11 +211,10 @@ out:
     return rc;
 }
 
-static float e4m3_host(uint8_t b) { /* e4m3 (bias 7, no infinities) to float; 0x7f / 0xff: NaN */
-    const int e = (b >> 3) & 15, mt = b & 7;
-    if (e == 15 && mt == 7) return NAN;
-    const float v = e ? ldexpf(1.f + mt / 8.f, e - 7) : ldexpf(mt / 8.f, -6);
-    return b & 0x80 ? -v : v;
+static float e4m3_host(uint8_t b) { /* cuda_fp8.h's conversion (host and device) */
+    __nv_fp8_e4m3 v;
+    v.__x = b;
+    return (float)v;
 }
 
 /* quantized activations [m][F] (tq_act.cuh, order il: 0 or e4m3 hi + lo) back to float */

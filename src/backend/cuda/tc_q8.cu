@@ -504,9 +504,7 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
     int8_t *xq = (int8_t *)q8;
     /* past the rows (fp8: lo rows up to mo + m); m*k is a multiple of 128: 8-byte aligned */
     float2 *xd = (float2 *)(xq + (wgf ? (size_t)(wmo + m) * w->k : (size_t)2 * m * w->k));
-    const long long th = (long long)m * (w->k / 4);
-    e = g3c_launch(k_tq_quant, dim3((unsigned)((th + 255) / 256)), dim3(256), 0, st, xh, m, w->k, xq, xd,
-                   g3c_tq_order(w, m));
+    e = g3c_tq_quant(w, xh, m, xq, xd, st); /* every path here has k % 128 == 0 */
     if (e == cudaSuccess)
         e = wgf   ? g3c_wgf_mm(w, xq, xd, m, y, n_sm, st)
             : wg  ? g3c_wg_mm(w, xq, xd, m, y, n_sm, st)

@@ -543,11 +543,9 @@ static cudaError_t wg_run(int f8, const g3_dmat *w, const int8_t *xq, const floa
     long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * v->bps;
     if (blocks > L) blocks = L;
     if (gg || wg_tile_blocks(tiles, blocks)) blocks = tiles; /* the GeGLU epilogue needs whole tiles */
-    g3c_wg_gg none;
-    memset(&none, 0, sizeof none);
     typedef void (*kfn)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long, int, g3c_wg_gg);
     return g3c_launch((kfn)v->k, dim3((unsigned)blocks), dim3(WG_T * nwg), v->smem, st, *w, xq, xd, m, y, S, L, mo,
-                      gg ? *gg : none);
+                      gg ? *gg : g3c_wg_gg{});
 }
 
 cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
