@@ -19,10 +19,26 @@ void need_gpu(void) {
     }
 }
 
-static uint64_t rs = 88172645463325252ull;
+#define FRAND_SEED 88172645463325252ull
+static uint64_t rs = FRAND_SEED;
 float frand(void) { /* uniform [-1, 1) */
     rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
     return (float)((rs >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+int frand_restart(void **state) {
+    (void)state;
+    const char *e = getenv("G3_TEST_SEED");
+    const unsigned long long v = e ? strtoull(e, NULL, 10) : 0;
+    rs = v ? FRAND_SEED ^ (v * 0x9E3779B97F4A7C15ull) : FRAND_SEED;
+    if (!rs) rs = FRAND_SEED; /* xorshift's one fixed point */
+    if (v) printf("  G3_TEST_SEED=%llu\n", v);
+    return 0;
+}
+
+void test_filter_from_env(void) {
+    const char *f = getenv("G3_TEST_FILTER");
+    if (f && *f) cmocka_set_test_filter(f);
 }
 
 /* gelu_tanh(g) * u in double (the GeGLU of a gate and up pair) */

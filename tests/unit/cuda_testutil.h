@@ -10,6 +10,11 @@
 void need_gpu(void);
 /* uniform [-1, 1): one xorshift stream per test binary, same seed in every binary */
 float frand(void);
+/* cmocka setup: restarts the stream, so that a test's data do not depend on the tests run before it; from the seed
+ * $G3_TEST_SEED (a nonzero integer) where set, to rerun a test on other data */
+int frand_restart(void **state);
+/* $G3_TEST_FILTER (a cmocka pattern, e.g. "test_qgemv_pn"): runs only the tests it matches */
+void test_filter_from_env(void);
 /* gelu (tanh form, as the kernels) of the gate g times the up value u, in double */
 double geglu_ref(double g, double u);
 /* y = x W^T in double from the dequantized weights; returns max |y - ref| / max|ref| */

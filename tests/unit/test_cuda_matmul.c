@@ -413,14 +413,18 @@ static void test_matmul_wg_geglu(void **state) {
     run_wg_geglu("fp8", 512, 384, 64, 1, 0);
     unsetenv("G3_CUDA_WGGG");
     /* the 27B gate/up shape (336 tiles): whole tiles by default on a GPU of 112..149 SMs at three blocks a SM (the
-     * H200's 132), where fp8 takes the epilogue by default and int8 with $G3_CUDA_WGGG=1 */
+     * H200's 132), where int8 and fp8 take the epilogue by default; with the early trigger ($G3_CUDA_WGLT=0, which
+     * changes only when the down product's blocks are scheduled) the values are the same */
     int n_sm = 0;
     g3_cuda_test_qp_kslices(G3_DTYPE_F32, 64, 256, "int8", 0, &n_sm);
     const int whole = n_sm >= 112 && n_sm <= 149;
     run_wg_geglu("fp8", 43008, 256, 64, 2, whole);
-    run_wg_geglu("int8", 43008, 256, 64, 1, 0);
-    setenv("G3_CUDA_WGGG", "1", 1);
     run_wg_geglu("int8", 43008, 256, 48, 2, whole);
+    setenv("G3_CUDA_WGLT", "0", 1);
+    run_wg_geglu("int8", 43008, 256, 64, 1, whole);
+    unsetenv("G3_CUDA_WGLT");
+    setenv("G3_CUDA_WGGG", "0", 1);
+    run_wg_geglu("int8", 43008, 256, 64, 1, 0);
     unsetenv("G3_CUDA_WGGG");
 }
 
@@ -950,8 +954,9 @@ static void test_qgemv(void **state) {
 /* The dp4a product with the decode add-norm in its prologue (g3c_qgemv_pn, the batch-1 decode of int8/int4 weights):
  * xo = x + rms(yin) * w1 computed in float32 by every block (each stores its slice), then xn = rms(xo) * w2 quantized
  * and multiplied as in run_qgemv. Checked against the same arithmetic on the host: xo within 1e-6 of max|xo| (only
- * the order of the sums of squares differs), y within 5e-5 of max|y| of W_deq . xh (xh: the q8 emulation of the
- * host's xn), and the zero buffer cleared. */
+ * the order of the sums of squares differs), y within 5e-5 of max|y| of W_deq . xh (xh: the q8 or float16 emulation
+ * of the host's xn) plus two rounding flips of the largest activation (below), and the zero buffer cleared. */
+static int pn_pass; /* test_qgemv_pn's pass, in the printed lines */
 static void run_qgemv_pn(uint32_t src_type, const char *quant, int n, int k, int m, int geglu) {
     const size_t rb = src_type == G3_DTYPE_F32 ? sizeof(float) * (size_t)k : g3_row_bytes(src_type, k);
     const size_t mk = (size_t)m * k, outw = geglu ? (size_t)n / 2 : (size_t)n;
@@ -988,19 +993,40 @@ static void run_qgemv_pn(uint32_t src_type, const char *quant, int n, int k, int
     }
     double dq;
     const int i8h = strcmp(quant, "fp8") && g3_cuda_test_qp_f16(src_type, n, k, quant, m, geglu, 1) == 1;
-    if (!strcmp(quant, "fp8") || i8h) {
+    const int f16 = !strcmp(quant, "fp8") || i8h, lo = m <= lo_rows_for(src_type, quant);
+    /* The reference quantizes the host's xn, the kernel its own, which differs in the last bits (the sums of squares
+     * in another order): a value near a rounding boundary then rounds the other way, by one step of its block (float16:
+     * 2^-11 of the block's max; q8: max / 127, / 254 more with the residual plane). One such flip moves a product by up
+     * to step * max|w|, a GeGLU output (gelu(g) u) by up to (max|gelu'| |u| + |gelu(g)|) that <= 2.13 max|g, u| times
+     * it: allowed twice over, on top of 5e-5. (H200 session 32: two seeds in six, and the data of session 31's test
+     * order, gave 5.9e-5 and 6.7e-5 on float16 products, against 1e-7..3e-5 elsewhere.) */
+    double xnmax = 0, wmax = 0, ymax = 1e-30, pmax = 0;
+    for (size_t i = 0; i < mk; i++) xnmax = fmax(xnmax, fabs(xn[i]));
+    for (size_t i = 0; i < (size_t)n * k; i++) wmax = fmax(wmax, fabs(wd[i]));
+    for (size_t i = 0; i < (size_t)m * outw; i++) ymax = fmax(ymax, fabs(y[i]));
+    for (int i = 0; geglu && i < m; i++) /* the largest gate / up value */
+        for (int j = 0; j < n; j++) {
+            double d = 0;
+            for (int t = 0; t < k; t++) d += (double)wd[(size_t)j * k + t] * xn[(size_t)i * k + t];
+            pmax = fmax(pmax, fabs(d));
+        }
+    const double step = f16 ? xnmax / 2048.0 : xnmax / 127.0 / (lo ? 254.0 : 1.0);
+    const double tol = fmax(5e-5, 2.0 * step * wmax * (geglu ? 2.13 * pmax : 1.0) / ymax);
+    if (f16) {
         double *yr = malloc(sizeof(double) * (size_t)m * outw);
         f16_emulate(wd, n, k, xn, m, geglu, yr, i8h);
         dq = rel_err(y, yr, (size_t)m * outw);
         free(yr);
     } else {
-        q8_emulate(xn, m, k, m <= lo_rows_for(src_type, quant), xh); /* by default: int8 weights, 1-2 rows */
+        q8_emulate(xn, m, k, lo, xh); /* by default: int8 weights, 1-2 rows */
         dq = check_mm(wd, n, k, xh, m, y, geglu);
     }
-    printf("  qgemv_pn %-4s type %2u n=%-4d k=%-5d m=%d geglu=%d: xo err %.2e of max, y rel err vs W.xh %.2e, zero %d\n",
-           quant, src_type, n, k, m, geglu, xerr / xmax, dq, zero_ok);
+    printf("  qgemv_pn pass %d %-4s type %2u n=%-4d k=%-5d m=%d geglu=%d: xo err %.2e of max, y rel err vs W.xh %.2e "
+           "(allowed %.1e), zero %d\n",
+           pn_pass, quant, src_type, n, k, m, geglu, xerr / xmax, dq, tol, zero_ok);
     if (!(xerr <= 1e-6 * xmax)) fail_msg("%s m=%d: residual out differs by %g (max %g)", quant, m, xerr, xmax);
-    if (!(dq <= 5e-5)) fail_msg("%s m=%d: product error vs the emulated q8 of the host's norm %g > 5e-5", quant, m, dq);
+    if (!(dq <= tol))
+        fail_msg("%s m=%d: product error vs the emulated quantization of the host's norm %g > %g", quant, m, dq, tol);
     assert_true(zero_ok);
     free(raw), free(x), free(yin), free(w1), free(w2), free(xo), free(xr), free(xn), free(xh), free(y), free(wd);
 }
@@ -1118,6 +1144,7 @@ static void test_qgemv_pn(void **state) {
      * of 3 (by default 3 at one row, 2 at two) */
     for (int pass = 0; pass < 4; pass++) {
         const int m = 1 + (pass & 1);
+        pn_pass = pass;
         if (pass == 2) setenv("G3_CUDA_QPRING", "2", 1), setenv("G3_CUDA_Q4LO", "2", 1);
         if (pass == 2) setenv("G3_CUDA_QPNW", "1", 1), setenv("G3_CUDA_QPD", "4", 1);
         if (pass == 3) unsetenv("G3_CUDA_QPNW"), setenv("G3_CUDA_QPD", "3", 1);
@@ -1135,12 +1162,14 @@ static void test_qgemv_pn(void **state) {
     unsetenv("G3_CUDA_QPRING"), unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_QPQS"), unsetenv("G3_CUDA_QPD");
     unsetenv("G3_CUDA_QPGS");
     setenv("G3_CUDA_Q8F16", "0", 1); /* short per-channel int8 rows on dp4a with the residual plane */
+    pn_pass = 4;
     for (int m = 1; m <= 2; m++) run_qgemv_pn(G3_DTYPE_F32, "int8", 130, 2560, m, 1);
     /* per-channel int8 on the float16 products everywhere ($G3_CUDA_Q8F16=1; by default only rows < 4096): with and
      * without the ring */
     setenv("G3_CUDA_Q8F16", "1", 1);
     for (int pass = 0; pass < 2; pass++) {
         if (pass) setenv("G3_CUDA_QPRING", "0", 1);
+        pn_pass = 5 + pass;
         for (int m = 1; m <= 2; m++) {
             run_qgemv_pn(G3_DTYPE_F32, "int8", 45, 5376, m, 0);
             run_qgemv_pn(G3_DTYPE_F32, "int8", 130, 2560, m, 1);
@@ -1190,23 +1219,26 @@ static void test_gemv_pipelined(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
 #ifdef G3_HAVE_CUDA
-        cmocka_unit_test(test_matmul_formats),
-        cmocka_unit_test(test_matmul_long_rows),
-        cmocka_unit_test(test_gguf_types),
-        cmocka_unit_test(test_matmul_staged),
-        cmocka_unit_test(test_matmul_wgmma),
-        cmocka_unit_test(test_matmul_wgmma_fp8),
-        cmocka_unit_test(test_matmul_wg_geglu),
-        cmocka_unit_test(test_matmul_wg4),
-        cmocka_unit_test(test_matmul_wgb),
-        cmocka_unit_test(test_matmul_big_decode),
-        cmocka_unit_test(test_qgemv),
-        cmocka_unit_test(test_qgemv_ring_policy),
-        cmocka_unit_test(test_qgemv_pn),
-        cmocka_unit_test(test_gemv_pipelined),
+        cmocka_unit_test_setup(test_matmul_formats, frand_restart),
+        cmocka_unit_test_setup(test_matmul_long_rows, frand_restart),
+        cmocka_unit_test_setup(test_gguf_types, frand_restart),
+        cmocka_unit_test_setup(test_matmul_staged, frand_restart),
+        cmocka_unit_test_setup(test_matmul_wgmma, frand_restart),
+        cmocka_unit_test_setup(test_matmul_wgmma_fp8, frand_restart),
+        cmocka_unit_test_setup(test_matmul_wg_geglu, frand_restart),
+        cmocka_unit_test_setup(test_matmul_wg4, frand_restart),
+        cmocka_unit_test_setup(test_matmul_wgb, frand_restart),
+        cmocka_unit_test_setup(test_matmul_big_decode, frand_restart),
+        cmocka_unit_test_setup(test_qgemv, frand_restart),
+        cmocka_unit_test_setup(test_qgemv_ring_policy, frand_restart),
+        cmocka_unit_test_setup(test_qgemv_pn, frand_restart),
+        cmocka_unit_test_setup(test_gemv_pipelined, frand_restart),
 #else
         cmocka_unit_test(tu_skip_no_cuda),
 #endif
     };
+#ifdef G3_HAVE_CUDA
+    test_filter_from_env();
+#endif
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

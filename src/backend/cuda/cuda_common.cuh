@@ -98,6 +98,17 @@ static __device__ __forceinline__ void g3c_pdl_wait() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+/* the two halves, for kernels that let their successor in later than at their start (tc_wg.cu's late trigger) */
+static __device__ __forceinline__ void g3c_pdl_wait_only() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void g3c_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 /* 1 unless $G3_CUDA_PDL=0 (read once). */
 int g3c_pdl_enabled(void);
 template <typename... KArgs, typename... Args>
@@ -248,6 +259,7 @@ typedef struct g3c_wg_gg {
     int8_t *xq;    /* [m][n/2] (fp8: + lo rows at il - G3C_TQ_FP8), then xd [rows][n/256] */
     float2 *xd;
     int il, tanhf; /* tanhf: gelu_tanh_ref, as k_geglu4 with G3C_GELU_TANHF */
+    int late;      /* set by tc_wg.cu for every k_wg8 launch: the successor is let in after the K loop, not at the start */
 } g3c_wg_gg;
 int g3c_wg_geglu_ok(const g3_dmat *gu, int m, int il, int n_sm);
 cudaError_t g3c_wg_mm_geglu(const g3_dmat *gu, const int8_t *xq, const float2 *xd, int m, const g3c_wg_gg *gg,

@@ -72,8 +72,9 @@
  * brings 32 KB of activations from L2. */
 /* GeGLU in the last step (GG, g3c_wg_mm_geglu; 33..64 rows where the gate/up product takes whole tiles): each block
  * applies GeGLU to its tile's 64 (gate, up) pairs and the second block of each pair of tiles quantizes their 128
- * values for the down product (wg_geglu_out), so no GeGLU launch follows and y is not touched. By default for fp8
- * only (wg_gg_mode has the measurements). */
+ * values for the down product (wg_geglu_out), so no GeGLU launch follows and y is not touched. By default for int8
+ * and fp8 (wg_gg_mode has the measurements). Every k_wg8 block lets the next kernel be scheduled after its K loop
+ * (wg_late). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -277,7 +278,8 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
         [&](int i, bool on) {
             if (on) load_x(xs, i);
             if (++xs == S) xs = 0;
-        });
+        },
+        !gg.late);
     /* unit u0 + i has landed once group ST - 1 + i has: at the top of iteration i, 2 (ST - 1) + i groups exist */
     const int tr = 16 * wq + (lane >> 2); /* this thread's tokens in each m64 tile: tr, tr + 8 */
     float acc[MA][NR];
@@ -355,6 +357,7 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
         if (++st == S) st = 0, tile++;
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
+    if (gg.late) g3c_pdl_trigger(); /* wg_late */
     if constexpr (BR) { /* the last share: staged in the (now idle) ring as [token][channel] rows, then one bulk
                          * reduction per token row (cp.reduce.async.bulk ... add.f32), a whole row segment per request
                          * instead of 8-byte atomics from every thread; n % 4 == 0 (16-byte rows), no stacked lo rows */
@@ -523,6 +526,21 @@ static cudaError_t wg_setup(void) {
 
 cudaError_t g3c_wg_init(void) { return wg_setup(); }
 
+/* when the blocks let the next kernel's blocks be scheduled (programmatic launch): after their K loop, or (the form
+ * every kernel else keeps, g3c_pdl_wait) at their launch wait, so that the successor's weight copies overlap this
+ * kernel's tail. Early, the successor's blocks sit beside the product for most of its run: the down product's beside
+ * the gate/up product with the GeGLU epilogue slowed it ~9 us a 27B layer (session 31). Late is the default for every
+ * k_wg8 launch; $G3_CUDA_WGLT=0: early for all, 2: late for the GeGLU epilogue only. Measured on the H200 (session 32,
+ * A/B within one binary, aggregate decode tok/s, 27B, two rounds): int8 with the GeGLU epilogue 33 / 48 / 64 seqs
+ * 3216 / 4632-4653 / 6103-6126 late against 3110-3120 / 4510 / 5922-5929 late for the epilogue only (run 02) and
+ * 3051-3055 / 4413-4419 / 5803-5821 early (run 01); int8 128 / 256 seqs 6506-6538 / 6499-6505 against 6513-6520 /
+ * 6262-6284 early (run 02); fp8 within ~1% either way. */
+static int wg_late(int gg) {
+    const char *e = getenv("G3_CUDA_WGLT");
+    if (e && !strcmp(e, "0")) return 0;
+    if (e && !strcmp(e, "2")) return gg;
+    return 1;
+}
 static int wgf_stages(void);
 static int wgf2_stages(void);
 static int wgf2_groups(void);
@@ -543,9 +561,11 @@ static cudaError_t wg_run(int f8, const g3_dmat *w, const int8_t *xq, const floa
     long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * v->bps;
     if (blocks > L) blocks = L;
     if (gg || wg_tile_blocks(tiles, blocks)) blocks = tiles; /* the GeGLU epilogue needs whole tiles */
+    g3c_wg_gg p = gg ? *gg : g3c_wg_gg{};
+    p.late = wg_late(gg != NULL);
     typedef void (*kfn)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long, int, g3c_wg_gg);
     return g3c_launch((kfn)v->k, dim3((unsigned)blocks), dim3(WG_T * nwg), v->smem, st, *w, xq, xd, m, y, S, L, mo,
-                      gg ? *gg : g3c_wg_gg{});
+                      p);
 }
 
 cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
@@ -555,17 +575,17 @@ cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int 
 }
 
 /* ---- GeGLU in the gate/up product ------------------------------------------------------------------------------ */
-/* Where the gate/up product takes whole tiles anyway (wg_tile_blocks: the 27B shape at 33..64 rows): by default for
- * fp8 only; $G3_CUDA_WGGG=1: int8 too, 0: never, 2: wherever the kernel can, whole tiles forced (tests). Read at every
- * call. Measured on the H200 (session 31, A/B within one binary, aggregate decode tok/s, 27B): fp8 48 / 64 seqs 3846 /
- * 5041-5065 against 3777 / 4991-4994 (run 05), 64 seqs 5147 against 5119 (run 07); int8 64 seqs 5865-5869 against
- * 5955-5957 (run 07). Alone (CUPTI without programmatic launch) the int8 launch takes 68.7 us against 63.7 + 6.5 for
- * the product and the GeGLU launch; in the step it runs 77 against 68 us: the down product's blocks start beside it
- * (73 us before its end) where the GeGLU launch's used to, and slow it more than they did. */
-static int wg_gg_mode(int f8) {
+/* Where the gate/up product takes whole tiles anyway (wg_tile_blocks: the 27B shape at 33..64 rows), int8 and fp8;
+ * $G3_CUDA_WGGG=0: never, 2: wherever the kernel can, whole tiles forced (tests). Read at every call. Measured on the
+ * H200 with the late trigger (wg_late; session 32 run 01, A/B within one binary, aggregate decode tok/s, 27B, two
+ * rounds): int8 33 / 48 / 64 seqs 3217-3213 / 4624-4633 / 6085-6077 against 3113-3117 / 4485-4493 / 5921-5924 without
+ * the epilogue. With the early trigger (session 31) int8 lost (5865-5869 against 5955-5957 at 64 seqs) and fp8 won
+ * (48 / 64 seqs 3846 / 5041-5065 against 3777 / 4991-4994). Alone (CUPTI without programmatic launch) the int8 launch
+ * takes 68.7 us against 63.7 + 6.5 for the product and the GeGLU launch (session 31). */
+static int wg_gg_mode(void) {
     const char *e = getenv("G3_CUDA_WGGG");
     if (e && (!strcmp(e, "0") || !strcmp(e, "1") || !strcmp(e, "2"))) return *e - '0';
-    return f8 ? 1 : 0;
+    return 1;
 }
 
 /* which kernel the gate/up product of m rows takes: 0 int8 (BM 64), 1 e4m3 (hi + lo tiles of 64 tokens), -1 neither
@@ -579,7 +599,7 @@ static int wg_gg_kind(const g3_dmat *gu, int m) {
 }
 
 int g3c_wg_geglu_ok(const g3_dmat *gu, int m, int il, int n_sm) {
-    const int f8 = wg_gg_kind(gu, m), mode = f8 < 0 ? 0 : wg_gg_mode(f8);
+    const int f8 = wg_gg_kind(gu, m), mode = f8 < 0 ? 0 : wg_gg_mode();
     /* 128 channels a tile = 64 GeGLU values; two tiles a quantization block of 128 */
     if (!mode || f8 < 0 || gu->n % 256 || il < 0 || wg_setup() != cudaSuccess) return 0;
     const long long tiles = gu->n / 128, slots = (long long)(n_sm > 0 ? n_sm : 1) * wg_gg_tab[f8].bps;

@@ -209,15 +209,17 @@ template <int N> static __device__ __forceinline__ void wg_mma(float (&d)[N], ui
  * which do not depend on the previous kernel, requested before the programmatic-launch wait, their activations after
  * it; one group per unit and kind (empty past the block's n units), so that unit i has landed once group ST - 1 + i
  * has. load_w(i, on) / load_x(i, on) put unit i into slot i, copying only if on (counters kept by the loaders advance
- * either way). tc_wg.cu, tc_wg4.cu, tc_wgb.cu. */
+ * either way). trig false: the successor is not let in at the wait (the kernel calls g3c_pdl_trigger later).
+ * tc_wg.cu, tc_wg4.cu, tc_wgb.cu. */
 template <int ST, class LW, class LX>
-static __device__ __forceinline__ void wg_ring_start(int n, LW &&load_w, LX &&load_x) {
+static __device__ __forceinline__ void wg_ring_start(int n, LW &&load_w, LX &&load_x, bool trig = true) {
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
         load_w(i, i < n);
         g3c_cp_commit();
     }
-    g3c_pdl_wait();
+    if (trig) g3c_pdl_wait();
+    else g3c_pdl_wait_only();
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
         load_x(i, i < n);
