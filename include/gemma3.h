@@ -92,6 +92,10 @@ const g3_config *g3_model_config(const g3_model *m);
  * shape ("tiny"), every matrix stored as `type`. For benchmarks and tests. layers_override > 0 cuts the depth. */
 g3_status g3_model_random(const char *size, g3_dtype type, uint64_t seed, int layers_override, g3_model **out,
                           g3_error *err);
+/* The same with the matrices in a mix of types, as llama.cpp's quantizer writes them: "q4_k_m" (Q4_K, with Q6_K in
+ * the embedding and in attn_v / ffn_down of the first and last eighth of the layers and every third between). */
+g3_status g3_model_random_mix(const char *size, const char *mix, uint64_t seed, int layers_override, g3_model **out,
+                              g3_error *err);
 
 /* ---- sampling ------------------------------------------------------------------------------------------- */
 typedef struct g3_logit_bias {

@@ -156,7 +156,7 @@ int g3_cli_bench(int argc, char **argv) {
     g3_arg args[] = {
         {"model", 'm', G3_ARG_STR, &mo.model, "model: Hugging Face folder or .gguf file"},
         {"random-weights", 0, G3_ARG_STR, &random, "random weights of a released shape: 270m, 1b, 4b, 12b, 27b"},
-        {"type", 0, G3_ARG_STR, &type_s, "weight type with --random-weights: bf16, f16, f32, q8_0, q4_0, q4_k, q6_k"},
+        {"type", 0, G3_ARG_STR, &type_s, "weight type with --random-weights: bf16, f16, f32, q8_0, q4_0, q4_k, q6_k, or the mix q4_k_m"},
         {"layers", 0, G3_ARG_INT, &layers, "with --random-weights: only this many layers (0 = all)"},
         {"n-prompt", 'p', G3_ARG_INT, &n_prompt, "prompt tokens for the prefill measurement"},
         {"n-gen", 'n', G3_ARG_INT, &n_gen, "tokens to decode"},
@@ -215,12 +215,13 @@ int g3_cli_bench(int argc, char **argv) {
     double t0 = g3_now();
     if (random) {
         g3_dtype t;
-        if (!parse_type(type_s, &t)) {
+        if (!strcasecmp(type_s, "q4_k_m")) {
+            if (g3_model_random_mix(random, type_s, 1234, layers, &m, &err) != G3_OK) goto fail;
+        } else if (!parse_type(type_s, &t)) {
             fprintf(stderr, "gemma3 bench: unknown --type %s\n", type_s);
             free(batches);
             return 2;
-        }
-        if (g3_model_random(random, t, 1234, layers, &m, &err) != G3_OK) goto fail;
+        } else if (g3_model_random(random, t, 1234, layers, &m, &err) != G3_OK) goto fail;
     } else {
         g3_load_opts lo = {.progress = 1};
         if (g3_model_load(mo.model, &lo, &m, &err) != G3_OK) goto fail;

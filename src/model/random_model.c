@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/status.h"
 #include "model/config.h"
@@ -60,8 +61,14 @@ static void fill(g3_weight *w, uint8_t **cursor, const row_pool *p, uint32_t typ
     *cursor += w->nbytes;
 }
 
-g3_status g3_model_random(const char *size, g3_dtype type, uint64_t seed, int layers_override, g3_model **out,
-                          g3_error *err) {
+/* llama.cpp's quantizer keeps more bits in some tensors of its "_M" mixes (llama_tensor_get_type): the first and
+ * last eighth of the layers and every third layer between them take attn_v and ffn_down one type up, and a tied
+ * embedding (Gemma's token_embd, which is also the head) takes Q6_K. */
+static int more_bits(int l, int n) { return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2; }
+
+/* mix: 0 every matrix `type`; 1 "q4_k_m" (Q4_K, with Q6_K where more_bits and in the embedding) */
+static g3_status random_model(const char *size, g3_dtype type, int mix, uint64_t seed, int layers_override,
+                              g3_model **out, g3_error *err) {
     *out = NULL;
     if (!g3_dtype_get(type)) return g3_fail(err, G3_ERR_ARG, "unknown weight type %d", (int)type);
     g3_model *m = calloc(1, sizeof *m);
@@ -71,48 +78,57 @@ g3_status g3_model_random(const char *size, g3_dtype type, uint64_t seed, int la
     g3_config *c = &m->cfg;
     if (layers_override > 0 && layers_override < c->n_layers) c->n_layers = layers_override;
     m->source = G3_SRC_RANDOM;
-    snprintf(m->path, sizeof m->path, "random:%s:%s", size, g3_dtype_name(type));
+    const g3_dtype hi = mix ? G3_DTYPE_Q6_K : type; /* the embedding's, and attn_v / ffn_down's in more_bits layers */
+    snprintf(m->path, sizeof m->path, "random:%s:%s", size, mix ? "q4_k_m" : g3_dtype_name(type));
     int64_t H = c->hidden, F = c->ffn, D = c->head_dim, Q = (int64_t)c->n_heads * D, KV = (int64_t)c->n_kv_heads * D;
     /* matrices grouped by input width: H (embed, q, k, v, gate, up), Q (o), F (down) */
     size_t bh = g3_row_bytes(type, H), bq = g3_row_bytes(type, Q), bf = g3_row_bytes(type, F);
-    if (!bh || !bq || !bf) {
+    size_t bh2 = g3_row_bytes(hi, H), bf2 = g3_row_bytes(hi, F);
+    if (!bh || !bq || !bf || !bh2 || !bf2) {
         rc = g3_fail(err, G3_ERR_ARG, "shape %s cannot be stored as %s (row length not a multiple of its block)", size,
-                     g3_dtype_name(type));
+                     mix ? "q4_k_m" : g3_dtype_name(type));
         goto fail;
     }
-    size_t per_layer = bh * (size_t)(Q + 2 * KV + 2 * F) + bq * (size_t)H + bf * (size_t)H;
-    size_t total = bh * (size_t)c->vocab + per_layer * (size_t)c->n_layers;
+    size_t total = bh2 * (size_t)c->vocab;
+    for (int l = 0; l < c->n_layers; l++) {
+        const int up = mix && more_bits(l, c->n_layers);
+        total += bh * (size_t)(Q + KV + 2 * F) + (up ? bh2 : bh) * (size_t)KV + bq * (size_t)H +
+                 (up ? bf2 : bf) * (size_t)H;
+    }
     m->owned = malloc(total);
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     m->norm_storage = malloc(sizeof(float) * ((size_t)c->n_layers * (size_t)(4 * H + 2 * D) + (size_t)H));
     if (!m->owned || !m->layers || !m->norm_storage) {
         rc = g3_fail(err, G3_ERR_NOMEM, "out of memory: a random %s model in %s needs %.2f GB", size,
-                     g3_dtype_name(type), (double)total / 1e9);
+                     mix ? "q4_k_m" : g3_dtype_name(type), (double)total / 1e9);
         goto fail;
     }
     uint64_t s = seed ? seed : 1;
-    row_pool ph = {0}, pq = {0}, pf = {0}, pe = {0};
-    if ((rc = pool_make(&pe, type, H, 1.0f / sqrtf((float)H), &s, err)) ||
+    row_pool ph = {0}, pq = {0}, pf = {0}, pe = {0}, ph2 = {0}, pf2 = {0};
+    if ((rc = pool_make(&pe, hi, H, 1.0f / sqrtf((float)H), &s, err)) ||
         (rc = pool_make(&ph, type, H, 1.0f / sqrtf((float)H), &s, err)) ||
         (rc = pool_make(&pq, type, Q, 1.0f / sqrtf((float)Q), &s, err)) ||
-        (rc = pool_make(&pf, type, F, 1.0f / sqrtf((float)F), &s, err))) {
-        free(pe.rows), free(ph.rows), free(pq.rows), free(pf.rows);
+        (rc = pool_make(&pf, type, F, 1.0f / sqrtf((float)F), &s, err)) ||
+        (mix && ((rc = pool_make(&ph2, hi, H, 1.0f / sqrtf((float)H), &s, err)) ||
+                 (rc = pool_make(&pf2, hi, F, 1.0f / sqrtf((float)F), &s, err))))) {
+        free(pe.rows), free(ph.rows), free(pq.rows), free(pf.rows), free(ph2.rows), free(pf2.rows);
         goto fail;
     }
     uint8_t *cur = m->owned;
-    fill(&m->embed, &cur, &pe, type, c->vocab, H, &s);
+    fill(&m->embed, &cur, &pe, hi, c->vocab, H, &s);
     float *ns = m->norm_storage;
     m->final_norm = ns, ns += H;
     for (int64_t i = 0; i < H; i++) m->final_norm[i] = 1.0f + 0.1f * rng_normal(&s);
     for (int l = 0; l < c->n_layers; l++) {
         g3_layer_weights *L = &m->layers[l];
+        const int up = mix && more_bits(l, c->n_layers);
         fill(&L->wq, &cur, &ph, type, Q, H, &s);
         fill(&L->wk, &cur, &ph, type, KV, H, &s);
-        fill(&L->wv, &cur, &ph, type, KV, H, &s);
+        fill(&L->wv, &cur, up ? &ph2 : &ph, up ? hi : type, KV, H, &s);
         fill(&L->wo, &cur, &pq, type, H, Q, &s);
         fill(&L->w_gate, &cur, &ph, type, F, H, &s);
         fill(&L->w_up, &cur, &ph, type, F, H, &s);
-        fill(&L->w_down, &cur, &pf, type, H, F, &s);
+        fill(&L->w_down, &cur, up ? &pf2 : &pf, up ? hi : type, H, F, &s);
         float **norms[] = {&L->attn_norm, &L->post_attn_norm, &L->pre_ffn_norm, &L->post_ffn_norm};
         for (int i = 0; i < 4; i++) {
             *norms[i] = ns, ns += H;
@@ -123,7 +139,7 @@ g3_status g3_model_random(const char *size, g3_dtype type, uint64_t seed, int la
         for (int64_t j = 0; j < D; j++) L->q_norm[j] = 1.0f + 0.1f * rng_normal(&s);
         for (int64_t j = 0; j < D; j++) L->k_norm[j] = 1.0f + 0.1f * rng_normal(&s);
     }
-    free(pe.rows), free(ph.rows), free(pq.rows), free(pf.rows);
+    free(pe.rows), free(ph.rows), free(pq.rows), free(pf.rows), free(ph2.rows), free(pf2.rows);
     m->weight_bytes = total;
     m->n_params = (uint64_t)c->vocab * H + (uint64_t)c->n_layers * (uint64_t)(H * (Q + 2 * KV + 2 * F) + Q * H + F * H);
     *out = m;
@@ -131,4 +147,17 @@ g3_status g3_model_random(const char *size, g3_dtype type, uint64_t seed, int la
 fail:
     g3_model_free(m);
     return rc;
+}
+
+g3_status g3_model_random(const char *size, g3_dtype type, uint64_t seed, int layers_override, g3_model **out,
+                          g3_error *err) {
+    return random_model(size, type, 0, seed, layers_override, out, err);
+}
+
+g3_status g3_model_random_mix(const char *size, const char *mix, uint64_t seed, int layers_override, g3_model **out,
+                              g3_error *err) {
+    *out = NULL;
+    if (!mix || strcasecmp(mix, "q4_k_m"))
+        return g3_fail(err, G3_ERR_ARG, "unknown weight mix '%s' (known: q4_k_m)", mix ? mix : "");
+    return random_model(size, G3_DTYPE_Q4_K, 1, seed, layers_override, out, err);
 }

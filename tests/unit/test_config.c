@@ -163,12 +163,43 @@ static void test_missing_model(void **state) {
     assert_non_null(strstr(err.msg, "config.json"));
 }
 
+/* The q4_k_m random mix puts Q6_K where llama.cpp's quantizer does: the (tied) embedding, and attn_v / ffn_down in the
+ * first and last eighth of the layers and every third between; everything else Q4_K. 4B shape, 8 layers: Q6_K in
+ * layers 0, 3, 6, 7. */
+static void test_random_mix(void **state) {
+    (void)state;
+    g3_model *m = NULL;
+    g3_error err = {0};
+    if (g3_model_random_mix("4b", "q4_k_m", 3, 8, &m, &err) != G3_OK) fail_msg("%s", err.msg);
+    assert_int_equal(m->embed.type, G3_DTYPE_Q6_K);
+    size_t bytes = m->embed.nbytes;
+    for (int l = 0; l < 8; l++) {
+        const g3_layer_weights *L = &m->layers[l];
+        const uint32_t hi = l == 0 || l == 3 || l == 6 || l == 7 ? G3_DTYPE_Q6_K : G3_DTYPE_Q4_K;
+        assert_int_equal(L->wv.type, hi);
+        assert_int_equal(L->w_down.type, hi);
+        const g3_weight *q4[] = {&L->wq, &L->wk, &L->wo, &L->w_gate, &L->w_up};
+        for (int i = 0; i < 5; i++) assert_int_equal(q4[i]->type, G3_DTYPE_Q4_K);
+        const g3_weight *all[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++) bytes += all[i]->nbytes;
+    }
+    assert_int_equal(bytes, m->weight_bytes); /* the buffer holds exactly the matrices */
+    g3_model_free(m);
+    assert_int_equal(g3_model_random_mix("4b", "q5_k_m", 3, 8, &m, &err), G3_ERR_ARG);
+    assert_null(m);
+    assert_non_null(strstr(err.msg, "q5_k_m"));
+    /* 1B rows (1152 values) are no whole Q4_K blocks: a clear error, not a model */
+    assert_int_equal(g3_model_random_mix("1b", "q4_k_m", 3, 2, &m, &err), G3_ERR_ARG);
+    assert_null(m);
+    assert_non_null(strstr(err.msg, "q4_k_m"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_causal_lm_json),        cmocka_unit_test(test_conditional_generation_json),
         cmocka_unit_test(test_layer_types_and_errors), cmocka_unit_test(test_presets),
         cmocka_unit_test(test_gguf_matches_json),      cmocka_unit_test(test_shape_mismatch_named),
-        cmocka_unit_test(test_missing_model),
+        cmocka_unit_test(test_missing_model),          cmocka_unit_test(test_random_mix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

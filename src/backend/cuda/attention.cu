@@ -114,11 +114,14 @@ __global__ void k_qkv_post(g3c_attn_args a, float *y, int ny, const float *qn, c
     }
     g3c_pdl_wait();
     if (hh >= NHT) return;
-    const size_t src = (size_t)r * NHT * D + (size_t)hh * D, sl = (size_t)a.m * NHT * D;
+    const int np = vh && a.nyv ? a.nyv : ny; /* slices of this head's product */
     if (vh) { /* v: straight into the cache */
         for (int i = lane; i < D; i += 32) {
             float v = 0.f;
-            for (int j = 0; j < ny; j++) v += y[j * sl + src + i], y[j * sl + src + i] = 0.f;
+            for (int j = 0; j < np; j++) {
+                float *p = y + g3c_qkv_at(a, ny, j, r, hh) + i;
+                v += *p, *p = 0.f;
+            }
             if (slot) g3c_kv_put(slot + i, v);
         }
         return;
@@ -129,9 +132,10 @@ __global__ void k_qkv_post(g3c_attn_args a, float *y, int ny, const float *qn, c
         int i = lane + 32 * t;
         v0[t] = v1[t] = 0.f;
         if (i < half) {
-            for (int j = 0; j < ny; j++) {
-                v0[t] += y[j * sl + src + i], v1[t] += y[j * sl + src + i + half];
-                y[j * sl + src + i] = 0.f, y[j * sl + src + i + half] = 0.f;
+            for (int j = 0; j < np; j++) {
+                float *p = y + g3c_qkv_at(a, ny, j, r, hh) + i;
+                v0[t] += p[0], v1[t] += p[half];
+                p[0] = 0.f, p[half] = 0.f;
             }
             ss += v0[t] * v0[t] + v1[t] * v1[t];
         }

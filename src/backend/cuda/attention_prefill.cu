@@ -85,22 +85,25 @@ __global__ void __launch_bounds__(256) k_qkv_rows(g3c_attn_args a, float *y, int
     }
     g3c_pdl_wait();
     if (!live) return;
-    const size_t src = (size_t)r * NHT * D + (size_t)hh * D, sl = (size_t)a.m * NHT * D;
+    const int np = isv && a.nyv ? a.nyv : ny; /* slices of this head's product (<= 2) */
+    float *y0 = y + g3c_qkv_at(a, ny, 0, r, hh), *y1 = np > 1 ? y + g3c_qkv_at(a, ny, 1, r, hh) : NULL;
     float v0[T], v1[T];
 #pragma unroll
     for (int t = 0; t < T; t++) {
         const int i = lane + 32 * t;
         v0[t] = v1[t] = 0.f;
         if (i < half) {
-            v0[t] = y[src + i], v1[t] = y[src + i + half];
-            if (ny > 1) v0[t] += y[sl + src + i], v1[t] += y[sl + src + i + half];
+            v0[t] = y0[i], v1[t] = y0[i + half];
+            if (y1) v0[t] += y1[i], v1[t] += y1[i + half];
         }
     }
 #pragma unroll
     for (int t = 0; t < T; t++) {
         const int i = lane + 32 * t;
-        if (i < half && !(flags & G3C_KEEP_Y))
-            for (int j = 0; j < ny; j++) y[j * sl + src + i] = 0.f, y[j * sl + src + i + half] = 0.f;
+        if (i < half && !(flags & G3C_KEEP_Y)) {
+            y0[i] = 0.f, y0[i + half] = 0.f;
+            if (y1) y1[i] = 0.f, y1[i + half] = 0.f;
+        }
     }
     if (!put) return; /* k / v of a padding row, or of a row without a cache slot */
     if (isv) {
@@ -134,7 +137,8 @@ cudaError_t g3c_qkv_post_rows(const g3c_attn_args *a, float *y, int ny, const fl
 }
 cudaError_t g3c_qkv_post_rows_f(const g3c_attn_args *a, float *y, int ny, const float *qn, const float *kn,
                                 float *qout, int flags, cudaStream_t st) {
-    if (a->m < G3C_ROWK_MIN || ny > 2 || !g3c_rowk_enabled()) return g3c_qkv_post(a, y, ny, qn, kn, qout, st);
+    if (a->m < G3C_ROWK_MIN || ny > 2 || a->nyv > 2 || !g3c_rowk_enabled())
+        return g3c_qkv_post(a, y, ny, qn, kn, qout, st);
     if (a->D > 256 || a->D % 2) return cudaErrorInvalidValue;
     const int units = a->m * (a->NH + 2 * a->NKV), half = a->D / 2;
     dim3 grid((units + 7) / 8), blk(256);

@@ -24,16 +24,20 @@ __device__ __forceinline__ float h2f(const uint8_t *p) {
 }
 __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
-/* Q4_K sub-block sb (0..7) of a 144-byte block: scale and min */
-__device__ __forceinline__ void q4k_sm(const uint8_t *blk, int sb, float *s, float *z) {
+/* Q4_K sub-block sb's (0..7, of a 144-byte block) 6-bit scale a and min m */
+__device__ __forceinline__ void q4k_am(const uint8_t *blk, int sb, int *a, int *m) {
     const uint8_t *sc = blk + 4;
-    int a, m;
     if (sb < 4) {
-        a = sc[sb] & 63, m = sc[sb + 4] & 63;
+        *a = sc[sb] & 63, *m = sc[sb + 4] & 63;
     } else {
-        a = (sc[sb + 4] & 0xF) | ((sc[sb - 4] >> 6) << 4);
-        m = (sc[sb + 4] >> 4) | ((sc[sb] >> 6) << 4);
+        *a = (sc[sb + 4] & 0xF) | ((sc[sb - 4] >> 6) << 4);
+        *m = (sc[sb + 4] >> 4) | ((sc[sb] >> 6) << 4);
     }
+}
+/* its scale and offset: s = d a, z = -dmin m */
+__device__ __forceinline__ void q4k_sm(const uint8_t *blk, int sb, float *s, float *z) {
+    int a, m;
+    q4k_am(blk, sb, &a, &m);
     *s = h2f(blk) * (float)a;
     *z = -h2f(blk + 2) * (float)m;
 }
@@ -160,7 +164,10 @@ __global__ void k_convert(const uint8_t *src, size_t src_rb, uint32_t t, g3_dmat
         float *s = d.s + n * ng;
         if (t == G3_DTYPE_Q8_0) { /* exact: q as stored, s = d per 32 */
             for (int i = threadIdx.x; i < k; i += blockDim.x) o[i] = (int8_t)row[(size_t)(i / 32) * 34 + 2 + i % 32];
-            for (int b = threadIdx.x; b < ng; b += blockDim.x) s[b] = h2f(row + (size_t)b * 34);
+            for (int b = threadIdx.x; b < ng; b += blockDim.x) {
+                s[b] = h2f(row + (size_t)b * 34);
+                if (d.kc) d.kc[n * ng + b] = (uint16_t)(row[(size_t)b * 34] | row[(size_t)b * 34 + 1] << 8);
+            }
             return;
         }
         if (t == G3_DTYPE_Q6_K) { /* exact: q-32 per 16 values with scale d*sc */
@@ -200,6 +207,7 @@ __global__ void k_convert(const uint8_t *src, size_t src_rb, uint32_t t, g3_dmat
         for (int b = threadIdx.x; b < ng; b += blockDim.x) {
             float dd = h2f(row + (size_t)b * 18);
             s[b] = dd, z[b] = -8.f * dd;
+            if (d.kc) d.kc[n * ng + b] = (uint16_t)(row[(size_t)b * 18] | row[(size_t)b * 18 + 1] << 8);
         }
         return;
     }
@@ -209,7 +217,17 @@ __global__ void k_convert(const uint8_t *src, size_t src_rb, uint32_t t, g3_dmat
             int jj = (2 * j) % 256;
             o[j] = (uint8_t)(q4k_q(b, jj) | (q4k_q(b, jj + 1) << 4));
         }
-        for (int b = threadIdx.x; b < ng; b += blockDim.x) q4k_sm(row + (size_t)(b / 8) * 144, b % 8, &s[b], &z[b]);
+        for (int b = threadIdx.x; b < ng; b += blockDim.x) {
+            const uint8_t *blk = row + (size_t)(b / 8) * 144;
+            q4k_sm(blk, b % 8, &s[b], &z[b]);
+            if (d.kc) { /* the same scales as stored (g3_dmat.kc, kd): s = d sc, z = -dmin m */
+                int a, m;
+                q4k_am(blk, b % 8, &a, &m);
+                d.kc[n * ng + b] = (uint16_t)(a | m << 8);
+                if (b % 8 == 0)
+                    d.kd[(n * ng + b) / 8] = (uint32_t)(blk[0] | blk[1] << 8) | (uint32_t)(blk[2] | (blk[3] ^ 0x80) << 8) << 16;
+            }
+        }
         return;
     }
     /* float source: affine per group, one warp per group */

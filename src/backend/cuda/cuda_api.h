@@ -5,6 +5,8 @@
  * Environment (read by g3_backend_cuda.create, i.e. with default options):
  *   G3_CUDA_QUANT = bf16 | int8 | int4 | fp8   resident format of float-typed weights (default bf16);
  *                                              GGUF Q8_0/Q6_K/Q4_0/Q4_K weights keep their own family
+ *   G3_CUDA_VSPLIT = 0                         (read at create) a GGUF v of another type than q and k makes the
+ *                                              whole qkv matrix bf16, as before (default: v a product of its own)
  *   G3_CUDA_GEMM  = split | bf16               activations of tensor-core products as bf16 hi+lo (default) or
  *                                              plain bf16 (half the cuBLAS work; ~2^-9 relative rounding)
  *   G3_CUDA_GRAPHS = 0                         run every step eagerly (no CUDA graphs)
@@ -102,6 +104,8 @@ int g3_cuda_test_qp_ring(uint32_t src_type, int n, int k, const char *quant, int
 /* 1 when that product at m rows runs on the one-row kernel's float16 products (fp8; per-channel int8 by
  * $G3_CUDA_Q8F16's policy), 0 when not (dp4a, or not that kernel), -1 for a bad type */
 int g3_cuda_test_qp_f16(uint32_t src_type, int n, int k, const char *quant, int m, int geglu, int pn);
+/* 1 when that product of a GGUF type at m rows reads Q4_K's own scale codes (g3_dmat.kc; $G3_CUDA_Q4KC), 0 when not */
+int g3_cuda_test_qp_kc(uint32_t src_type, int n, int k, int m, int geglu, int pn);
 
 typedef struct g3_cuda_attn_test {
     int NH, NKV, D, kind, window, kv_block, mbps, n_blocks, n_layers_kind, layer_in_kind, n_splits;

@@ -36,7 +36,7 @@ static void cuda_destroy(g3_backend *b) {
     if (b->L)
         for (int l = 0; l < b->c.n_layers; l++)
             g3cb_free_dmat(&b->L[l].qkv), g3cb_free_dmat(&b->L[l].o), g3cb_free_dmat(&b->L[l].gu),
-                g3cb_free_dmat(&b->L[l].down);
+                g3cb_free_dmat(&b->L[l].down), g3cb_free_dmat(&b->L[l].v);
     free(b->L);
     void *dev[] = {b->norms, b->inv_freq, b->pool[0], b->pool[1], b->x, b->xn, b->y, b->pnb, b->q, b->o, b->a, b->part,
                    b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->d_srow,
@@ -190,11 +190,12 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
          * rows with the tensor-core kernels, 16 without) */
         size_t big = 0;
         int anyq = 0;
-        const g3_dmat *all[4];
+        const g3_dmat *all[5];
         for (int l = 0; l <= c->n_layers; l++) {
             int na = 0;
             if (l == c->n_layers) all[na++] = &b->embed;
             else all[na++] = &b->L[l].qkv, all[na++] = &b->L[l].o, all[na++] = &b->L[l].gu, all[na++] = &b->L[l].down;
+            if (l < c->n_layers && b->L[l].v.q) all[na++] = &b->L[l].v;
             for (int i = 0; i < na; i++)
                 if (all[i]->qt != G3Q_BF16) {
                     anyq = 1;
@@ -215,7 +216,13 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
             if (R >= 9) { /* int8 / bf16 activations of 64 rows, or fp8's hi + lo parts (128 rows of d) */
                 const size_t qb = g3c_tq_q8_bytes(64, H > F ? H : F), fb = g3c_wgf_q_bytes(64, H > F ? H : F);
                 b->tq8 = (int8_t *)g3cb_dalloc(qb > fb ? qb : fb, &ok);
-                b->tq8g = (int8_t *)g3cb_dalloc(qb > fb ? qb : fb, &ok);
+                /* the down product's activations from the gate/up product's GeGLU epilogue: only where some layer
+                 * can take it (33..64 rows; g3c_wg_geglu_ok, with $G3_CUDA_WGGG as at create) */
+                int gg = 0;
+                for (int l = 0; l < c->n_layers && !gg; l++)
+                    for (int mm = 33; mm <= 64 && mm <= R && !gg; mm++)
+                        gg = g3c_wg_geglu_ok(&b->L[l].gu, mm, g3c_tq_order(&b->L[l].down, mm), b->n_sm);
+                if (gg) b->tq8g = (int8_t *)g3cb_dalloc(qb > fb ? qb : fb, &ok);
             }
         }
         b->par_ints = off_bt(b) + (size_t)R * 2 * cfg->max_blocks_per_seq;

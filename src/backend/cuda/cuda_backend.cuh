@@ -12,6 +12,11 @@ extern "C" {
 
 typedef struct layer_dev {
     g3_dmat qkv, o, gu, down; /* [(NH+2NKV)D][H], [H][NH D], [2F][H] (gate, up interleaved), [H][F] */
+    /* v's rows on their own ([NKV D][H]; v.q NULL where qkv holds them): where GGUF mixes give v another type than q
+     * and k (llama.cpp's Q4_K_M: Q6_K v in half the layers), so that each keeps its quantized format instead of the
+     * whole qkv matrix going to bf16; qkv then holds [(NH+NKV)D][H] and the product writes v after q and k
+     * (g3c_attn_args.nyv) */
+    g3_dmat v;
     float *attn_norm, *q_norm, *k_norm, *post_attn, *pre_ffn, *post_ffn; /* device, as 1+w */
     int kind, index_in_kind;
 } layer_dev;

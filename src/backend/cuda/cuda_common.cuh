@@ -39,7 +39,13 @@ typedef struct g3_dmat {
     void *q;      /* payload, layout per qt */
     float *s;     /* [n][k/g] scales (quantized types) */
     float *z;     /* [n][k/g] offsets (int4) */
-    size_t bytes; /* device bytes of q + s + z */
+    size_t bytes; /* device bytes of q + s + z (+ kc + kd) */
+    /* GGUF Q4_K / Q4_0 / Q8_0 (groups of 32), or NULL: the scales as the file has them, for the one-row products
+     * (qgemv_p.cu). Q4_K: kc [n][k/32] = sc | m << 8 (6-bit integers), kd [n][k/256] = half2 (d, -dmin) bits, so that
+     * s = d sc and z = -dmin m (2.5 bytes a group instead of s and z's 8); Q4_0 / Q8_0: kc = the fp16 bits of d, kd
+     * NULL (s = d, Q4_0's z = -8 d). The same floats as s and z. */
+    uint16_t *kc;
+    uint32_t *kd;
 } g3_dmat;
 /* Floats allocated (zeroed) past the end of every scale and offset array: the one-row dp4a kernel (qgemv_p.cu) loads
  * the scales of a step's chunks past the end of a row without a predicate, at most 3 * 32 - 1 chunks (one group each)
@@ -48,6 +54,10 @@ typedef struct g3_dmat {
 /* a resident matrix of n rows of k values in format qt (scale groups of g), uninitialized but for that padding; free
  * with g3cb_free_dmat (cuda_weights.cu; the backend's weights and the test hooks' matrices alike) */
 g3_status g3cb_alloc_dmat(g3_dmat *d, int qt, int n, int k, int g, g3_error *err);
+/* kc (/ kd) of a matrix whose rows all come from src_type Q4_K, Q4_0 or Q8_0 (g3c_convert_rows then fills them);
+ * $G3_CUDA_Q4KC=0: none (the one-row products read s and z) */
+g3_status g3cb_alloc_kcodes(g3_dmat *d, uint32_t src_type, g3_error *err);
+int g3cb_kcodes_wanted(const g3_dmat *d, uint32_t src_type); /* g3cb_alloc_kcodes allocates them for d */
 void g3cb_free_dmat(g3_dmat *d);
 
 /* Element i of row r of a resident matrix, dequantized. */
@@ -92,13 +102,8 @@ g3_status g3c_fail(g3_error *err, g3_status code, const char *fmt, ...);
  * kernel's blocks are scheduled while the previous kernel drains; each forward kernel starts with g3c_pdl_wait(),
  * which returns once the previous kernel has completed and its writes are visible, then lets its own successor be
  * scheduled. Without the launch attribute both instructions are no-ops. */
-static __device__ __forceinline__ void g3c_pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-/* the two halves, for kernels that let their successor in later than at their start (tc_wg.cu's late trigger) */
+/* the two halves; g3c_pdl_wait_only + a later g3c_pdl_trigger lets the successor in later than at this kernel's start
+ * (tc_wg.cu's late trigger) */
 static __device__ __forceinline__ void g3c_pdl_wait_only() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -108,6 +113,10 @@ static __device__ __forceinline__ void g3c_pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+static __device__ __forceinline__ void g3c_pdl_wait() {
+    g3c_pdl_wait_only();
+    g3c_pdl_trigger();
 }
 /* 1 unless $G3_CUDA_PDL=0 (read once). */
 int g3c_pdl_enabled(void);
@@ -194,7 +203,8 @@ int g3c_pnorm_mode(void); /* $G3_CUDA_PNORM: 0 off, 1 on, -1 auto (cuda_forward.
 int g3c_qgemv_pn_supported(const g3_dmat *w, int m, int geglu);
 int g3c_qgemvp_kslices(const g3_dmat *w, int geglu, int *n_sm); /* K-slices at 1-2 rows (0: no GPU); the SM count */
 int g3c_qgemvp_ring(const g3_dmat *w, int m, int geglu, int pn); /* 1: the product's weights go through the ring */
-int g3c_qgemvp_f16(const g3_dmat *w, int m, int geglu, int pn);  /* 1: on float16 products (fp8, int8 by policy) */
+int g3c_qgemvp_f16(const g3_dmat *w, int m, int geglu, int pn);
+int g3c_qgemvp_kc(const g3_dmat *w, int m, int geglu, int pn); /* 1: reads the GGUF scale codes (g3_dmat.kc) */  /* 1: on float16 products (fp8, int8 by policy) */
 cudaError_t g3c_qgemv_pn(const g3_dmat *w, const g3c_qp_pre *pre, int m, float *y, int ldy, int geglu,
                          cudaStream_t st);
 
@@ -259,7 +269,6 @@ typedef struct g3c_wg_gg {
     int8_t *xq;    /* [m][n/2] (fp8: + lo rows at il - G3C_TQ_FP8), then xd [rows][n/256] */
     float2 *xd;
     int il, tanhf; /* tanhf: gelu_tanh_ref, as k_geglu4 with G3C_GELU_TANHF */
-    int late;      /* set by tc_wg.cu for every k_wg8 launch: the successor is let in after the K loop, not at the start */
 } g3c_wg_gg;
 int g3c_wg_geglu_ok(const g3_dmat *gu, int m, int il, int n_sm);
 cudaError_t g3c_wg_mm_geglu(const g3_dmat *gu, const int8_t *xq, const float2 *xd, int m, const g3c_wg_gg *gg,
@@ -390,7 +399,17 @@ struct g3c_attn_args {
     int8_t *tq_x;
     float2 *tq_d;
     int tq_il;
+    /* the qkv product's output y: 0, [ny][m][(NH + 2 NKV) D]; else v came from a product of its own (layer_dev.v) and
+     * y holds [ny][m][(NH + NKV) D] for q and k, then [nyv][m][NKV D] for v */
+    int nyv;
 };
+/* Offset in y of head hh (q, k, then v heads) of row r in slice j of the qkv product's output (g3c_attn_args.nyv). */
+static __host__ __device__ __forceinline__ size_t g3c_qkv_at(const g3c_attn_args &a, int ny, int j, int r, int hh) {
+    const int NQK = a.NH + a.NKV;
+    if (!a.nyv) return ((size_t)j * a.m + r) * (NQK + a.NKV) * a.D + (size_t)hh * a.D;
+    if (hh < NQK) return ((size_t)j * a.m + r) * NQK * a.D + (size_t)hh * a.D;
+    return ((size_t)ny * a.m * NQK + ((size_t)j * a.m + r) * a.NKV + (hh - NQK)) * a.D;
+}
 /* K/V cache elements: bf16 (the default where the kernels take it: g3c_kv16_for) or float32 ($G3_CUDA_KV=f32,
  * `--kv-cache f32`): N consecutive values of a cache row as floats, and back (N = 1, 2, 4, 8; p aligned to N
  * elements). CG: through L2 past L1 (a row written by the kernel before, whose stale line L1 may hold). */

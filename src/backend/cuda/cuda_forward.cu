@@ -28,6 +28,7 @@ static int pnorm_ok(const g3_backend *b, const g3c_mm_ctx *mc, int m) {
             g3c_mm_path(mc, &L->gu, m) != G3C_PATH_QGEMV || g3c_mm_path(mc, &L->down, m) != G3C_PATH_QGEMV ||
             !g3c_qgemv_pn_supported(&L->qkv, m, 0) || !g3c_qgemv_pn_supported(&L->gu, m, 1))
             return 0;
+        if (L->v.q && (g3c_mm_path(mc, &L->v, m) != G3C_PATH_QGEMV || !g3c_qgemv_pn_supported(&L->v, m, 0))) return 0;
     }
     return 1;
 }
@@ -48,12 +49,15 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
     for (int l = 0; l < c->n_layers && rf; l++) {
         const layer_dev *L = &b->L[l];
         if (g3c_mm_path(&mc, &L->qkv, m) != G3C_PATH_CUBLAS || g3c_mm_path(&mc, &L->o, m) != G3C_PATH_CUBLAS ||
-            g3c_mm_path(&mc, &L->gu, m) != G3C_PATH_CUBLAS || g3c_mm_path(&mc, &L->down, m) != G3C_PATH_CUBLAS)
+            g3c_mm_path(&mc, &L->gu, m) != G3C_PATH_CUBLAS || g3c_mm_path(&mc, &L->down, m) != G3C_PATH_CUBLAS ||
+            (L->v.q && g3c_mm_path(&mc, &L->v, m) != G3C_PATH_CUBLAS))
             rf = 0;
     }
     cudaError_t e;
     /* decode-sized steps: fused QK-norm + attention (rows of distinct sequences only) and the decode add-norm */
-    const int dfuse = m <= 64 && b->distinct && g3c_dfuse_enabled();
+    int vsplit = 0; /* some layer's v has a product of its own (layer_dev.v): not in the fused QK-norm + attention */
+    for (int l = 0; l < c->n_layers; l++) vsplit |= b->L[l].v.q != NULL;
+    const int dfuse = m <= 64 && b->distinct && g3c_dfuse_enabled() && !vsplit;
     cudaError_t (*add_norm)(float *, float *, int, const float *, const float *, float, int, int, float *,
                             __nv_bfloat16 *, int, cudaStream_t) =
         m <= 64 && g3c_dnorm_enabled() ? g3c_add_norm_dec : g3c_add_norm;
@@ -90,18 +94,27 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
         const layer_dev *L = &b->L[l];
         int gg = 0; /* the gate/up product writes the down product's activations (g3c_wg_mm_geglu) */
         float *yqkv = pn ? yq : b->y;
+        /* v in a product of its own (layer_dev.v): q and k as [ny][m][NQK], then v as [nyv][m][NK] */
+        const int NQK = L->qkv.n, NK = c->n_kv_heads * D;
+        int nyv = 0;
         if (pn) { /* layer 0: the embedding's xn as it is; then x2 + the previous down product -> x, xn */
             g3c_qp_pre pq;
             memset(&pq, 0, sizeof pq);
             pq.xi = l ? x2 : b->xn, pq.y = l ? yd : NULL, pq.xo = b->x, pq.eps = c->rms_eps;
             pq.w1 = l ? b->L[l - 1].post_ffn : NULL, pq.w2 = L->attn_norm, pq.zero = yo, pq.zero_n = m * H;
-            RUN(g3c_qgemv_pn(&L->qkv, &pq, m, yq, NQKV, 0, b->st));
+            RUN(g3c_qgemv_pn(&L->qkv, &pq, m, yq, NQK, 0, b->st));
             ny = 1;
+            if (L->v.q) { /* the same prologue again (its x is stored twice, the same values), no zeroing */
+                pq.zero = NULL, pq.zero_n = 0;
+                RUN(g3c_qgemv_pn(&L->v, &pq, m, yq + (size_t)m * NQK, NK, 0, b->st));
+                nyv = 1;
+            }
         } else if (tq_next) {
             RUN(g3c_tq_mm_pre(&L->qkv, tq_x, tq_d, m, b->y, b->n_sm, b->st));
             ny = 1;
         } else {
             RUN(g3c_mm(&mc, &L->qkv, b->xn, b->xh, m, b->y, &ny, NULL, NULL, 0, &fused));
+            if (L->v.q) RUN(g3c_mm(&mc, &L->v, b->xn, b->xh, m, b->y + (size_t)ny * m * NQK, &nyv, NULL, NULL, 0, &fused));
         }
         tq_next = 0;
         PROF("qkv product");
@@ -112,7 +125,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
         a.eps = c->rms_eps, a.inv_freq = b->inv_freq + L->kind * (D / 2), a.pool = b->pool[L->kind];
         a.kv16 = b->kv16;
         a.n_splits = g3cb_n_splits(b, m), a.min_keys = b->attn_min_keys;
-        a.tq_x = NULL, a.tq_d = NULL, a.tq_il = 0;
+        a.tq_x = NULL, a.tq_d = NULL, a.tq_il = 0, a.nyv = nyv;
         /* 9..64 rows: the decode attention also quantizes o for the o product (no quantization launch; o and its
          * bf16 copies are not written) */
         const int tq_o = tqp && !b->fa_step && c->n_heads * D <= tq_k && g3c_tq_taken(&L->o, m) && g3c_attn_tq_ok(&a);
@@ -195,7 +208,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
         } else if (rf) /* the head reads the last xn */
             RUN(g3c_add_norm_f(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split,
                                l + 1 < c->n_layers ? rf : G3C_KEEP_Y, b->st));
-        else if ((tq_next = tqp && l + 1 < c->n_layers && g3c_tq_taken(&b->L[l + 1].qkv, m)))
+        else if ((tq_next = tqp && l + 1 < c->n_layers && !b->L[l + 1].v.q && g3c_tq_taken(&b->L[l + 1].qkv, m)))
             RUN(g3c_add_norm_dec_tq(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, NULL, NULL, split, tq_x, tq_d,
                                     g3c_tq_order(&b->L[l + 1].qkv, m), b->st)); /* the next qkv reads only the copy */
         else RUN(add_norm(b->x, b->y, ny, L->post_ffn, next, c->rms_eps, m, H, b->xn, b->xh, split, b->st));

@@ -36,9 +36,44 @@ g3_status g3cb_alloc_dmat(g3_dmat *d, int qt, int n, int k, int g, g3_error *err
     return G3_OK;
 }
 
+int g3cb_kcodes_wanted(const g3_dmat *d, uint32_t t) {
+    const char *e = getenv("G3_CUDA_Q4KC");
+    if ((e && !strcmp(e, "0")) || d->g != 32) return 0;
+    return (d->qt == G3Q_INT4 && ((t == G3_DTYPE_Q4_K && d->k % 256 == 0) || t == G3_DTYPE_Q4_0)) ||
+           (d->qt == G3Q_INT8 && t == G3_DTYPE_Q8_0);
+}
+
+g3_status g3cb_alloc_kcodes(g3_dmat *d, uint32_t t, g3_error *err) {
+    if (!g3cb_kcodes_wanted(d, t)) return G3_OK;
+    const size_t ng = (size_t)d->n * (d->k / 32);
+    /* padded like s and z: the one-row kernel loads a step's codes past the end of a row without a predicate */
+    G3C_CK(cudaMalloc((void **)&d->kc, (ng + G3C_DMAT_SPAD) * 2), "scale code allocation");
+    G3C_CK(cudaMemset(d->kc + ng, 0, G3C_DMAT_SPAD * 2), "scale code allocation");
+    d->bytes += ng * 2;
+    if (t == G3_DTYPE_Q4_K) {
+        G3C_CK(cudaMalloc((void **)&d->kd, (ng / 8 + G3C_DMAT_SPAD) * 4), "scale code allocation");
+        G3C_CK(cudaMemset(d->kd + ng / 8, 0, G3C_DMAT_SPAD * 4), "scale code allocation");
+        d->bytes += ng / 8 * 4;
+    }
+    return G3_OK;
+}
+
 void g3cb_free_dmat(g3_dmat *d) {
-    cudaFree(d->q), cudaFree(d->s), cudaFree(d->z);
+    cudaFree(d->q), cudaFree(d->s), cudaFree(d->z), cudaFree(d->kc), cudaFree(d->kd);
     memset(d, 0, sizeof *d);
+}
+
+/* $G3_CUDA_VSPLIT=0: a v of another format than q and k makes the whole qkv matrix bf16, as before (comparisons) */
+static int vsplit_off(void) {
+    const char *e = getenv("G3_CUDA_VSPLIT");
+    return e && !strcmp(e, "0");
+}
+
+/* The resident format a source takes (load_mat's choice for one source); -1 where none. */
+static int src_format(const g3_backend *b, const g3_weight *w, int k, int *g) {
+    const uint32_t t = w ? w->type : (uint32_t)G3_DTYPE_BF16;
+    int q = g3c_target_format(t, b->qt_req, k, g);
+    return q >= 0 ? q : g3c_target_format(t, G3Q_BF16, k, g);
 }
 
 /* Builds one resident matrix from nsrc sources stacked by rows (interleave: row i of source j -> i*nsrc + j). */
@@ -61,8 +96,11 @@ static g3_status load_mat(g3_backend *b, g3_dmat *d, const src_mat *src, int nsr
         else if (qj != qt || gj != g) mixed = 1;
         n += src[j].n;
     }
-    if (mixed) qt = G3Q_BF16, g = k; /* e.g. Q4_K q/k with Q6_K v: a common lossless format */
+    if (mixed) qt = G3Q_BF16, g = k; /* e.g. Q4_K q/k with Q6_K v, where v is not split off (layer_dev.v) */
     G3_TRY(g3cb_alloc_dmat(d, qt, n, k, g, err));
+    int same = 1; /* every source of one GGUF type: its scale codes (g3_dmat.kc) */
+    for (int j = 0; j < nsrc; j++) same &= src[j].w && src[j].w->type == src[0].w->type;
+    if (same) G3_TRY(g3cb_alloc_kcodes(d, src[0].w->type, err));
     int row0 = 0;
     for (int j = 0; j < nsrc; j++) {
         uint32_t t = src[j].w ? src[j].w->type : (uint32_t)G3_DTYPE_BF16;
@@ -105,7 +143,18 @@ g3_status g3cb_load_weights(g3_backend *b, const g3_model *m, uint64_t seed, g3_
         char what[64];
         snprintf(what, sizeof what, "layer %d qkv", l);
         src_mat qkv[3] = {{lw ? &lw->wq : NULL, NQ}, {lw ? &lw->wk : NULL, NK}, {lw ? &lw->wv : NULL, NK}};
-        rc = load_mat(b, &L->qkv, qkv, 3, H, 0, stage, stage_bytes, seed + 10 * l + 1, what, err);
+        /* v in another format than q and k (GGUF mixes): its own matrix, each keeping its format (layer_dev.v) */
+        int gq, gk, gv, split = 0;
+        if (lw) {
+            const int fq = src_format(b, &lw->wq, H, &gq), fk = src_format(b, &lw->wk, H, &gk),
+                      fv = src_format(b, &lw->wv, H, &gv);
+            split = fq >= 0 && fv >= 0 && fq == fk && gq == gk && (fv != fq || gv != gq) && !vsplit_off();
+        }
+        rc = load_mat(b, &L->qkv, qkv, split ? 2 : 3, H, 0, stage, stage_bytes, seed + 10 * l + 1, what, err);
+        if (rc == G3_OK && split) {
+            snprintf(what, sizeof what, "layer %d attn_v", l);
+            rc = load_mat(b, &L->v, qkv + 2, 1, H, 0, stage, stage_bytes, seed + 10 * l + 5, what, err);
+        }
         snprintf(what, sizeof what, "layer %d attn_output", l);
         src_mat o = {lw ? &lw->wo : NULL, H};
         if (rc == G3_OK) rc = load_mat(b, &L->o, &o, 1, NQ, 0, stage, stage_bytes, seed + 10 * l + 2, what, err);

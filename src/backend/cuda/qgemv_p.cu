@@ -181,7 +181,7 @@ static __device__ __forceinline__ void q8_load_pn(const float *sf, const float *
  * finds the products waiting on their loads, DRAM 70-73% busy). Measured on the H200 (session 20, runs 08-09, CUPTI
  * at 27B int8 one row): the down product 32.8 -> 29.2-29.6 us a layer; the gate/up product with its add-norm prologue
  * lost 1-12 us until the ring was aligned to 128 bytes by address (session 21). */
-template <int QT, int M, int U, bool PC, bool HL, bool PN, bool RG = false, int GS = -1>
+template <int QT, int M, int U, bool PC, bool HL, bool PN, bool RG = false, int GS = -1, int KC = 0>
 __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__restrict__ x, int ldx, int m,
                                                      float *__restrict__ y, int ldy, int geglu, int gsh, int sk,
                                                      int ks, g3c_qp_pre pre, int opt) {
@@ -237,9 +237,16 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
                 const int cc = c0 + 32 * u, gi = GS >= 0 ? u * (32 >> GS) : cc >> gsh;
                 if constexpr (!RG)
                     if (any && cc < nch) wv[u][r] = g3c_ld_stream(wr + 32 * u);
-                /* not predicated: the scale arrays are padded past their end (G3C_DMAT_SPAD) */
-                if constexpr (!PC) sv[u][r] = __ldg(sp + gi);
-                if constexpr (QT == G3Q_INT4) zv[u][r] = __ldg(zp + gi);
+                /* not predicated: the scale arrays are padded past their end (G3C_DMAT_SPAD). KC: the GGUF scale codes
+                 * (g3_dmat.kc, kd; 1 Q4_K's, 2 an fp16 d), their bits kept in the float buffers until the step uses
+                 * them */
+                if constexpr (KC) {
+                    sv[u][r] = __uint_as_float((uint32_t)__ldg(w.kc + gr + gi));
+                    if constexpr (KC == 1) zv[u][r] = __uint_as_float(__ldg(w.kd + ((gr + gi) >> 3)));
+                } else {
+                    if constexpr (!PC) sv[u][r] = __ldg(sp + gi);
+                    if constexpr (QT == G3Q_INT4) zv[u][r] = __ldg(zp + gi);
+                }
             }
         }
     };
@@ -337,7 +344,24 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
         for (int u = 0; u < U; u++) {
             const int cc = s * 32 * U + 32 * u + lane;
             if (cc >= nch) break;
-            q_chunk<QT, R, M, PC, HL, true>(wa[u], sa[u], za[u], cc, K, xq, xl, xd, acc);
+            if constexpr (KC) { /* the values g3_dmat.s and z hold, bit for bit */
+                float s2[R], z2[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint32_t c = __float_as_uint(sa[u][r]);
+                    if constexpr (KC == 1) { /* Q4_K: s = d sc, z = -dmin m */
+                        const uint32_t dm = __float_as_uint(za[u][r]);
+                        __half2 h;
+                        memcpy(&h, &dm, 4);
+                        s2[r] = __low2float(h) * (float)(c & 0xFFu), z2[r] = __high2float(h) * (float)(c >> 8);
+                    } else { /* Q4_0 / Q8_0: s = d, Q4_0's z = -8 d */
+                        s2[r] = __half2float(__ushort_as_half((unsigned short)c)), z2[r] = -8.f * s2[r];
+                    }
+                }
+                q_chunk<QT, R, M, PC, HL, true>(wa[u], s2, z2, cc, K, xq, xl, xd, acc);
+            } else {
+                q_chunk<QT, R, M, PC, HL, true>(wa[u], sa[u], za[u], cc, K, xq, xl, xd, acc);
+            }
         }
         if constexpr (RG) { /* the slot is read: refill it qd steps ahead */
             __syncwarp();
@@ -424,6 +448,12 @@ int g3c_qgemvp_enabled(void) { /* $G3_CUDA_QGEMVP: 0 = the two-launch path at 1-
 template <int QT, int M, bool PC, bool HL, bool PN, int GS = -1> static void *qp_kernel(void) {
     return (void *)k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, false, GS>;
 }
+template <int QT, bool HL, int KC> static void qp_kc_kernels(void **k) { /* M 1, 2 x PN off, on */
+    k[0] = (void *)k_qgemv_p<QT, 1, 3, false, HL, false, false, -1, KC>;
+    k[1] = (void *)k_qgemv_p<QT, 2, 2, false, HL, false, false, -1, KC>;
+    k[2] = (void *)k_qgemv_p<QT, 1, 3, false, HL, true, false, -1, KC>;
+    k[3] = (void *)k_qgemv_p<QT, 2, 2, false, HL, true, false, -1, KC>;
+}
 template <int QT, bool PC, bool PN, int GS = -1> static void qp_kernels(void **k) { /* M 1, 2 x HL off, on */
     k[0] = qp_kernel<QT, 1, PC, false, PN, GS>(), k[1] = qp_kernel<QT, 1, PC, true, PN, GS>();
     k[2] = qp_kernel<QT, 2, PC, false, PN, GS>(), k[3] = qp_kernel<QT, 2, PC, true, PN, GS>();
@@ -437,7 +467,7 @@ cudaError_t g3c_qgemv_init(void) {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&qp_n_sm, cudaDevAttrMultiProcessorCount, dev);
-    void *ks[40];
+    void *ks[52];
     qp_kernels<G3Q_INT4, false, false>(ks), qp_kernels<G3Q_INT8, false, false>(ks + 4);
     qp_kernels<G3Q_INT8, true, false>(ks + 8), qp_kernels<G3Q_INT4, false, true>(ks + 12);
     qp_kernels<G3Q_INT8, false, true>(ks + 16), qp_kernels<G3Q_INT8, true, true>(ks + 20);
@@ -447,6 +477,9 @@ cudaError_t g3c_qgemv_init(void) {
     ks[30] = qp_kernel<G3C_QT_I8H, 1, true, false, true>(), ks[31] = qp_kernel<G3C_QT_I8H, 2, true, false, true>();
     /* int4 in groups of 128 (qp_gs), without and with the prologue */
     qp_kernels<G3Q_INT4, false, false, 2>(ks + 32), qp_kernels<G3Q_INT4, false, true, 2>(ks + 36);
+    /* the GGUF scale codes (qp_kc): Q4_K, Q4_0 without the residual plane, Q8_0 with it */
+    qp_kc_kernels<G3Q_INT4, false, 1>(ks + 40), qp_kc_kernels<G3Q_INT4, false, 2>(ks + 44);
+    qp_kc_kernels<G3Q_INT8, true, 2>(ks + 48);
     for (size_t i = 0; i < sizeof ks / sizeof ks[0] && e == cudaSuccess; i++)
         e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_MAX);
     void *kr[21] = {(void *)k_qgemv_p<G3Q_INT4, 1, 3, false, true, false, true>,
@@ -477,6 +510,17 @@ cudaError_t g3c_qgemv_init(void) {
     if (er != cudaSuccess) (void)cudaGetLastError();
     if (e == cudaSuccess) done = 1;
     return e;
+}
+
+/* $G3_CUDA_Q4KC: matrices from GGUF Q4_K, Q4_0 and Q8_0 (groups of 32) read the file's own scales at 1-2 rows
+ * (g3_dmat.kc, kd): Q4_K 2.5 bytes a group of 32 weights against 8 for the float s and z (0.58 bytes a weight instead
+ * of 0.75), Q4_0 2 (0.56), Q8_0 2 against 4 (1.06 instead of 1.13). 0: no codes at all (g3cb_alloc_kcodes, at
+ * create); 2: codes kept, the kernel reads s and z (comparisons); read at every call. H200, session 33 run 03 (tok/s
+ * one / two rows, against 2): 27B Q4_K 176 / 325 against 149-150 / 281, Q4_K_M 150 / 279 against 132-133 / 251-252,
+ * 4B Q4_K 677 against 631 at one row. */
+static int qp_kc(void) {
+    const char *e = getenv("G3_CUDA_Q4KC");
+    return !(e && (!strcmp(e, "0") || !strcmp(e, "2")));
 }
 
 /* $G3_CUDA_QPGS=0: int4 in groups of 128 through the kernel with the group arithmetic at run time (the shift by gsh
@@ -595,8 +639,15 @@ static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, fl
                               qp_opt(M));
         }
     auto kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>;
-    if constexpr (QT == G3Q_INT4) /* groups of 128 (4 chunks): the group arithmetic at compile time (qp_gs) */
+    if constexpr (QT == G3Q_INT4) { /* groups of 128 (4 chunks): the group arithmetic at compile time (qp_gs) */
         if (gsh == 2 && qp_gs()) kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, false, 2>;
+        if constexpr (!HL) /* Q4_K / Q4_0: the scale codes instead of s and z (qp_kc) */
+            if (gsh == 0 && w->kc && qp_kc())
+                kern = w->kd ? k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, false, PN, false, -1, 1>
+                             : k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, false, PN, false, -1, 2>;
+    }
+    if constexpr (QT == G3Q_INT8 && !PC && HL) /* Q8_0: the fp16 scale codes */
+        if (w->g == 32 && w->kc && qp_kc()) kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, false, true, PN, false, -1, 2>;
     return g3c_launch(kern, dim3(blocks), dim3(QP_T), qp_smem(M, w->k / ks, H2, qp_pn(PN)), st, *w, x, ldx, m, y, ldy,
                       geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
 }
@@ -669,6 +720,12 @@ int g3c_qgemvp_ring(const g3_dmat *w, int m, int geglu, int pn) {
 int g3c_qgemvp_f16(const g3_dmat *w, int m, int geglu, int pn) {
     if (!qp_usable(w, m, geglu, pn) || g3c_qgemv_init() != cudaSuccess || qp_n_sm <= 0) return 0;
     return qp_f16(w, geglu, pn);
+}
+
+int g3c_qgemvp_kc(const g3_dmat *w, int m, int geglu, int pn) {
+    if (!qp_usable(w, m, geglu, pn) || g3c_qgemv_init() != cudaSuccess || qp_n_sm <= 0) return 0;
+    if (!w->kc || w->g != 32 || !qp_kc()) return 0; /* launch_p's choice: */
+    return w->qt == G3Q_INT4 ? m > lo_rows(w) : w->qt == G3Q_INT8 && m <= lo_rows(w) && !qp_q8f16(w, geglu, pn);
 }
 
 int g3c_qgemvp_usable(const g3_dmat *w, int m, int geglu) {

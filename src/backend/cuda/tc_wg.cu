@@ -165,7 +165,7 @@ static __device__ __forceinline__ void wg_geglu_out(uint8_t *sm, int tl, int m, 
 template <int BM, int BN, int ST, bool PF, bool F8, int NWG = 1, bool BR = false, bool GG = false>
 __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
     k_wg8(g3_dmat w, const int8_t *__restrict__ xq, const float2 *__restrict__ xd, int m, float *__restrict__ y, int S,
-          long long L, int mo, g3c_wg_gg gg) {
+          long long L, int mo, g3c_wg_gg gg, int late) {
     constexpr int NT = WG_T * NWG; /* threads */
     /* warpgroups split the tile: NTH token groups (each its own activation rows) x NCH channel groups (each its own
      * weight rows): 1 x 1, 2 x 1 (NWG 2) or 2 x 2 (NWG 4: 64 channels a warpgroup) */
@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
             if (on) load_x(xs, i);
             if (++xs == S) xs = 0;
         },
-        !gg.late);
+        !late);
     /* unit u0 + i has landed once group ST - 1 + i has: at the top of iteration i, 2 (ST - 1) + i groups exist */
     const int tr = 16 * wq + (lane >> 2); /* this thread's tokens in each m64 tile: tr, tr + 8 */
     float acc[MA][NR];
@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
         if (++st == S) st = 0, tile++;
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
-    if (gg.late) g3c_pdl_trigger(); /* wg_late */
+    if (late) g3c_pdl_trigger(); /* wg_late */
     if constexpr (BR) { /* the last share: staged in the (now idle) ring as [token][channel] rows, then one bulk
                          * reduction per token row (cp.reduce.async.bulk ... add.f32), a whole row segment per request
                          * instead of 8-byte atomics from every thread; n % 4 == 0 (16-byte rows), no stacked lo rows */
@@ -561,11 +561,10 @@ static cudaError_t wg_run(int f8, const g3_dmat *w, const int8_t *xq, const floa
     long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * v->bps;
     if (blocks > L) blocks = L;
     if (gg || wg_tile_blocks(tiles, blocks)) blocks = tiles; /* the GeGLU epilogue needs whole tiles */
-    g3c_wg_gg p = gg ? *gg : g3c_wg_gg{};
-    p.late = wg_late(gg != NULL);
-    typedef void (*kfn)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long, int, g3c_wg_gg);
+    const g3c_wg_gg p = gg ? *gg : g3c_wg_gg{};
+    typedef void (*kfn)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long, int, g3c_wg_gg, int);
     return g3c_launch((kfn)v->k, dim3((unsigned)blocks), dim3(WG_T * nwg), v->smem, st, *w, xq, xd, m, y, S, L, mo,
-                      p);
+                      p, wg_late(gg != NULL));
 }
 
 cudaError_t g3c_wg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
