@@ -669,6 +669,14 @@ static double f16_rn(double v) {
     return rint(v / q) * q;
 }
 
+/* A block of 32 activations as h16_quant takes it: its largest |x| into amax, and the factor 1 / amax (0 for zeros) */
+static float h16_block(const float *v, float *amax) {
+    float a = 0.f;
+    for (int e = 0; e < 32; e++) a = fmaxf(a, fabsf(v[e]));
+    *amax = a;
+    return a > 0.f ? 1.f / a : 0.f;
+}
+
 /* The float16 decode product (fp8, or per-channel int8 with i8) as the persistent kernel computes it (qgemv_common.cuh:
  * h16_quant, doth16), into yref [m][n] (GeGLU pairs: [m][n/2]). The resident weights come back dequantized (wd = q *
  * s per row): s = max|row| / 448 (127 for int8: the row maximum is stored as the largest value) and the e4m3 (int8)
@@ -695,9 +703,8 @@ static void f16_emulate(const float *wd, int n, int k, const float *x, int m, in
     for (int i = 0; i < m; i++)
         for (int b = 0; b < k / 32; b++) {
             const float *v = x + (size_t)i * k + 32 * b;
-            float amax = 0.f;
-            for (int e = 0; e < 32; e++) amax = fmaxf(amax, fabsf(v[e]));
-            const float inv = amax > 0.f ? 1.f / amax : 0.f;
+            float amax;
+            const float inv = h16_block(v, &amax);
             am[(size_t)i * (k / 32) + b] = amax;
             for (int e = 0; e < 32; e++) {
                 volatile float p = v[e] * inv;
@@ -1011,9 +1018,8 @@ static void run_qgemv_pn(uint32_t src_type, const char *quant, int n, int k, int
         for (int i = 0; i < m; i++)
             for (int b = 0; b < k / 32; b++) {
                 const float *v = xn + (size_t)i * k + 32 * b;
-                float amax = 0.f;
-                for (int e = 0; e < 32; e++) amax = fmaxf(amax, fabsf(v[e]));
-                const float inv = amax > 0.f ? 1.f / amax : 0.f;
+                float amax;
+                const float inv = h16_block(v, &amax);
                 for (int e = 0; e < 32; e++) {
                     volatile float pv = v[e] * inv;
                     const double p = pv, h = f16_rn(p);
