@@ -636,9 +636,10 @@ static void test_prepared_graphs(void **state) {
  * The 270M shape, 2 layers: q, k Q8_0 with v Q4_0 (the split), against the same weights with v re-encoded as Q8_0 (d
  * and q - 8 as stored: the same values, one matrix), with the int4 products' activation residual plane on
  * ($G3_CUDA_Q4LO=2) so that both quantize the activations alike at one and two rows, where the logits then differ by
- * the products' rounding order only; v read from the wrong rows or slices would make them unrelated. One and two rows a step (the
- * add-norm prologue products, ldy), 20 (the tensor-core products, y in slices) and a 72-row chunk (cuBLAS on
- * dequantized weights, the flash prefill). $G3_CUDA_VSPLIT=0 (qkv in bf16, as before) must differ from the split. */
+ * the products' rounding order only; v read from the wrong rows or slices would make them unrelated. One and two rows
+ * a step (the add-norm prologue products, ldy), 20 (the tensor-core products, y in slices) and a 72-row chunk (cuBLAS
+ * on dequantized weights, the flash prefill). $G3_CUDA_VSPLIT=0 (qkv in bf16, as before) must differ from the split
+ * where the split runs quantized kernels (up to 20 rows). */
 static void q4_0_as_q8_0(const uint8_t *src, uint8_t *dst, int64_t n_blocks) {
     for (int64_t b = 0; b < n_blocks; b++, src += 18, dst += 34) {
         dst[0] = src[0], dst[1] = src[1];
@@ -683,9 +684,9 @@ static void test_v_split(void **state) {
         printf("  270M shape, 2 layers, q/k Q8_0 + v Q4_0, %d-row chunks: v in its own product vs v as Q8_0 in qkv: "
                "max relative logit difference %.2e; qkv in bf16 ($G3_CUDA_VSPLIT=0) vs the split %.2e\n",
                chunks[ci], d, dbf);
-        /* one and two rows: the same dp4a sums either way (bit-equal logits on the H200, session 33 run 02: the bf16 cache
-         * rounds away the float order); the tensor-core products quantize the int4 and int8 activations differently
-         * (2.3e-3 at 20 rows there), as the fp8 / int8 path comparisons above (1e-2) */
+        /* one and two rows: the same dp4a sums either way (bit-equal logits on the H200, session 33 run 02: the bf16
+         * cache rounds away the float order); the tensor-core products quantize the int4 and int8 activations
+         * differently (2.3e-3 at 20 rows there), as the fp8 / int8 path comparisons above (1e-2) */
         assert_true(d < (chunks[ci] <= 2 ? 1e-5 : 1e-2));
         /* the switch took the bf16 matrix: another path ran (at 72 rows both are cuBLAS on bf16 copies of the same
          * values, equal on the H200) */

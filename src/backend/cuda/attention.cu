@@ -114,7 +114,7 @@ __global__ void k_qkv_post(g3c_attn_args a, float *y, int ny, const float *qn, c
     }
     g3c_pdl_wait();
     if (hh >= NHT) return;
-    const int np = vh && a.nyv ? a.nyv : ny; /* slices of this head's product */
+    const int np = g3c_qkv_slices(a, ny, hh);
     if (vh) { /* v: straight into the cache */
         for (int i = lane; i < D; i += 32) {
             float v = 0.f;

@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(256) k_qkv_rows(g3c_attn_args a, float *y, int
     }
     g3c_pdl_wait();
     if (!live) return;
-    const int np = isv && a.nyv ? a.nyv : ny; /* slices of this head's product (<= 2) */
+    const int np = g3c_qkv_slices(a, ny, hh); /* <= 2 */
     float *y0 = y + g3c_qkv_at(a, ny, 0, r, hh), *y1 = np > 1 ? y + g3c_qkv_at(a, ny, 1, r, hh) : NULL;
     float v0[T], v1[T];
 #pragma unroll

@@ -19,9 +19,8 @@ g3_status g3c_fail(g3_error *err, g3_status code, const char *fmt, ...) {
 }
 
 /* ---- source element access ---------------------------------------------------------------------------------- */
-__device__ __forceinline__ float h2f(const uint8_t *p) {
-    return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
-}
+__device__ __forceinline__ uint16_t u16le(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+__device__ __forceinline__ float h2f(const uint8_t *p) { return __half2float(__ushort_as_half(u16le(p))); }
 __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
 /* Q4_K sub-block sb's (0..7, of a 144-byte block) 6-bit scale a and min m */
@@ -34,12 +33,15 @@ __device__ __forceinline__ void q4k_am(const uint8_t *blk, int sb, int *a, int *
         *m = (sc[sb + 4] >> 4) | ((sc[sb] >> 6) << 4);
     }
 }
-/* its scale and offset: s = d a, z = -dmin m */
+/* its scale and offset: s = d a, z = -dmin m (a, m: q4k_am's) */
+__device__ __forceinline__ void q4k_sz(const uint8_t *blk, int a, int m, float *s, float *z) {
+    *s = h2f(blk) * (float)a;
+    *z = -h2f(blk + 2) * (float)m;
+}
 __device__ __forceinline__ void q4k_sm(const uint8_t *blk, int sb, float *s, float *z) {
     int a, m;
     q4k_am(blk, sb, &a, &m);
-    *s = h2f(blk) * (float)a;
-    *z = -h2f(blk + 2) * (float)m;
+    q4k_sz(blk, a, m, s, z);
 }
 __device__ __forceinline__ int q4k_q(const uint8_t *blk, int j) { /* j in 0..255 */
     int c = j >> 6, w = j & 63;
@@ -166,7 +168,7 @@ __global__ void k_convert(const uint8_t *src, size_t src_rb, uint32_t t, g3_dmat
             for (int i = threadIdx.x; i < k; i += blockDim.x) o[i] = (int8_t)row[(size_t)(i / 32) * 34 + 2 + i % 32];
             for (int b = threadIdx.x; b < ng; b += blockDim.x) {
                 s[b] = h2f(row + (size_t)b * 34);
-                if (d.kc) d.kc[n * ng + b] = (uint16_t)(row[(size_t)b * 34] | row[(size_t)b * 34 + 1] << 8);
+                if (d.kc) d.kc[n * ng + b] = u16le(row + (size_t)b * 34);
             }
             return;
         }
@@ -207,7 +209,7 @@ __global__ void k_convert(const uint8_t *src, size_t src_rb, uint32_t t, g3_dmat
         for (int b = threadIdx.x; b < ng; b += blockDim.x) {
             float dd = h2f(row + (size_t)b * 18);
             s[b] = dd, z[b] = -8.f * dd;
-            if (d.kc) d.kc[n * ng + b] = (uint16_t)(row[(size_t)b * 18] | row[(size_t)b * 18 + 1] << 8);
+            if (d.kc) d.kc[n * ng + b] = u16le(row + (size_t)b * 18);
         }
         return;
     }
@@ -219,13 +221,12 @@ __global__ void k_convert(const uint8_t *src, size_t src_rb, uint32_t t, g3_dmat
         }
         for (int b = threadIdx.x; b < ng; b += blockDim.x) {
             const uint8_t *blk = row + (size_t)(b / 8) * 144;
-            q4k_sm(blk, b % 8, &s[b], &z[b]);
+            int a, m;
+            q4k_am(blk, b % 8, &a, &m);
+            q4k_sz(blk, a, m, &s[b], &z[b]);
             if (d.kc) { /* the same scales as stored (g3_dmat.kc, kd): s = d sc, z = -dmin m */
-                int a, m;
-                q4k_am(blk, b % 8, &a, &m);
                 d.kc[n * ng + b] = (uint16_t)(a | m << 8);
-                if (b % 8 == 0)
-                    d.kd[(n * ng + b) / 8] = (uint32_t)(blk[0] | blk[1] << 8) | (uint32_t)(blk[2] | (blk[3] ^ 0x80) << 8) << 16;
+                if (b % 8 == 0) d.kd[(n * ng + b) / 8] = u16le(blk) | (uint32_t)(u16le(blk + 2) ^ 0x8000u) << 16;
             }
         }
         return;

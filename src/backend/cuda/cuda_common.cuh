@@ -203,8 +203,8 @@ int g3c_pnorm_mode(void); /* $G3_CUDA_PNORM: 0 off, 1 on, -1 auto (cuda_forward.
 int g3c_qgemv_pn_supported(const g3_dmat *w, int m, int geglu);
 int g3c_qgemvp_kslices(const g3_dmat *w, int geglu, int *n_sm); /* K-slices at 1-2 rows (0: no GPU); the SM count */
 int g3c_qgemvp_ring(const g3_dmat *w, int m, int geglu, int pn); /* 1: the product's weights go through the ring */
-int g3c_qgemvp_f16(const g3_dmat *w, int m, int geglu, int pn);
-int g3c_qgemvp_kc(const g3_dmat *w, int m, int geglu, int pn); /* 1: reads the GGUF scale codes (g3_dmat.kc) */  /* 1: on float16 products (fp8, int8 by policy) */
+int g3c_qgemvp_f16(const g3_dmat *w, int m, int geglu, int pn); /* 1: on float16 products (fp8, int8 by policy) */
+int g3c_qgemvp_kc(const g3_dmat *w, int m, int geglu, int pn);  /* 1: reads the GGUF scale codes (g3_dmat.kc) */
 cudaError_t g3c_qgemv_pn(const g3_dmat *w, const g3c_qp_pre *pre, int m, float *y, int ldy, int geglu,
                          cudaStream_t st);
 
@@ -403,6 +403,10 @@ struct g3c_attn_args {
      * y holds [ny][m][(NH + NKV) D] for q and k, then [nyv][m][NKV D] for v */
     int nyv;
 };
+/* Slices of the qkv product's output that hold head hh (v heads: nyv where v had a product of its own). */
+static __host__ __device__ __forceinline__ int g3c_qkv_slices(const g3c_attn_args &a, int ny, int hh) {
+    return a.nyv && hh >= a.NH + a.NKV ? a.nyv : ny;
+}
 /* Offset in y of head hh (q, k, then v heads) of row r in slice j of the qkv product's output (g3c_attn_args.nyv). */
 static __host__ __device__ __forceinline__ size_t g3c_qkv_at(const g3c_attn_args &a, int ny, int j, int r, int hh) {
     const int NQK = a.NH + a.NKV;

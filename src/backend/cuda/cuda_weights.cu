@@ -79,28 +79,24 @@ static int src_format(const g3_backend *b, const g3_weight *w, int k, int *g) {
 /* Builds one resident matrix from nsrc sources stacked by rows (interleave: row i of source j -> i*nsrc + j). */
 static g3_status load_mat(g3_backend *b, g3_dmat *d, const src_mat *src, int nsrc, int k, int interleave,
                           void *stage, size_t stage_bytes, uint64_t seed, const char *what, g3_error *err) {
-    int n = 0, qt = -1, g = 0, mixed = 0;
+    int n = 0, qt = -1, g = 0, mixed = 0, same = 1; /* same: every source a file tensor of one type */
     for (int j = 0; j < nsrc; j++) {
         uint32_t t = src[j].w ? src[j].w->type : (uint32_t)G3_DTYPE_BF16;
         if (src[j].w && (src[j].w->k != k || src[j].w->n != src[j].n || !src[j].w->data))
             return g3c_fail(err, G3_ERR_FORMAT, "cuda: %s: source %d is [%lld][%lld], expected [%d][%d]", what, j,
                             (long long)src[j].w->n, (long long)src[j].w->k, src[j].n, k);
-        int gj, qj = g3c_target_format(t, b->qt_req, k, &gj);
-        if (qj < 0) {
-            qj = g3c_target_format(t, G3Q_BF16, k, &gj);
-            if (qj < 0)
-                return g3c_fail(err, G3_ERR_UNSUPPORTED, "cuda: %s: tensor type %u with %d values per row is not supported",
-                                what, t, k);
-        }
+        int gj, qj = src_format(b, src[j].w, k, &gj);
+        if (qj < 0)
+            return g3c_fail(err, G3_ERR_UNSUPPORTED, "cuda: %s: tensor type %u with %d values per row is not supported",
+                            what, t, k);
         if (j == 0) qt = qj, g = gj;
         else if (qj != qt || gj != g) mixed = 1;
+        same &= src[j].w && t == src[0].w->type;
         n += src[j].n;
     }
     if (mixed) qt = G3Q_BF16, g = k; /* e.g. Q4_K q/k with Q6_K v, where v is not split off (layer_dev.v) */
     G3_TRY(g3cb_alloc_dmat(d, qt, n, k, g, err));
-    int same = 1; /* every source of one GGUF type: its scale codes (g3_dmat.kc) */
-    for (int j = 0; j < nsrc; j++) same &= src[j].w && src[j].w->type == src[0].w->type;
-    if (same) G3_TRY(g3cb_alloc_kcodes(d, src[0].w->type, err));
+    if (same) G3_TRY(g3cb_alloc_kcodes(d, src[0].w->type, err)); /* the file's scale codes (g3_dmat.kc) */
     int row0 = 0;
     for (int j = 0; j < nsrc; j++) {
         uint32_t t = src[j].w ? src[j].w->type : (uint32_t)G3_DTYPE_BF16;

@@ -522,6 +522,11 @@ static int qp_kc(void) {
     const char *e = getenv("G3_CUDA_Q4KC");
     return !(e && (!strcmp(e, "0") || !strcmp(e, "2")));
 }
+/* The product reads the codes (launch_p, g3c_qgemvp_kc); hl: with the activations' residual plane. The variants:
+ * Q4_K / Q4_0 (int4 in groups of 32, one chunk a group) without the plane, Q8_0 with it. */
+static int qp_kc_take(const g3_dmat *w, int hl) {
+    return w->kc && w->g == 32 && qp_kc() && (w->qt == G3Q_INT4 ? !hl : w->qt == G3Q_INT8 && hl);
+}
 
 /* $G3_CUDA_QPGS=0: int4 in groups of 128 through the kernel with the group arithmetic at run time (the shift by gsh
  * per chunk and its address per load) instead of at compile time (one scale / offset address a row and step).
@@ -641,13 +646,13 @@ static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, fl
     auto kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>;
     if constexpr (QT == G3Q_INT4) { /* groups of 128 (4 chunks): the group arithmetic at compile time (qp_gs) */
         if (gsh == 2 && qp_gs()) kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, false, 2>;
-        if constexpr (!HL) /* Q4_K / Q4_0: the scale codes instead of s and z (qp_kc) */
-            if (gsh == 0 && w->kc && qp_kc())
+        if constexpr (!HL) /* Q4_K / Q4_0: the scale codes instead of s and z */
+            if (qp_kc_take(w, 0))
                 kern = w->kd ? k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, false, PN, false, -1, 1>
                              : k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, false, PN, false, -1, 2>;
     }
     if constexpr (QT == G3Q_INT8 && !PC && HL) /* Q8_0: the fp16 scale codes */
-        if (w->g == 32 && w->kc && qp_kc()) kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, false, true, PN, false, -1, 2>;
+        if (qp_kc_take(w, 1)) kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, false, true, PN, false, -1, 2>;
     return g3c_launch(kern, dim3(blocks), dim3(QP_T), qp_smem(M, w->k / ks, H2, qp_pn(PN)), st, *w, x, ldx, m, y, ldy,
                       geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
 }
@@ -724,8 +729,7 @@ int g3c_qgemvp_f16(const g3_dmat *w, int m, int geglu, int pn) {
 
 int g3c_qgemvp_kc(const g3_dmat *w, int m, int geglu, int pn) {
     if (!qp_usable(w, m, geglu, pn) || g3c_qgemv_init() != cudaSuccess || qp_n_sm <= 0) return 0;
-    if (!w->kc || w->g != 32 || !qp_kc()) return 0; /* launch_p's choice: */
-    return w->qt == G3Q_INT4 ? m > lo_rows(w) : w->qt == G3Q_INT8 && m <= lo_rows(w) && !qp_q8f16(w, geglu, pn);
+    return qp_kc_take(w, m <= lo_rows(w)); /* qp_launch's hl */
 }
 
 int g3c_qgemvp_usable(const g3_dmat *w, int m, int geglu) {
