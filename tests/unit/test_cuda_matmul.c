@@ -91,6 +91,7 @@ static void test_gguf_types(void **state) {
     setenv("G3_CUDA_QGEMV", "0", 1); /* the exact paths (q8 activations: test_qgemv) */
     const uint32_t types[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K, G3_DTYPE_F16, G3_DTYPE_BF16};
     const int n = 24, k = 512;
+    setenv("G3_CUDA_TQGMIN", "9", 1); /* 3 rows: not the int8 tensor cores of tc_q8g.cu (test_matmul_tqg) */
     for (int pass = 0; pass < 2; pass++) {
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
             const int m = pass ? 24 : 3; /* decode (exact paths) and a small batch (bf16 activations) */
@@ -118,6 +119,7 @@ static void test_gguf_types(void **state) {
             free(raw), free(ref), free(wd), free(x), free(y);
         }
     }
+    unsetenv("G3_CUDA_TQGMIN");
 }
 
 /* 9..64 rows on quantized weights: the staged tensor-core kernel (tc_stage.cu; $G3_CUDA_TCM=2: its cp.async weight
@@ -179,12 +181,17 @@ static void test_matmul_staged(void **state) {
     run_mm("int4", 264, 5376, 32, 1, 0, 7.0e-3, 1e-2);
     run_mm("int8", 37, 21504, 64, 1, 0, 5.0e-4, 1e-2);
     unsetenv("G3_CUDA_TCMPF");
-    /* GGUF-derived formats: Q8_0 -> int8/32, Q6_K -> int8/16, Q4_0 and Q4_K -> int4/32 */
+    /* GGUF-derived formats: Q8_0 -> int8/32, Q6_K -> int8/16, Q4_0 and Q4_K -> int4/32: on tc_q8g.cu by default,
+     * on this kernel with $G3_CUDA_TQG=0 */
     const uint32_t types[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q6_K, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K};
-    for (size_t ti = 0; ti < 4; ti++)
-        for (size_t i = 0; i < 4; i++) run_gguf_mm(types[ti], 40, 2816, ms[i]);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) setenv("G3_CUDA_TQG", "0", 1);
+        for (size_t ti = 0; ti < 4; ti++)
+            for (size_t i = 0; i < 4; i++) run_gguf_mm(types[ti], 40, 2816, ms[i]);
+        unsetenv("G3_CUDA_TQG");
+    }
     run_gguf_mm(G3_DTYPE_Q4_K, 37, 21504, 32);
-    /* $G3_CUDA_TCM=3: GGUF groups of 16/32 stay on the staged kernel; int4 with a half last stage (k = 384: 256 +
+    /* $G3_CUDA_TCM=3: the GGUF groups as by default (tc_q8g.cu: test_matmul_tqg); int4 with a half last stage (k = 384: 256 +
      * 128), int8 with one stage, odd n, every row count of a tile variant */
     setenv("G3_CUDA_TCM", "3", 1);
     for (size_t ti = 0; ti < 4; ti++) run_gguf_mm(types[ti], 40, 2816, 32);
@@ -223,15 +230,9 @@ static float e4m3_rn(float v) {
     return v < 0.f ? -r : r;
 }
 
-/* fp8 weights (tc_wg.cu's e4m3 kernel): the activations split per row and block of 128 into e4m3 hi + lo parts of
- * x * 448/amax (d = amax/448): y = sum over blocks of d * ((hi + lo) . w). xe_hi: d * hi alone (the test's own check
- * that dropping the lo part would be seen). */
-static void run_wgq(const char *qt, int n, int k, int m, int want_path) {
-    float *w = malloc(sizeof(float) * (size_t)n * k), *x = malloc(sizeof(float) * (size_t)m * k);
-    float *y = malloc(sizeof(float) * (size_t)m * n), *wd = malloc(sizeof(float) * (size_t)n * k);
-    double *xe = malloc(sizeof(double) * (size_t)m * k), *xe_hi = malloc(sizeof(double) * (size_t)m * k);
-    const int f8 = !strcmp(qt, "fp8");
-    for (size_t i = 0; i < (size_t)n * k; i++) w[i] = frand() * 0.1f;
+/* x [m][k] as described above, and xe what the kernels make of it: quantized per row and block of 128 (int8, or
+ * with f8 e4m3 hi + lo parts; xe_hi: the hi parts alone) */
+static void quantized_acts(float *x, double *xe, double *xe_hi, int m, int k, int f8) {
     for (int i = 0; i < m; i++)
         for (int b = 0; b < k / 128; b++) {
             const float sc = ldexpf(1.f, (i * 7 + b * 3) % 13 - 6);
@@ -251,6 +252,18 @@ static void run_wgq(const char *qt, int n, int k, int m, int want_path) {
                 } else xe[ix] = xe_hi[ix] = (double)d * rintf(p);
             }
         }
+}
+
+/* fp8 weights (tc_wg.cu's e4m3 kernel): the activations split per row and block of 128 into e4m3 hi + lo parts of
+ * x * 448/amax (d = amax/448): y = sum over blocks of d * ((hi + lo) . w). xe_hi: d * hi alone (the test's own check
+ * that dropping the lo part would be seen). */
+static void run_wgq(const char *qt, int n, int k, int m, int want_path) {
+    float *w = malloc(sizeof(float) * (size_t)n * k), *x = malloc(sizeof(float) * (size_t)m * k);
+    float *y = malloc(sizeof(float) * (size_t)m * n), *wd = malloc(sizeof(float) * (size_t)n * k);
+    double *xe = malloc(sizeof(double) * (size_t)m * k), *xe_hi = malloc(sizeof(double) * (size_t)m * k);
+    const int f8 = !strcmp(qt, "fp8");
+    for (size_t i = 0; i < (size_t)n * k; i++) w[i] = frand() * 0.1f;
+    quantized_acts(x, xe, xe_hi, m, k, f8);
     for (size_t i = 0; i < (size_t)m * n; i++) y[i] = NAN;
     g3_error err = {0};
     if (g3_cuda_test_matmul(G3_DTYPE_F32, w, n, k, qt, 1, 0, x, m, y, wd, &err) != G3_OK)
@@ -296,6 +309,79 @@ static void run_wgq(const char *qt, int n, int k, int m, int want_path) {
 }
 
 static void run_wg(int n, int k, int m, int want_path) { run_wgq("int8", n, k, m, want_path); }
+
+/* GGUF groups of 32 (Q8_0, Q4_0, Q4_K) and 16 (Q6_K) at 3..64 rows on the int8 tensor cores, a group an MMA
+ * (tc_q8g.cu: m16n8k32, m16n8k16 for groups of 16), against
+ * the same emulation as run_wgq (activations quantized per 128; the resident weights as the device dequantizes them):
+ * a group's scale, offset or activations taken from the wrong group, row, token or stage moves y far beyond the 1e-4
+ * of max|y| allowed. want: whether that kernel must be the one that runs ($G3_CUDA_TQG=0: the staged bf16 kernel,
+ * checked against W . x only). */
+static void run_tqg(uint32_t t, int n, int k, int m, int want) {
+    const size_t rb = g3_row_bytes(t, k);
+    uint8_t *raw = malloc(rb * n);
+    float *x = malloc(sizeof(float) * (size_t)m * k), *y = malloc(sizeof(float) * (size_t)m * n);
+    float *wd = malloc(sizeof(float) * (size_t)n * k);
+    double *xe = malloc(sizeof(double) * (size_t)m * k), *xe_hi = malloc(sizeof(double) * (size_t)m * k);
+    random_rows(t, n, k, 1.f, raw, NULL);
+    quantized_acts(x, xe, xe_hi, m, k, 0);
+    for (size_t i = 0; i < (size_t)m * n; i++) y[i] = NAN;
+    g3_error err = {0};
+    if (g3_cuda_test_matmul(t, raw, n, k, "bf16", 1, 0, x, m, y, wd, &err) != G3_OK) fail_msg("type %u: %s", t, err.msg);
+    double mx = 1e-30, de = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double r = 0;
+            for (int c = 0; c < k; c++) r += xe[(size_t)i * k + c] * wd[(size_t)j * k + c];
+            double e = fabs(r - y[(size_t)i * n + j]);
+            if (isnan(e)) e = INFINITY;
+            mx = fmax(mx, fabs(r)), de = fmax(de, e);
+        }
+    const double dq = check_mm(wd, n, k, x, m, y, 0);
+    const int taken = g3_cuda_test_tqg(t, n, k, m);
+    printf("  type %2u n=%-4d k=%-5d m=%-2d tqg %d: vs emulation %.2e, vs W.x %.2e\n", t, n, k, m, taken, de / mx, dq);
+    assert_int_equal(taken, want);
+    assert_int_equal(g3_cuda_test_mm_path(t, n, k, "bf16", 1, m), 1);
+    if (want && !(de / mx <= 1e-4)) fail_msg("type %u n=%d k=%d m=%d: %g of max|y| from the emulation", t, n, k, m, de / mx);
+    /* the staged kernel reads bf16 activations: it must be seen to differ from the quantized emulation */
+    if (!want && !(de / mx >= 1e-5)) fail_msg("type %u n=%d k=%d m=%d: the staged kernel did not run (%g)", t, n, k, m, de / mx);
+    if (!(dq <= 1e-2)) fail_msg("type %u n=%d k=%d m=%d: product error %g", t, n, k, m, dq);
+    free(raw), free(x), free(y), free(wd), free(xe), free(xe_hi);
+}
+
+/* n = 264: tiles of 256 (two tiles a warp) or 128 rows, the last partial; 37: odd (scalar atomics), a down
+ * projection's k split across blocks; k = 384: Q4_0's last stage half (256 + 128), Q8_0's three stages; every row
+ * count of each tile variant (3..8, 9..16, 17..32, 33..64; below 9 instead of dp4a, from $G3_CUDA_TQGMIN rows);
+ * two blocks per SM ($G3_CUDA_TQOCC=2, the int8 default) and
+ * one ($G3_CUDA_TQOCC=1, the int4 default beyond 8 rows); and the policy: the staged kernel (and dp4a below 9 rows)
+ * with $G3_CUDA_TQG=0, 1-2 rows on qgemv_p.cu, from $G3_CUDA_TQGMIN rows, not beyond 64. */
+static void test_matmul_tqg(void **state) {
+    (void)state;
+    need_gpu();
+    const uint32_t types[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K};
+    const int ms[] = {3, 5, 8, 9, 16, 17, 32, 33, 64};
+    for (size_t ti = 0; ti < 4; ti++) {
+        for (size_t i = 0; i < 9; i++) run_tqg(types[ti], 264, 2816, ms[i], 1);
+        run_tqg(types[ti], 37, 21504, 24, 1);
+        const int kb = types[ti] == G3_DTYPE_Q4_K || types[ti] == G3_DTYPE_Q6_K ? 768 : 384; /* K: blocks of 256 */
+        run_tqg(types[ti], 40, kb, 48, 1);
+        for (int occ = 1; occ <= 2; occ++) {
+            setenv("G3_CUDA_TQOCC", occ == 1 ? "1" : "2", 1);
+            run_tqg(types[ti], 264, 2816, 12, 1);
+            run_tqg(types[ti], 37, 5376, 40, 1);
+            unsetenv("G3_CUDA_TQOCC");
+        }
+        setenv("G3_CUDA_TQG", "0", 1);
+        run_tqg(types[ti], 264, 2816, 32, 0);
+        assert_int_equal(g3_cuda_test_tqg(types[ti], 264, 2816, 5), 0);
+        unsetenv("G3_CUDA_TQG");
+        assert_int_equal(g3_cuda_test_tqg(types[ti], 264, 2816, 2), 0); /* 1-2 rows: qgemv_p.cu */
+        setenv("G3_CUDA_TQGMIN", "6", 1);
+        assert_int_equal(g3_cuda_test_tqg(types[ti], 264, 2816, 5), 0);
+        run_tqg(types[ti], 40, 2816, 6, 1);
+        unsetenv("G3_CUDA_TQGMIN");
+    }
+    assert_int_equal(g3_cuda_test_tqg(G3_DTYPE_Q8_0, 264, 2816, 65), 0);
+}
 
 /* 9..64 rows: 64-token tiles; 65..128: 128-token tiles; 129..256: two launches (g3c_mm). n = 37: odd (scalar
  * atomics), one partial channel tile; 264: three tiles, the last partial; k = 128: one stage per tile (a block per
@@ -528,7 +614,7 @@ static void test_matmul_wg4(void **state) {
         }
     }
     unsetenv("G3_CUDA_WG4V");
-    const int g[] = {G3_DTYPE_Q4_0, G3_DTYPE_Q4_K}; /* groups of 32: not this kernel (tc_stage.cu), still right */
+    const int g[] = {G3_DTYPE_Q4_0, G3_DTYPE_Q4_K}; /* groups of 32: not this kernel (tc_q8g.cu), still right */
     for (size_t i = 0; i < 2; i++) run_gguf_mm((uint32_t)g[i], 40, 2816, 32);
     const char *vz[] = {"0", NULL}; /* as before: mma.sync; the default (17..32 rows there) */
     for (size_t v = 0; v < 2; v++) {
@@ -934,11 +1020,18 @@ static void test_qgemv(void **state) {
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 2), 3);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 3), 1);
     unsetenv("G3_CUDA_QGEMV");
-    /* defaults: dp4a up to 4 rows for per-channel int8, up to 8 for int4 and the GGUF groups; tensor cores beyond */
+    /* defaults: dp4a up to 4 rows for per-channel int8, up to 8 for int4, up to 2 for the GGUF groups of 16 / 32
+     * (then the int8 tensor cores of tc_q8g.cu; $G3_CUDA_TQGMIN=9: dp4a up to 8); tensor cores beyond */
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 4), 3);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 5), 1);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 8), 3);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_Q8_0, 45, 4096, "bf16", 1, 2), 3);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_Q8_0, 45, 4096, "bf16", 1, 3), 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_Q6_K, 45, 4096, "bf16", 1, 2), 3);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_Q6_K, 45, 4096, "bf16", 1, 8), 1);
+    setenv("G3_CUDA_TQGMIN", "9", 1);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_Q8_0, 45, 4096, "bf16", 1, 8), 3);
+    unsetenv("G3_CUDA_TQGMIN");
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 9), 1);
     /* fp8: the persistent kernel at 1-2 rows (float16 products), tensor cores from 3; with QGEMVP=0 tensor cores */
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "fp8", 1, 1), 3);
@@ -1332,6 +1425,7 @@ int main(void) {
         cmocka_unit_test_setup(test_matmul_long_rows, frand_restart),
         cmocka_unit_test_setup(test_gguf_types, frand_restart),
         cmocka_unit_test_setup(test_matmul_staged, frand_restart),
+        cmocka_unit_test_setup(test_matmul_tqg, frand_restart),
         cmocka_unit_test_setup(test_matmul_wgmma, frand_restart),
         cmocka_unit_test_setup(test_matmul_wgmma_fp8, frand_restart),
         cmocka_unit_test_setup(test_matmul_wg_geglu, frand_restart),

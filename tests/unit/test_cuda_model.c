@@ -673,10 +673,10 @@ static void test_v_split(void **state) {
     }
     int32_t prompt[N];
     for (int i = 0; i < N; i++) prompt[i] = (int32_t)((unsigned)(i * 2654435761u + 5) % (unsigned)V);
-    static const int chunks[] = {1, 2, 20, N};
+    static const int chunks[] = {1, 2, 5, 20, N}; /* 5 and 20: GGUF groups of 32 on tc_q8g.cu's int8 tensor cores */
     const char *env[] = {"G3_CUDA_Q4LO", "2", NULL};
     const char *off_env[] = {"G3_CUDA_Q4LO", "2", "G3_CUDA_VSPLIT", "0", NULL};
-    for (int ci = 0; ci < 4; ci++) {
+    for (int ci = 0; ci < 5; ci++) {
         const int n = chunks[ci] == 1 ? 24 : N; /* one row a step: a shorter prompt */
         float *split = cuda_logits(a, prompt, n, chunks[ci], env), *ref = cuda_logits(r, prompt, n, chunks[ci], env);
         float *bf = cuda_logits(a, prompt, n, chunks[ci], off_env);

@@ -288,6 +288,16 @@ cudaError_t g3c_wg4_init(void);
 int g3c_wgb_supported(const g3_dmat *w, int m);
 cudaError_t g3c_wgb_mm(const g3_dmat *w, const __nv_bfloat16 *xb, int m, float *y, int n_sm, cudaStream_t st);
 cudaError_t g3c_wgb_init(void);
+/* tc_q8g.cu: GGUF products in groups of 32 (Q8_0 as int8, Q4_0 / Q4_K as int4) of 9..64 rows on int8 tensor cores,
+ * one k32 MMA a group (activations quantized as for g3c_tq_mm_pre, value order 0 / 1); g3c_tq_mm and g3c_tq_mm_pre
+ * take it where g3c_tqg_supported ($G3_CUDA_TQG=0: never; those formats then stay on tc_stage.cu's bf16 kernel). */
+int g3c_tqg_supported(const g3_dmat *w);
+int g3c_tqg_min_rows(void);
+/* 1 when a product of m <= 8 rows on w goes there (from g3c_tqg_min_rows(); tc_stage.cu, with $G3_CUDA_TCM's modes) */
+int g3c_tqg_small(const g3_dmat *w, int m);
+cudaError_t g3c_tqg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
+                       cudaStream_t st);
+cudaError_t g3c_tqg_init(void);
 /* Activations quantized by their producer (tq_act.cuh) for the int8 tensor-core kernels (tc_q8.cu, tc_wg.cu,
  * tc_wg4.cu): g3c_tq_taken says whether the forward's product of m rows on w runs there (path TC, 9..64 rows,
  * $G3_CUDA_TQPRE != 0), g3c_tq_order which value order its activations need (tq_act.cuh's il); g3c_tq_mm_pre =

@@ -154,6 +154,12 @@ extern "C" int g3_cuda_test_qp_kc(uint32_t src_type, int n, int k, int m, int ge
     return g3c_qgemvp_kc(&d, m, geglu, pn);
 }
 
+extern "C" int g3_cuda_test_tqg(uint32_t src_type, int n, int k, int m) {
+    g3_dmat d;
+    if (test_dmat_header(&d, src_type, n, k, "bf16")) return -1;
+    return g3c_tq_taken(&d, m) && g3c_tqg_supported(&d);
+}
+
 extern "C" g3_status g3_cuda_test_matmul(uint32_t src_type, const void *w, int n, int k, const char *quant, int gemm,
                                          int geglu, const float *x, int m, float *y, float *wdeq, g3_error *err) {
     g3_status rc = G3_OK;

@@ -1,7 +1,8 @@
 /* Picks the path of each matrix product: tensor-core kernels with weights decoded in registers (tc_gemv.cu) for
  * quantized weights in decode and small batches (up to 8 rows with hi + lo activations, up to 64 with bf16
  * activations), the CUDA-core GEMV (gemv.cu) for bf16 weights and the GGUF formats with small scale groups at
- * <= 8 rows, and cuBLAS tensor-core GEMM beyond (bf16 weights directly; quantized weights dequantized to a bf16
+ * <= 8 rows ($G3_CUDA_TQG=0; by default those take the int8 tensor cores of tc_q8g.cu from 3 rows: g3c_tqg_small),
+ * and cuBLAS tensor-core GEMM beyond (bf16 weights directly; quantized weights dequantized to a bf16
  * scratch of one matrix first). With `split`, cuBLAS gets the bf16 activations as hi + lo halves stacked as 2m rows
  * of one GEMM, so the weights are read once and the product keeps ~16 bits of each activation.
  * Measured on the H200 (bench/RESULTS.md): for bf16 weights at batch 1 the CUDA-core GEMV streams faster than the
@@ -30,7 +31,11 @@ static int tc_mode(void) { /* 0 off, 1 quantized weights (default), 2 all */
  * 593 against 620, 4 seqs 405 against 481. */
 static int qgemv_rows(const g3_dmat *w) {
     const char *e = getenv("G3_CUDA_QGEMV");
-    if (!e || !*e) return w->qt == G3Q_INT8 && w->g == w->k ? 4 : 8;
+    if (!e || !*e) {
+        const int tm = g3c_tqg_min_rows(); /* GGUF groups of 32: int8 tensor cores from tm rows (tc_q8g.cu) */
+        if (tm <= 8 && g3c_tqg_small(w, tm)) return tm - 1;
+        return w->qt == G3Q_INT8 && w->g == w->k ? 4 : 8;
+    }
     int v = atoi(e);
     return v < 0 ? 0 : v > 8 ? 8 : v;
 }
@@ -53,6 +58,7 @@ int g3c_mm_path(const g3c_mm_ctx *c, const g3_dmat *w, int m) {
     const int quant = w->qt != G3Q_BF16;
     if (m <= qgemv_rows(w) && g3c_qgemv_supported(w, m)) return G3C_PATH_QGEMV;
     const int tc = tc_mode();
+    if (tc && quant && g3c_tqg_small(w, m)) return G3C_PATH_TC;
     if (!tc) {
         int lim = quant ? 16 : 8;
         return m <= lim || (quant && !c->wscratch) ? G3C_PATH_GEMV : G3C_PATH_CUBLAS;
@@ -90,6 +96,7 @@ cudaError_t g3c_mm(const g3c_mm_ctx *c, const g3_dmat *w, const float *x, const 
         return g3c_gemv(w, x, w->k, m, y, w->n, 0, c->st);
     }
     if (path == G3C_PATH_TC) {
+        if (g3c_tqg_small(w, m)) return g3c_tq_mm(w, xh, m, y, c->n_sm, NULL, 0, c->st); /* hi rows of xh */
         const int sp = m <= 8 ? c->split : 0;
         if (m <= 64) {
             g3c_tc_geglu gg = {a, ah, c->tile_cnt, c->split};

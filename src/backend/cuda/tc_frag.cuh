@@ -154,6 +154,16 @@ TC_HD void tc_pair_take(const float c[4], int g, float r0, float r1, float v[2][
     else v[0][0] = c[0], v[0][1] = r0, v[1][0] = c[2], v[1][1] = r1;
 }
 
+/* zeros into a [T][NT][4] set of tile sums */
+template <int T, int NT> TC_HD void tc_zero(float (&a)[T][NT][4]) {
+#pragma unroll
+    for (int tt = 0; tt < T; tt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) a[tt][nt][e] = 0.f;
+}
+
 #ifdef __CUDA_ARCH__
 /* c += A B for one m16n8k16 tile (A regs as listed above). */
 __device__ __forceinline__ void tc_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -162,6 +172,54 @@ __device__ __forceinline__ void tc_mma(float (&c)[4], uint32_t a0, uint32_t a1, 
                  "{%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+/* Adds one tile of sums c (lane (g, t) as above: output channels base + g, base + g + 8, activation rows 8 nt + 2t,
+ * 8 nt + 2t + 1) into y ([m][n]) by atomics: float2 pairs of channels where n is even (tc_pair_send / take), else one
+ * float at a time; cs: per-channel scales applied first (NULL: none). Every lane of the warp calls; c is cleared. */
+__device__ __forceinline__ void tc_tile_add(float (&c)[4], float *y, int n, int m, int base, int nt, int g, int t,
+                                            const float *cs) {
+    if ((n & 1) == 0) {
+        float s0, s1, v[2][2];
+        tc_pair_send(c, g, s0, s1);
+        const float r0 = __shfl_xor_sync(0xffffffffu, s0, 4), r1 = __shfl_xor_sync(0xffffffffu, s1, 4);
+        tc_pair_take(c, g, r0, r1, v);
+        const int col = 8 * nt + 2 * t + (g & 1);
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int row = base + 8 * hf + (g & ~1);
+            if (row >= n || col >= m) continue;
+            float2 pv = make_float2(v[hf][0], v[hf][1]);
+            if (cs) pv.x *= __ldg(cs + row), pv.y *= __ldg(cs + row + 1);
+            atomicAdd((float2 *)(y + (size_t)col * n + row), pv);
+        }
+    } else {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int row = base + g + 8 * hf, i = 8 * nt + 2 * t;
+            if (row >= n) continue;
+            const float sc = cs ? __ldg(cs + row) : 1.f;
+            if (i < m) atomicAdd(y + (size_t)i * n + row, c[2 * hf] * sc);
+            if (i + 1 < m) atomicAdd(y + (size_t)(i + 1) * n + row, c[2 * hf + 1] * sc);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) c[e] = 0.f;
+}
+
+/* c += A B for one m16n8k32 tile of signed bytes, int32 sums (tc_q8.cu, tc_q8g.cu): a0 = A[g][4t..4t+3], a1 =
+ * A[g+8][4t..], a2 = A[g][16+4t..], a3 = A[g+8][16+4t..]; b0 = B[4t..4t+3][g], b1 = B[16+4t..][g]; c as above */
+__device__ __forceinline__ void tc_mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                          uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+/* the same for m16n8k16: a0 = A[g][4t..4t+3], a1 = A[g+8][4t..]; b0 = B[4t..4t+3][g] */
+__device__ __forceinline__ void tc_mma_s8k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
 }
 #endif
 

@@ -87,12 +87,7 @@ __global__ void __launch_bounds__(128, T == 2 ? 2 : QT == G3Q_INT4 ? 3 : 4)
             pb[tt] = W + (size_t)min(rowB[tt], n - 1) * nch;
         }
         float acc[T][NT][4];
-#pragma unroll
-        for (int tt = 0; tt < T; tt++)
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) acc[tt][nt][e] = 0.f;
+        tc_zero(acc);
 
         for (int r = r0; r < r1; r += U) {
             if (pf) /* keep the stream going while this batch computes: the next batch into L2 */

@@ -28,8 +28,8 @@
  * for int8 (measured faster there, slower for int4: see g3c_tq_mm).
  * Accuracy: the product is W_deq . xq exactly up to float rounding, |xq - x| <= amax/254 per value of a block of 128
  * (about the bf16 rounding of x for well-spread blocks, worse next to outliers; qgemv.cu uses blocks of 32 for <= 8
- * rows). Supported: int8 per channel and int4 in groups of 128*j, k % 128 == 0; everything else (fp8, the GGUF int8
- * and int4 groups of 16/32) stays on tc_stage.cu's kernels.
+ * rows). Supported: int8 per channel and int4 in groups of 128*j, k % 128 == 0; the GGUF int8 and int4 groups of
+ * 16 / 32 take tc_q8g.cu's kernel on the same activations (g3c_tq_mm dispatches), fp8 tc_wg.cu or tc_stage.cu.
  *
  * Layouts. A stage is 128 weight bytes per row (int4: 256 values = 2 blocks; int8: 128 values = 1 block), 8 chunks
  * of 16 bytes; lane (g, t) takes chunks t and 4 + t (rounds 0, 1) of rows g and g + 8 of each of its tiles.
@@ -50,8 +50,10 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/tq_act.cuh"
+#include "backend/cuda/tq_inst.cuh"
 
 #define TQ_WARPS 8
+static_assert(TQ_WARPS * 32 == TQ_THREADS, "tq_inst.cuh launches 8 warps a block");
 
 template <int QT> struct tq_c {
     static constexpr int KS = QT == G3Q_INT4 ? 256 : 128; /* values per row and stage */
@@ -59,35 +61,8 @@ template <int QT> struct tq_c {
     static constexpr int UPR = KS / 16;                     /* 16-byte units per activation row */
 };
 
-static __device__ __forceinline__ void tq_mma(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                              uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 template <int QT> static __device__ __forceinline__ int tq_swz(int unit, int row) {
     return QT == G3Q_INT4 ? unit ^ (row & 1) : unit ^ ((row & 1) << 2);
-}
-
-/* weights of unit (tile, stage) into this warp's ring slot: [round][T][2 rows][32 lanes] 16-byte words, each lane
- * writes (and later reads) only its own words; chunks beyond the row are zeros */
-template <int T>
-static __device__ __forceinline__ void tq_load_w(const g3_dmat &w, int tile, int stage, int wi, int lane,
-                                                 uint4 *slot) {
-    const int n = w.n, nch = (w.qt == G3Q_INT4 ? w.k / 2 : w.k) / 16, g = lane >> 2, t = lane & 3;
-    const uint4 *W = (const uint4 *)w.q;
-#pragma unroll
-    for (int rl = 0; rl < 2; rl++)
-#pragma unroll
-        for (int tt = 0; tt < T; tt++) {
-            const int base = ((tile * TQ_WARPS + wi) * T + tt) * 16;
-            const int ra = min(base + g, n - 1), rb = min(base + g + 8, n - 1), kc = stage * 8 + 4 * rl + t;
-            uint4 *da = slot + ((rl * T + tt) * 2) * 32 + lane, *db = da + 32;
-            if (kc < nch) g3c_cp16(da, W + (size_t)ra * nch + kc), g3c_cp16(db, W + (size_t)rb * nch + kc);
-            else *da = make_uint4(0, 0, 0, 0), *db = make_uint4(0, 0, 0, 0);
-        }
 }
 
 /* group scales (and int4 offsets) of unit (tile, stage) for rows g, g + 8 of each tile, per block of 128 */
@@ -142,15 +117,7 @@ static __device__ __forceinline__ void tq_stage_x(uint4 *xs, float2 *ds, const i
         if (kk < K) g3c_cp16(d, xq + (size_t)i * K + kk);
         else *d = make_uint4(0, 0, 0, 0);
     }
-    const int nb = K / 128;
-    for (int idx = threadIdx.x; idx < m * SEGS; idx += TQ_WARPS * 32) {
-        const int i = idx / SEGS, sg = idx % SEGS, b = stage * SEGS + sg;
-        float2 *d = ds + sg * MP + i;
-        if (b < nb) {
-            const unsigned da = (unsigned)__cvta_generic_to_shared(d);
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(da), "l"(xd + (size_t)i * nb + b) : "memory");
-        } else *d = make_float2(0.f, 0.f);
-    }
+    tq_stage_d<SEGS>(ds, xd, m, MP, K, stage);
 }
 
 /* SC: 0 int8 per channel (scale at the end), 1 int4 (group scales and offsets). T tiles of 16 rows per warp. */
@@ -168,16 +135,14 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
     uint4 *xsb = tq_sm + 3 * TQ_WARPS * WSLOT;
     float2 *dsb = (float2 *)(xsb + 3 * MP * UPR);
     /* (tile, stage) of units u, u + 1, u + 2 */
-    int tl0 = (int)(u0 / S), st0 = (int)(u0 % S);
-    int tl1 = st0 + 1 == S ? tl0 + 1 : tl0, st1 = st0 + 1 == S ? 0 : st0 + 1;
-    int tl2 = st1 + 1 == S ? tl1 + 1 : tl1, st2 = st1 + 1 == S ? 0 : st1 + 1;
+    tq_walk wk(u0, S); /* (tile, stage) of units u, u + 1, u + 2 */
     /* the weights do not depend on the previous kernel: start their loads before waiting for it */
-    if (u0 < u1) tq_load_w<T>(w, tl0, st0, wi, lane, ring);
+    if (u0 < u1) tq_load_w<T>(w, wk.tl0, wk.st0, wi, lane, lane, ring);
     g3c_cp_commit();
-    if (u0 + 1 < u1) tq_load_w<T>(w, tl1, st1, wi, lane, ring + TQ_WARPS * WSLOT);
+    if (u0 + 1 < u1) tq_load_w<T>(w, wk.tl1, wk.st1, wi, lane, lane, ring + TQ_WARPS * WSLOT);
     g3c_cp_commit();
     tq_sc<QT, SC, T> cur, nxt;
-    if (u0 < u1) tq_load_s<QT, SC, T>(w, tl0, st0, wi, g, cur);
+    if (u0 < u1) tq_load_s<QT, SC, T>(w, wk.tl0, wk.st0, wi, g, cur);
     g3c_pdl_wait();
     if (u0 >= u1) {
         asm volatile("cp.async.wait_group 0;" ::: "memory");
@@ -189,17 +154,12 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
         if ((idx / UPR) % MP >= m) xsb[idx] = make_uint4(0, 0, 0, 0);
     for (int idx = threadIdx.x; idx < 3 * SEGS * MP; idx += TQ_WARPS * 32)
         if (idx % MP >= m) dsb[idx] = make_float2(0.f, 0.f);
-    tq_stage_x<QT, NT>(xsb, dsb, xq, xd, m, K, st0);
+    tq_stage_x<QT, NT>(xsb, dsb, xq, xd, m, K, wk.st0);
     g3c_cp_commit();
-    if (u0 + 1 < u1) tq_stage_x<QT, NT>(xsb + MP * UPR, dsb + SEGS * MP, xq, xd, m, K, st1);
+    if (u0 + 1 < u1) tq_stage_x<QT, NT>(xsb + MP * UPR, dsb + SEGS * MP, xq, xd, m, K, wk.st1);
     g3c_cp_commit();
     float acc[T][NT][4];
-#pragma unroll
-    for (int tt = 0; tt < T; tt++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[tt][nt][e] = 0.f;
+    tc_zero(acc);
     int it = 0; /* ring slot and activation buffer of unit u: (u - u0) % 3 */
     for (long long u = u0; u < u1; u++) {
         asm volatile("cp.async.wait_group 1;" ::: "memory"); /* all but unit u + 1's copies have landed */
@@ -207,12 +167,12 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
         {
             const int ns = it == 0 ? 2 : it - 1; /* = unit u - 1's slot and buffer, free now */
             if (u + 2 < u1) {
-                tq_load_w<T>(w, tl2, st2, wi, lane, ring + ns * TQ_WARPS * WSLOT);
-                tq_stage_x<QT, NT>(xsb + ns * MP * UPR, dsb + ns * SEGS * MP, xq, xd, m, K, st2);
+                tq_load_w<T>(w, wk.tl2, wk.st2, wi, lane, lane, ring + ns * TQ_WARPS * WSLOT);
+                tq_stage_x<QT, NT>(xsb + ns * MP * UPR, dsb + ns * SEGS * MP, xq, xd, m, K, wk.st2);
             }
             g3c_cp_commit();
         }
-        if (u + 1 < u1) tq_load_s<QT, SC, T>(w, tl1, st1, wi, g, nxt);
+        if (u + 1 < u1) tq_load_s<QT, SC, T>(w, wk.tl1, wk.st1, wi, g, nxt);
         const uint4 *xs = xsb + it * MP * UPR;
         const float2 *ds = dsb + it * SEGS * MP;
         const uint4 *ws = ring + it * TQ_WARPS * WSLOT + lane;
@@ -252,7 +212,7 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
                                 const uint32_t a1 = ub & 0x0F0F0F0Fu, a3 = (ub >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
                                 for (int nt = 0; nt < NT; nt++)
-                                    tq_mma(ai[tt][nt], a0, a1, a2, a3, jj ? xv[nt].z : xv[nt].x,
+                                    tc_mma_s8(ai[tt][nt], a0, a1, a2, a3, jj ? xv[nt].z : xv[nt].x,
                                            jj ? xv[nt].w : xv[nt].y);
                             }
                         }
@@ -272,7 +232,7 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
                             const uint32_t a1 = h ? wb[tt].z : wb[tt].x, a3 = h ? wb[tt].w : wb[tt].y;
 #pragma unroll
                             for (int nt = 0; nt < NT; nt++)
-                                tq_mma(ai[tt][nt], a0, a1, a2, a3, h ? xv[nt].z : xv[nt].x, h ? xv[nt].w : xv[nt].y);
+                                tc_mma_s8(ai[tt][nt], a0, a1, a2, a3, h ? xv[nt].z : xv[nt].x, h ? xv[nt].w : xv[nt].y);
                         }
                 }
             }
@@ -294,59 +254,22 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
                     }
             }
         }
-        if (u + 1 == u1 || st0 + 1 == S) { /* tile done (or this block's share of it): add into y */
-            const bool vec = (n & 1) == 0;  /* float2 atomics need even n */
+        if (u + 1 == u1 || wk.st0 + 1 == S) { /* tile done (or this block's share of it): add into y */
+            const float *cs = SC == 0 ? w.s : NULL; /* int8 per channel: the channel scales */
 #pragma unroll
-            for (int tt = 0; tt < T; tt++) {
-                const int base = ((tl0 * TQ_WARPS + wi) * T + tt) * 16;
+            for (int tt = 0; tt < T; tt++)
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    float *cc = acc[tt][nt];
-                    if (vec) {
-                        float s0 = (g & 1) ? cc[0] : cc[1], s1 = (g & 1) ? cc[2] : cc[3], v[2][2];
-                        const float r0 = __shfl_xor_sync(0xffffffffu, s0, 4), r1 = __shfl_xor_sync(0xffffffffu, s1, 4);
-                        if (g & 1) v[0][0] = r0, v[0][1] = cc[1], v[1][0] = r1, v[1][1] = cc[3];
-                        else v[0][0] = cc[0], v[0][1] = r0, v[1][0] = cc[2], v[1][1] = r1;
-                        const int col = 8 * nt + 2 * t + (g & 1);
-#pragma unroll
-                        for (int hf = 0; hf < 2; hf++) {
-                            const int row = base + 8 * hf + (g & ~1);
-                            if (row >= n || col >= m) continue;
-                            float2 pv = make_float2(v[hf][0], v[hf][1]);
-                            if constexpr (SC == 0) pv.x *= __ldg(w.s + row), pv.y *= __ldg(w.s + row + 1);
-                            atomicAdd((float2 *)(y + (size_t)col * n + row), pv);
-                        }
-                    } else {
-#pragma unroll
-                        for (int hf = 0; hf < 2; hf++) {
-                            const int row = base + g + 8 * hf, i = 8 * nt + 2 * t;
-                            if (row >= n) continue;
-                            const float sc = SC == 0 ? __ldg(w.s + row) : 1.f;
-                            if (i < m) atomicAdd(y + (size_t)i * n + row, cc[2 * hf] * sc);
-                            if (i + 1 < m) atomicAdd(y + (size_t)(i + 1) * n + row, cc[2 * hf + 1] * sc);
-                        }
-                    }
-#pragma unroll
-                    for (int e = 0; e < 4; e++) cc[e] = 0.f;
-                }
-            }
+                for (int nt = 0; nt < NT; nt++)
+                    tc_tile_add(acc[tt][nt], y, n, m, ((wk.tl0 * TQ_WARPS + wi) * T + tt) * 16, nt, g, t, cs);
         }
         cur = nxt;
-        tl0 = tl1, st0 = st1, tl1 = tl2, st1 = st2;
-        tl2 = st1 + 1 == S ? tl1 + 1 : tl1, st2 = st1 + 1 == S ? 0 : st1 + 1;
+        wk.next(S);
         it = it == 2 ? 0 : it + 1;
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
 }
 
 /* ---- dispatch -------------------------------------------------------------------------------------------------- */
-typedef void (*tq_kernel)(g3_dmat, const int8_t *, const float2 *, int, float *, int, long long);
-typedef struct tq_inst {
-    tq_kernel k;
-    int smem, rows; /* dynamic shared memory bytes, weight rows per block tile */
-    int bps;        /* resident blocks per SM (0: not yet set up) */
-} tq_inst;
-
 /* tq_table[occupancy][variant][NT 2, 4, 8]: variant 0 int8 per channel, 1 int4; occupancy 0: one block per SM,
  * two tiles per warp (one at NT = 8); 1 ($G3_CUDA_TQOCC=2): one tile per warp, registers capped for two blocks per
  * SM (4 warps per scheduler instead of 2: ncu showed the single block issuing 0.39 per cycle) */
@@ -371,16 +294,19 @@ static void tq_build(void) {
     tq_ready = 1;
 }
 
+/* 0 int8 per channel, 1 int4 in groups of 128 * j (this file's kernel), 2 GGUF groups of 32 (tc_q8g.cu) */
 static int tq_variant(const g3_dmat *w) {
     if (w->k % 128 != 0 || w->g <= 0 || w->k % w->g != 0) return -1;
-    if (w->qt == G3Q_INT8) return w->g == w->k ? 0 : -1; /* GGUF int8 groups (16, 32): tc_stage.cu */
+    if (g3c_tqg_supported(w)) return 2;
+    if (w->qt == G3Q_INT8) return w->g == w->k ? 0 : -1; /* GGUF int8 groups of 16 (Q6_K): tc_stage.cu */
     if (w->qt == G3Q_INT4) return w->g % 128 == 0 ? 1 : -1;
     return -1;
 }
 
-int g3c_tq_supported(const g3_dmat *w, int m) { return m >= 9 && m <= 64 && w->n >= 1 && tq_variant(w) >= 0; }
-
-static cudaError_t tq_setup(tq_inst *ti) { return g3c_smem_setup(ti->k, ti->smem, TQ_WARPS * 32, &ti->bps); }
+int g3c_tq_supported(const g3_dmat *w, int m) {
+    const int v = tq_variant(w);
+    return m >= (v == 2 ? g3c_tqg_min_rows() : 9) && m <= 64 && w->n >= 1 && v >= 0;
+}
 
 #define TQ_UNCLAIMED ((cudaStream_t)(intptr_t)-1)
 static const size_t tq_scr_bytes = (size_t)8 << 20; /* 128 rows of bf16 (value order 3) up to k = 31775 */
@@ -401,10 +327,11 @@ cudaError_t g3c_tq_init(void) {
     tq_build();
     for (int v = 0; v < 4; v++)
         for (int c = 0; c < 3; c++) {
-            cudaError_t e = tq_setup(&tq_table[v / 2][v % 2][c]);
+            cudaError_t e = tq_inst_setup(&tq_table[v / 2][v % 2][c]);
             if (e != cudaSuccess) return e;
         }
     cudaError_t e = g3c_wg_init();
+    if (e == cudaSuccess) e = g3c_tqg_init();
     if (e == cudaSuccess) e = g3c_wgb_init();
     return e == cudaSuccess ? g3c_wg4_init() : e;
 }
@@ -419,23 +346,12 @@ int g3c_tq_order(const g3_dmat *w, int m) {
 }
 
 static tq_inst *tq_pick(const g3_dmat *w, int m) {
-    /* $G3_CUDA_TQOCC=1|2 forces one; default by format, as measured on the H200 (27B, 32 / 64 seqs, tok/s): int8 at
-     * two blocks per SM (2550 / 3590 against 2409 / 3453), int4 at one (2899 / 3792 against 2697 / 3379) */
-    const char *oe = getenv("G3_CUDA_TQOCC");
-    const int occ2 = oe && *oe ? !strcmp(oe, "2") : w->qt == G3Q_INT8;
-    return &tq_table[occ2][tq_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2];
+    return &tq_table[tq_occ2(w)][tq_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2];
 }
 
 static cudaError_t tq_run(const tq_inst *ti, const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y,
                           int n_sm, cudaStream_t st) {
-    const int KS = w->qt == G3Q_INT4 ? 256 : 128, S = (w->k + KS - 1) / KS;
-    const int tiles = (w->n + ti->rows - 1) / ti->rows;
-    const long long L = (long long)tiles * S;
-    long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * ti->bps;
-    if (blocks > L) blocks = L;
-    if (blocks < 1) blocks = 1;
-    return g3c_launch(ti->k, dim3((unsigned)blocks), dim3(TQ_WARPS * 32), (size_t)ti->smem, st, *w, xq, xd, m, y, S,
-                      L);
+    return tq_inst_run(ti, w, w->qt == G3Q_INT4 ? 256 : 128, xq, xd, m, y, n_sm, st);
 }
 
 /* int8 per channel from 9 rows on: the wgmma kernel (tc_wg.cu) unless $G3_CUDA_WG=0 */
@@ -448,9 +364,10 @@ cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, 
     if (g3c_wgb_supported(w, m)) return g3c_wgb_mm(w, (const __nv_bfloat16 *)xq, m, y, n_sm, st);
     if (g3c_wg4_supported(w, m)) return g3c_wg4_mm(w, xq, xd, m, y, n_sm, st);
     if (!g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
+    if (tq_variant(w) == 2) return g3c_tqg_mm(w, xq, xd, m, y, n_sm, st);
     tq_build();
     tq_inst *ti = tq_pick(w, m);
-    cudaError_t e = tq_setup(ti); /* no-op after g3c_tq_init */
+    cudaError_t e = tq_inst_setup(ti); /* no-op after g3c_tq_init */
     return e == cudaSuccess ? tq_run(ti, w, xq, xd, m, y, n_sm, st) : e;
 }
 
@@ -469,8 +386,9 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
     const int wmo = wgf ? g3c_wgf_lo_row(m) : 0;
     if (!wg && !wgb && !wg4 && !wgf && !g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     tq_build();
-    tq_inst *ti = wg || wgb || wg4 || wgf ? NULL : tq_pick(w, m);
-    cudaError_t e = ti ? tq_setup(ti) : cudaSuccess; /* no-op after g3c_tq_init */
+    const int tqg = !wg && !wgb && !wg4 && !wgf && tq_variant(w) == 2; /* GGUF groups of 32: tc_q8g.cu */
+    tq_inst *ti = wg || wgb || wg4 || wgf || tqg ? NULL : tq_pick(w, m);
+    cudaError_t e = ti ? tq_inst_setup(ti) : cudaSuccess; /* no-op after g3c_tq_init */
     if (e != cudaSuccess) return e;
     const size_t need = wgf ? g3c_wgf_q_bytes(m, w->k) : g3c_tq_q8_bytes(m, w->k);
     void *tmp = NULL;
@@ -510,6 +428,7 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
             : wg  ? g3c_wg_mm(w, xq, xd, m, y, n_sm, st)
             : wgb ? g3c_wgb_mm(w, (const __nv_bfloat16 *)xq, m, y, n_sm, st)
             : wg4 ? g3c_wg4_mm(w, xq, xd, m, y, n_sm, st)
+            : tqg ? g3c_tqg_mm(w, xq, xd, m, y, n_sm, st)
                   : tq_run(ti, w, xq, xd, m, y, n_sm, st);
     if (tmp) {
         cudaError_t e2 = cudaFreeAsync(tmp, st);

@@ -15,7 +15,8 @@
  * dequantized to bf16 per 16-byte chunk (MODE 2 of tc_decode).
  * Default: int4 weights (groups of 128*j) go to the int8 tensor-core kernel of tc_q8.cu instead (2x the tensor rate,
  * ~4x fewer instructions: 27B gate/up at 32 rows 110 -> 67 us on the H200); $G3_CUDA_TCM=3 sends int8 per-channel
- * weights there too (120 -> 81 us), $G3_CUDA_TCM=1 keeps this kernel for every format.
+ * weights there too (120 -> 81 us), $G3_CUDA_TCM=1 keeps this kernel for every format. The GGUF groups of 16 / 32
+ * go to tc_q8g.cu's int8 tensor-core kernel the same way (from 3 rows; $G3_CUDA_TQG=0: here from 9).
  * $G3_CUDA_TCM=0 keeps k_tc for these batches (for comparison); $G3_CUDA_TCM=2 takes the variant that streams the
  * weights through cp.async too (three stages in flight per warp instead of one, the register file no longer the
  * limit); $G3_CUDA_TCMPF=1 adds an L2 prefetch of the weights of the stage after next (register variant). */
@@ -165,12 +166,7 @@ __global__ void __launch_bounds__(TCM_WARPS * 32, 1)
         g3c_cp_commit();
     }
     float acc[T][NT][4];
-#pragma unroll
-    for (int tt = 0; tt < T; tt++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[tt][nt][e] = 0.f;
+    tc_zero(acc);
     int it = 0; /* buffer (and ring slot) of unit u: (u - u0) % NB */
     for (long long u = u0; u < u1; u++, it = it + 1 == NB ? 0 : it + 1) {
         if (AS) asm volatile("cp.async.wait_group 1;" ::: "memory");
@@ -226,43 +222,12 @@ __global__ void __launch_bounds__(TCM_WARPS * 32, 1)
         }
         const int tile = (int)(u / S);
         if (u + 1 == u1 || (u + 1) / S != tile) { /* tile done (or this block's share of it): add into y */
-            const bool vec = (n & 1) == 0; /* float2 atomics need even n (8-byte aligned pairs) */
+            const float *cs = MODE == 0 && QT != G3Q_BF16 ? w.s : NULL; /* per-channel scales */
 #pragma unroll
-            for (int tt = 0; tt < T; tt++) {
-                const int base = ((tile * TCM_WARPS + wi) * T + tt) * 16;
+            for (int tt = 0; tt < T; tt++)
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    float *c = acc[tt][nt];
-                    if (vec) {
-                        float s0, s1, v[2][2];
-                        tc_pair_send(c, g, s0, s1);
-                        const float r0 = __shfl_xor_sync(0xffffffffu, s0, 4), r1 = __shfl_xor_sync(0xffffffffu, s1, 4);
-                        tc_pair_take(c, g, r0, r1, v);
-                        const int col = 8 * nt + 2 * t + (g & 1);
-#pragma unroll
-                        for (int hf = 0; hf < 2; hf++) {
-                            const int row = base + 8 * hf + (g & ~1);
-                            if (row >= n || col >= m) continue;
-                            float2 pv = make_float2(v[hf][0], v[hf][1]);
-                            if constexpr (MODE == 0 && QT != G3Q_BF16)
-                                pv.x *= __ldg(w.s + row), pv.y *= __ldg(w.s + row + 1);
-                            atomicAdd((float2 *)(y + (size_t)col * n + row), pv);
-                        }
-                    } else {
-#pragma unroll
-                        for (int hf = 0; hf < 2; hf++) {
-                            const int row = base + g + 8 * hf, i = 8 * nt + 2 * t;
-                            if (row >= n) continue;
-                            float sc = 1.f;
-                            if constexpr (MODE == 0 && QT != G3Q_BF16) sc = __ldg(w.s + row);
-                            if (i < m) atomicAdd(y + (size_t)i * n + row, c[2 * hf] * sc);
-                            if (i + 1 < m) atomicAdd(y + (size_t)(i + 1) * n + row, c[2 * hf + 1] * sc);
-                        }
-                    }
-#pragma unroll
-                    for (int e = 0; e < 4; e++) c[e] = 0.f;
-                }
-            }
+                for (int nt = 0; nt < NT; nt++)
+                    tc_tile_add(acc[tt][nt], y, n, m, ((tile * TCM_WARPS + wi) * T + tt) * 16, nt, g, t, cs);
         }
         cur = nxt;
     }
@@ -323,9 +288,15 @@ static int tcm_enabled(void) {
     return tcm_mode() != 0;
 }
 
+int g3c_tqg_small(const g3_dmat *w, int m) {
+    const int md = tcm_mode();
+    return m <= 8 && (md == 3 || md == 4) && g3c_tqg_supported(w) && g3c_tq_supported(w, m);
+}
+
 int g3c_tq_taken(const g3_dmat *w, int m) {
     const char *e = getenv("G3_CUDA_TQPRE"); /* 0: every tq product quantizes its input itself (k_tq_quant) */
     if (e && !strcmp(e, "0")) return 0;
+    if (m <= 8) return g3c_tqg_small(w, m); /* GGUF groups of 32 only (tc_q8g.cu) */
     const int md = tcm_mode();
     if (g3c_wgf_taken(w, m)) return 1; /* fp8 on tc_wg.cu's e4m3 kernel: hi + lo parts by the producer */
     return (md == 3 || md == 4) && g3c_tcm_supported(w, m) && g3c_tq_supported(w, m);
