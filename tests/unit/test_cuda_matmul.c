@@ -191,8 +191,8 @@ static void test_matmul_staged(void **state) {
         unsetenv("G3_CUDA_TQG");
     }
     run_gguf_mm(G3_DTYPE_Q4_K, 37, 21504, 32);
-    /* $G3_CUDA_TCM=3: the GGUF groups as by default (tc_q8g.cu: test_matmul_tqg); int4 with a half last stage (k = 384: 256 +
-     * 128), int8 with one stage, odd n, every row count of a tile variant */
+    /* $G3_CUDA_TCM=3: the GGUF groups as by default (tc_q8g.cu: test_matmul_tqg); int4 with a half last stage (k =
+     * 384: 256 + 128), int8 with one stage, odd n, every row count of a tile variant */
     setenv("G3_CUDA_TCM", "3", 1);
     for (size_t ti = 0; ti < 4; ti++) run_gguf_mm(types[ti], 40, 2816, 32);
     const int ms3[] = {9, 16, 24, 33, 48, 63};

@@ -32,7 +32,7 @@ static int tc_mode(void) { /* 0 off, 1 quantized weights (default), 2 all */
 static int qgemv_rows(const g3_dmat *w) {
     const char *e = getenv("G3_CUDA_QGEMV");
     if (!e || !*e) {
-        const int tm = g3c_tqg_min_rows(); /* GGUF groups of 32: int8 tensor cores from tm rows (tc_q8g.cu) */
+        const int tm = g3c_tqg_min_rows(); /* GGUF groups of 16 / 32: int8 tensor cores from tm rows (tc_q8g.cu) */
         if (tm <= 8 && g3c_tqg_small(w, tm)) return tm - 1;
         return w->qt == G3Q_INT8 && w->g == w->k ? 4 : 8;
     }

@@ -1,9 +1,11 @@
-/* Small-batch products (9..64 activation rows) on GGUF weights in groups of 32 (Q8_0 as int8, Q4_0 / Q4_K as int4:
- * one float scale, and for int4 an offset, per group) with int8 tensor cores: y += x W^T, each mma.sync m16n8k32 one
- * group, its int32 sums scaled by the group's scale as they come out.
+/* Small-batch products (3..64 activation rows; $G3_CUDA_TQGMIN) on GGUF weights in groups of 32 (Q8_0 as int8, Q4_0 /
+ * Q4_K as int4: one float scale, and for int4 an offset, per group) and 16 (Q6_K as int8) with int8 tensor cores:
+ * y += x W^T, each mma.sync m16n8k32 (m16n8k16 for groups of 16) one group, its int32 sums scaled by the group's
+ * scale as they come out.
  *
  * Why: these formats ran on the staged bf16 kernel (tc_stage.cu: weights dequantized to bf16 in registers, two bf16
- * MMAs per 32 values, ~12.8 instructions per MMA), while int4 in groups of 128 takes the int8 tensor cores of
+ * MMAs per 32 values, ~12.8 instructions per MMA) from 9 rows and on the dp4a kernel (qgemv.cu) at 3..8 (H200, 27B
+ * Q4_K at 8 rows: 13.1 ms a step there, 8.7 here), while int4 in groups of 128 takes the int8 tensor cores of
  * tc_q8.cu, which turn int32 sums into floats once per 128 values. A group of 32 is one k32 MMA, so here each MMA's
  * four sums are scaled at once: per output and group one int -> float, one fma by the group's scale, and for int4 one
  * fma of the offset by the activations' sum over the group; per block of 128 one fma by the activations' scale.
@@ -18,7 +20,9 @@
  *         g + 8, a2 / a3 the high ones (1, 3, 5, 7); b0 / b1 the activations of those values (value order 1 stores
  *         each 8 as x0 x2 x4 x6 x1 x3 x5 x7, so one 8-byte load);
  *   int8: lane t takes bytes 8t..8t+7 of the group (chunk 2j + t / 2, half t % 2): a0 / a1 the first 4, a2 / a3 the
- *         next 4, b0 / b1 the activations of the same values (natural order).
+ *         next 4, b0 / b1 the activations of the same values (natural order);
+ *   int8 in groups of 16 (8 a stage, 4 a round): the chunk is the group; lane t takes word t (values 4t..4t+3) of
+ *         chunk j as a0 / a1 of m16n8k16, b0 its activations.
  * Chunks sit in the ring at a permuted position (tg_pos) so that these cross-lane reads are free of bank conflicts;
  * the activation rows' 32-byte segments are XORed with the row (mod 4) for the same reason. The groups' scales (and
  * offsets) of a unit come through the same cp.async groups into a per-warp scale ring; int4's per-group sums of the
@@ -134,7 +138,8 @@ __global__ void __launch_bounds__(TG_WARPS * 32, MINB)
     tq_walk wk(u0, S); /* (tile, stage) of units u, u + 1, u + 2 */
     const int wpos = tg_pos<QT>(g, t); /* where this lane's chunks go in the ring */
     /* the weights and scales do not depend on the previous kernel: start their copies before waiting for it */
-    if (u0 < u1) tq_load_w<T>(w, wk.tl0, wk.st0, wi, lane, wpos, ring), tg_load_s<QT, T>(w, wk.tl0, wk.st0, wi, lane, sring);
+    if (u0 < u1)
+        tq_load_w<T>(w, wk.tl0, wk.st0, wi, lane, wpos, ring), tg_load_s<QT, T>(w, wk.tl0, wk.st0, wi, lane, sring);
     g3c_cp_commit();
     if (u0 + 1 < u1)
         tq_load_w<T>(w, wk.tl1, wk.st1, wi, lane, wpos, ring + TG_WARPS * WSLOT),
@@ -239,7 +244,8 @@ __global__ void __launch_bounds__(TG_WARPS * 32, MINB)
 #pragma unroll
                 for (int tt = 0; tt < T; tt++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) acc[tt][nt][e] = fmaf(e & 1 ? dd.z : dd.x, blk[tt][nt][e], acc[tt][nt][e]);
+                    for (int e = 0; e < 4; e++)
+                        acc[tt][nt][e] = fmaf(e & 1 ? dd.z : dd.x, blk[tt][nt][e], acc[tt][nt][e]);
             }
         }
         if (u + 1 == u1 || wk.st0 + 1 == S) { /* tile done (or this block's share of it): add into y */
