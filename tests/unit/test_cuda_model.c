@@ -16,6 +16,7 @@
 #ifdef G3_HAVE_CUDA
 #include "backend/backend.h"
 #include "backend/cuda/cuda_api.h"
+#include "model/export_gguf.h"
 
 static const char *fixture_or_skip(const char *name) {
     if (g3_cuda_device_count() == 0) {
@@ -270,6 +271,33 @@ static void test_device_sampling(void **state) {
     tu_ref_free(&r);
 }
 
+/* small-a written as GGUF Q8_0 (int8 in groups of 32, one of tc_q8g.cu's formats): KL and top-1 against the
+ * reference in one 512-row chunk (cuBLAS on bf16 copies), one row at a time (the one-row kernel), and 4- and 16-row
+ * steps, where the products run on the int8 tensor cores a group an MMA (activations quantized per 128) — and, for
+ * the figures, with $G3_CUDA_TQG=0 (dp4a at 4 rows, the staged bf16 kernel at 16). Bounds as for int8 per channel
+ * (check_kl_paths), whose weights are coarser (one scale a row). Written in session 34 after its last GPU run: not
+ * yet run on a GPU. */
+static void check_gguf_groups(const char *dir, const tu_reference *r) {
+    g3_model *m = NULL;
+    g3_error err = {0};
+    if (g3_model_load(dir, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", dir, err.msg);
+    const uint32_t types[] = {G3_DTYPE_Q8_0};
+    const char *names[] = {"GGUF Q8_0 (tc_q8g.cu from 3 rows)"};
+    static const int chunks[] = {512, 1, 4, 16};
+    for (int ti = 0; ti < 1; ti++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/small-a-%u.gguf", tu_tmpdir(), types[ti]);
+        if (g3_model_export_gguf(m, NULL, types[ti], path, 0, &err) != G3_OK) fail_msg("export: %s", err.msg);
+        for (int ci = 0; ci < 4; ci++)
+            check_kl(path, r, names[ti], chunks[ci], ci < 2 ? 0.03 : 0.04, ci < 2 ? 0.9 : 0.84);
+        setenv("G3_CUDA_TQG", "0", 1);
+        for (int ci = 2; ci < 4; ci++) check_kl(path, r, "the same, $G3_CUDA_TQG=0", chunks[ci], 0.04, 0.84);
+        unsetenv("G3_CUDA_TQG");
+        remove(path);
+    }
+    g3_model_free(m);
+}
+
 static void test_small_a(void **state) {
     (void)state;
     const char *d0 = fixture_or_skip("small-a");
@@ -292,6 +320,7 @@ static void test_small_a(void **state) {
      * (cuBLAS, bf16 hi + lo activations), 0.017 / 95% one row at a time, 0.028 / 86% in 16-row steps (int8
      * activations per block of 128 on the int8 tensor cores: their rounding costs ~0.01 nats here) */
     check_kl_paths(dir, &r, "int8", "int8 per channel", 0.03, 0.9, 0.04, 0.84);
+    check_gguf_groups(dir, &r);
     setenv("G3_CUDA_QUANT", "fp8", 1);
     check_kl(dir, &r, "fp8 e4m3 per channel", 512, 0.3, 0.65); /* measured 0.207 / 70% */
     check_kl(dir, &r, "fp8 e4m3 per channel", 1, 0.3, 0.65);
