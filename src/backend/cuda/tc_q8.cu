@@ -134,7 +134,6 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
     uint4 *ring = tq_sm + wi * WSLOT; /* + slot * warps * WSLOT */
     uint4 *xsb = tq_sm + 3 * TQ_WARPS * WSLOT;
     float2 *dsb = (float2 *)(xsb + 3 * MP * UPR);
-    /* (tile, stage) of units u, u + 1, u + 2 */
     tq_walk wk(u0, S); /* (tile, stage) of units u, u + 1, u + 2 */
     /* the weights do not depend on the previous kernel: start their loads before waiting for it */
     if (u0 < u1) tq_load_w<T>(w, wk.tl0, wk.st0, wi, lane, lane, ring);
@@ -149,11 +148,7 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
         return;
     }
     nxt = cur;
-    /* rows m..MP-1 of the three activation buffers stay zero */
-    for (int idx = threadIdx.x; idx < 3 * MP * UPR; idx += TQ_WARPS * 32)
-        if ((idx / UPR) % MP >= m) xsb[idx] = make_uint4(0, 0, 0, 0);
-    for (int idx = threadIdx.x; idx < 3 * SEGS * MP; idx += TQ_WARPS * 32)
-        if (idx % MP >= m) dsb[idx] = make_float2(0.f, 0.f);
+    tq_zero_rows<UPR, SEGS>(xsb, dsb, MP, m);
     tq_stage_x<QT, NT>(xsb, dsb, xq, xd, m, K, wk.st0);
     g3c_cp_commit();
     if (u0 + 1 < u1) tq_stage_x<QT, NT>(xsb + MP * UPR, dsb + SEGS * MP, xq, xd, m, K, wk.st1);
@@ -294,11 +289,11 @@ static void tq_build(void) {
     tq_ready = 1;
 }
 
-/* 0 int8 per channel, 1 int4 in groups of 128 * j (this file's kernel), 2 GGUF groups of 32 (tc_q8g.cu) */
+/* 0 int8 per channel, 1 int4 in groups of 128 * j (this file's kernel), 2 GGUF groups of 16 / 32 (tc_q8g.cu) */
 static int tq_variant(const g3_dmat *w) {
     if (w->k % 128 != 0 || w->g <= 0 || w->k % w->g != 0) return -1;
     if (g3c_tqg_supported(w)) return 2;
-    if (w->qt == G3Q_INT8) return w->g == w->k ? 0 : -1; /* GGUF int8 groups of 16 (Q6_K): tc_stage.cu */
+    if (w->qt == G3Q_INT8) return w->g == w->k ? 0 : -1; /* GGUF groups with $G3_CUDA_TQG=0: tc_stage.cu */
     if (w->qt == G3Q_INT4) return w->g % 128 == 0 ? 1 : -1;
     return -1;
 }
@@ -346,12 +341,7 @@ int g3c_tq_order(const g3_dmat *w, int m) {
 }
 
 static tq_inst *tq_pick(const g3_dmat *w, int m) {
-    return &tq_table[tq_occ2(w)][tq_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2];
-}
-
-static cudaError_t tq_run(const tq_inst *ti, const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y,
-                          int n_sm, cudaStream_t st) {
-    return tq_inst_run(ti, w, w->qt == G3Q_INT4 ? 256 : 128, xq, xd, m, y, n_sm, st);
+    return &tq_table[tq_occ2(w->qt == G3Q_INT8)][tq_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2];
 }
 
 /* int8 per channel from 9 rows on: the wgmma kernel (tc_wg.cu) unless $G3_CUDA_WG=0 */
@@ -368,7 +358,7 @@ cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, 
     tq_build();
     tq_inst *ti = tq_pick(w, m);
     cudaError_t e = tq_inst_setup(ti); /* no-op after g3c_tq_init */
-    return e == cudaSuccess ? tq_run(ti, w, xq, xd, m, y, n_sm, st) : e;
+    return e == cudaSuccess ? tq_inst_run(ti, w, xq, xd, m, y, n_sm, st) : e;
 }
 
 cudaError_t g3c_tq_quant(const g3_dmat *w, const __nv_bfloat16 *xh, int m, int8_t *xq, float2 *xd, cudaStream_t st) {
@@ -386,7 +376,7 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
     const int wmo = wgf ? g3c_wgf_lo_row(m) : 0;
     if (!wg && !wgb && !wg4 && !wgf && !g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     tq_build();
-    const int tqg = !wg && !wgb && !wg4 && !wgf && tq_variant(w) == 2; /* GGUF groups of 32: tc_q8g.cu */
+    const int tqg = !wg && !wgb && !wg4 && !wgf && tq_variant(w) == 2; /* GGUF groups of 16 / 32: tc_q8g.cu */
     tq_inst *ti = wg || wgb || wg4 || wgf || tqg ? NULL : tq_pick(w, m);
     cudaError_t e = ti ? tq_inst_setup(ti) : cudaSuccess; /* no-op after g3c_tq_init */
     if (e != cudaSuccess) return e;
@@ -429,7 +419,7 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
             : wgb ? g3c_wgb_mm(w, (const __nv_bfloat16 *)xq, m, y, n_sm, st)
             : wg4 ? g3c_wg4_mm(w, xq, xd, m, y, n_sm, st)
             : tqg ? g3c_tqg_mm(w, xq, xd, m, y, n_sm, st)
-                  : tq_run(ti, w, xq, xd, m, y, n_sm, st);
+                  : tq_inst_run(ti, w, xq, xd, m, y, n_sm, st);
     if (tmp) {
         cudaError_t e2 = cudaFreeAsync(tmp, st);
         if (e == cudaSuccess) e = e2;

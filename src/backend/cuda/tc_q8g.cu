@@ -150,10 +150,7 @@ __global__ void __launch_bounds__(TG_WARPS * 32, MINB)
         asm volatile("cp.async.wait_group 0;" ::: "memory");
         return;
     }
-    for (int idx = threadIdx.x; idx < 3 * MP * UPR; idx += TG_WARPS * 32)
-        if ((idx / UPR) % MP >= m) xsb[idx] = make_uint4(0, 0, 0, 0);
-    for (int idx = threadIdx.x; idx < 3 * SEGS * MP; idx += TG_WARPS * 32)
-        if (idx % MP >= m) dsb[idx] = make_float2(0.f, 0.f);
+    tq_zero_rows<UPR, SEGS>(xsb, dsb, MP, m);
     if constexpr (I4)
         for (int idx = threadIdx.x; idx < 3 * GPS * MP; idx += TG_WARPS * 32)
             if (idx % MP >= m) gsb[idx] = 0.f;
@@ -291,11 +288,11 @@ static void tg_build(void) {
 }
 
 int g3c_tqg_supported(const g3_dmat *w) {
-    const char *e = getenv("G3_CUDA_TQG"); /* 0: these formats stay on the staged bf16 kernel (tc_stage.cu) */
+    const char *e = getenv("G3_CUDA_TQG"); /* 0: the staged bf16 kernel (tc_stage.cu), dp4a below 9 rows */
     if (e && !strcmp(e, "0")) return 0;
     if (!((w->qt == G3Q_INT8 && (w->g == 32 || w->g == 16)) || (w->qt == G3Q_INT4 && w->g == 32))) return 0;
     if (w->k % 128 != 0 || w->n < 1) return 0;
-    /* the scale copies are 16-byte cp.async from each row's groups (k / 32 a multiple of 4) */
+    /* the scale copies are 16-byte cp.async from each row's groups (k / g a multiple of 4) */
     return ((uintptr_t)w->s & 15) == 0 && (w->qt != G3Q_INT4 || ((uintptr_t)w->z & 15) == 0);
 }
 
@@ -319,12 +316,11 @@ cudaError_t g3c_tqg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int
                        cudaStream_t st) {
     if (!g3c_tqg_supported(w) || m < 1 || m > 64) return cudaErrorInvalidValue;
     tg_build();
-    /* occupancy: tq_occ2's default (two blocks per SM for int8, one for int4), but two for int4 at <= 8 rows (H200,
-     * session 34 run 02, 27B Q4_K 8 seqs: 956 against 924 tok/s; 16..64 seqs within 1%) */
-    const char *oe = getenv("G3_CUDA_TQOCC");
-    const int occ2 = oe && *oe ? tq_occ2(w) : w->qt == G3Q_INT8 || m <= 8;
+    /* occupancy: two blocks per SM for int8, one for int4 but at <= 8 rows (H200, session 34 run 02, 27B Q4_K 8 seqs:
+     * 956 against 924 tok/s; 16..64 seqs within 1%) */
+    const int occ2 = tq_occ2(w->qt == G3Q_INT8 || m <= 8);
     const int f = w->qt == G3Q_INT4 ? 1 : w->g == 16 ? 2 : 0;
     tq_inst *ti = &tg_table[occ2][f][m <= 8 ? 0 : m <= 16 ? 1 : m <= 32 ? 2 : 3];
     cudaError_t e = tq_inst_setup(ti); /* no-op after g3c_tqg_init */
-    return e == cudaSuccess ? tq_inst_run(ti, w, w->qt == G3Q_INT4 ? 256 : 128, xq, xd, m, y, n_sm, st) : e;
+    return e == cudaSuccess ? tq_inst_run(ti, w, xq, xd, m, y, n_sm, st) : e;
 }

@@ -1,5 +1,5 @@
 /* What the int8 tensor-core kernels of tc_q8.cu (per-channel int8, int4 in groups of 128 * j) and tc_q8g.cu (GGUF
- * groups of 32) share: an instance of a kernel (function, shared memory, channel rows per block tile, resident blocks
+ * groups of 16 / 32) share: an instance of a kernel (function, shared memory, channel rows per block tile, resident blocks
  * per SM), its launch over units (tile, stage) cut evenly and contiguously among a grid that fills the GPU
  * (stream-K), the occupancy choice, and on the device the walk over a block's units three deep (the unit being
  * computed and the two whose copies are in flight). */
@@ -22,16 +22,18 @@ typedef struct tq_inst {
 
 static inline cudaError_t tq_inst_setup(tq_inst *ti) { return g3c_smem_setup(ti->k, ti->smem, TQ_THREADS, &ti->bps); }
 
-/* $G3_CUDA_TQOCC=1|2 forces one or two blocks per SM; default by format, as measured on the H200 (27B, 32 / 64 seqs,
- * tok/s): int8 at two (2550 / 3590 against 2409 / 3453), int4 at one (2899 / 3792 against 2697 / 3379) */
-static inline int tq_occ2(const g3_dmat *w) {
+/* two blocks per SM (1) or one (0): $G3_CUDA_TQOCC=1|2 forces one, else the kernel's default dflt. tc_q8.cu's, as
+ * measured on the H200 (27B, 32 / 64 seqs, tok/s): int8 at two (2550 / 3590 against 2409 / 3453), int4 at one (2899 /
+ * 3792 against 2697 / 3379) */
+static inline int tq_occ2(int dflt) {
     const char *oe = getenv("G3_CUDA_TQOCC");
-    return oe && *oe ? !strcmp(oe, "2") : w->qt == G3Q_INT8;
+    return oe && *oe ? !strcmp(oe, "2") : dflt;
 }
 
-/* the launch: KS weight values per row and stage */
-static inline cudaError_t tq_inst_run(const tq_inst *ti, const g3_dmat *w, int KS, const int8_t *xq, const float2 *xd,
-                                      int m, float *y, int n_sm, cudaStream_t st) {
+/* the launch; a stage is 128 weight bytes a row (int4 256 values, int8 128) */
+static inline cudaError_t tq_inst_run(const tq_inst *ti, const g3_dmat *w, const int8_t *xq, const float2 *xd, int m,
+                                      float *y, int n_sm, cudaStream_t st) {
+    const int KS = w->qt == G3Q_INT4 ? 256 : 128;
     const int S = (w->k + KS - 1) / KS, tiles = (w->n + ti->rows - 1) / ti->rows;
     const long long L = (long long)tiles * S;
     long long blocks = (long long)(n_sm > 0 ? n_sm : 1) * ti->bps;
@@ -61,6 +63,16 @@ static __device__ __forceinline__ void tq_load_w(const g3_dmat &w, int tile, int
             if (kc < nch) g3c_cp16(da, W + (size_t)ra * nch + kc), g3c_cp16(db, W + (size_t)rb * nch + kc);
             else *da = make_uint4(0, 0, 0, 0), *db = make_uint4(0, 0, 0, 0);
         }
+}
+
+/* rows m..MP-1 of the three activation buffers xs ([3][MP][UPR] units) and ds ([3][SEGS][MP]) as zeros: never
+ * copied into, they stay so */
+template <int UPR, int SEGS>
+static __device__ __forceinline__ void tq_zero_rows(uint4 *xs, float2 *ds, int MP, int m) {
+    for (int idx = threadIdx.x; idx < 3 * MP * UPR; idx += TQ_THREADS)
+        if ((idx / UPR) % MP >= m) xs[idx] = make_uint4(0, 0, 0, 0);
+    for (int idx = threadIdx.x; idx < 3 * SEGS * MP; idx += TQ_THREADS)
+        if (idx % MP >= m) ds[idx] = make_float2(0.f, 0.f);
 }
 
 /* the activations' (d, d * sum q) of stage `stage` (SEGS blocks of 128 a stage) into ds [SEGS][MP], for rows < m */
