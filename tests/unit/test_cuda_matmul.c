@@ -32,6 +32,7 @@ static void test_matmul_formats(void **state) {
     (void)state;
     need_gpu();
     setenv("G3_CUDA_QGEMV", "0", 1); /* the exact paths (q8 activations: test_qgemv) */
+    setenv("G3_CUDA_TQMIN", "9", 1); /* 3..8 rows: not the int8 tensor cores of tc_q8.cu (test_matmul_tq_small) */
     /* weights uniform in +-0.1: bf16 rounding <= 0.1*2^-9, int8 step 0.2/254, int4 step 0.2/15, fp8 3 bits */
     const int ms[] = {1, 2, 3, 5, 8, 13, 20, 40, 64, 72};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
@@ -61,6 +62,7 @@ static void test_matmul_formats(void **state) {
     run_mm("int4", 96, 384, 3, 1, 0, 7.0e-3, 2e-5);
     unsetenv("G3_CUDA_TC");
     unsetenv("G3_CUDA_TCPF");
+    unsetenv("G3_CUDA_TQMIN");
 }
 
 /* long rows (many rounds per tile, split among warps) and a partial last tile */
@@ -68,6 +70,7 @@ static void test_matmul_long_rows(void **state) {
     (void)state;
     need_gpu();
     setenv("G3_CUDA_QGEMV", "0", 1); /* the exact paths (q8 activations: test_qgemv) */
+    setenv("G3_CUDA_TQMIN", "9", 1); /* as in test_matmul_formats */
     const int ms[] = {1, 4, 8, 24, 64};
     const char *qs[] = {"bf16", "int8", "int4", "fp8"};
     const double tw[] = {3.0e-4, 5.0e-4, 7.0e-3, 7.0e-3};
@@ -82,6 +85,7 @@ static void test_matmul_long_rows(void **state) {
     run_mm("bf16", 300, 4096, 1, 1, 0, 3.0e-4, 2e-5);
     run_mm("bf16", 40, 21504, 5, 1, 0, 3.0e-4, 2e-5);
     unsetenv("G3_CUDA_TC");
+    unsetenv("G3_CUDA_TQMIN");
 }
 
 /* GGUF block types: the resident copy must equal the portable dequantizer's values. */
@@ -381,6 +385,43 @@ static void test_matmul_tqg(void **state) {
         unsetenv("G3_CUDA_TQGMIN");
     }
     assert_int_equal(g3_cuda_test_tqg(G3_DTYPE_Q8_0, 264, 2816, 65), 0);
+}
+
+/* int8 per channel and int4 in groups of 128 at 3..8 rows on tc_q8.cu's int8 tensor cores (one 8-row activation
+ * tile, NT = 1; from $G3_CUDA_TQMIN rows), against run_wgq's emulation (activations quantized per 128; a block's
+ * scale or a row taken from the wrong place moves y far beyond the 1e-4 of max|y| allowed, and the paths these rows
+ * took before, dp4a on activations quantized per 32 or hi + lo bf16 activations, are ~1e-3 off it): every row count,
+ * n = 264 (a partial last block tile) and 37 (odd), a down projection's row length, int4 with a half last stage (k =
+ * 384), both occupancies, int4 with and without the hi nibbles in MMAs of their own ($G3_CUDA_TQHI=0: without); then
+ * the policy: $G3_CUDA_TQMIN gives the rows below it back to dp4a. */
+static void test_matmul_tq_small(void **state) {
+    (void)state;
+    need_gpu();
+    unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_TQMIN"); /* test_matmul_formats leaves $G3_CUDA_QGEMV=0 */
+    static const char *const qs[] = {"int8", "int4"};
+    for (int qi = 0; qi < 2; qi++) {
+        for (int m = 3; m <= 8; m++) run_wgq(qs[qi], 264, 2560, m, 1);
+        run_wgq(qs[qi], 37, 21504, 5, 1);
+        run_wgq(qs[qi], 40, 384, 4, 1);
+        for (int occ = 1; occ <= 2; occ++) {
+            setenv("G3_CUDA_TQOCC", occ == 1 ? "1" : "2", 1);
+            run_wgq(qs[qi], 264, 5376, 8, 1);
+            run_wgq(qs[qi], 37, 1152, 3, 1);
+            unsetenv("G3_CUDA_TQOCC");
+        }
+        if (qi == 1) { /* int4 without the hi-nibble MMAs (k_tq's HI) */
+            setenv("G3_CUDA_TQHI", "0", 1);
+            for (int m = 3; m <= 8; m += 5) run_wgq(qs[qi], 264, 2560, m, 1);
+            run_wgq(qs[qi], 37, 1152, 4, 1);
+            unsetenv("G3_CUDA_TQHI");
+        }
+        setenv("G3_CUDA_TQMIN", "6", 1);
+        run_wgq(qs[qi], 264, 2560, 6, 1);
+        assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 2560, qs[qi], 1, 4), 3); /* dp4a */
+        setenv("G3_CUDA_TQMIN", "9", 1);
+        assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 2560, "int4", 1, 8), 3);
+        unsetenv("G3_CUDA_TQMIN");
+    }
 }
 
 /* 9..64 rows: 64-token tiles; 65..128: 128-token tiles; 129..256: two launches (g3c_mm). n = 37: odd (scalar
@@ -915,7 +956,7 @@ static void test_qgemv(void **state) {
     need_gpu();
     /* a failed test may have left them set */
     unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPKS");
-    unsetenv("G3_CUDA_Q8F16");
+    unsetenv("G3_CUDA_Q8F16"), unsetenv("G3_CUDA_TQMIN"), unsetenv("G3_CUDA_TQGMIN");
     unsetenv("G3_CUDA_QPRING"), unsetenv("G3_CUDA_Q4LO");
     const int ms[] = {1, 2, 3, 4, 8}; /* 1-2: the persistent kernel (passes 0, 1, 4, 5, 6), else two launches */
     for (int pass = 0; pass < 8; pass++) {
@@ -1020,11 +1061,23 @@ static void test_qgemv(void **state) {
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 2), 3);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 3), 1);
     unsetenv("G3_CUDA_QGEMV");
-    /* defaults: dp4a up to 4 rows for per-channel int8, up to 8 for int4, up to 2 for the GGUF groups of 16 / 32
-     * (then the int8 tensor cores of tc_q8g.cu; $G3_CUDA_TQGMIN=9: dp4a up to 8); tensor cores beyond */
+    /* defaults: dp4a up to 2 rows, then the int8 tensor cores (tc_q8.cu; tc_q8g.cu for the GGUF groups of 16 / 32);
+     * $G3_CUDA_TQMIN=9: dp4a up to 4 rows for per-channel int8 (tc_gemv.cu at 5..8), up to 8 for int4;
+     * $G3_CUDA_TQGMIN=9 likewise dp4a up to 8 for the GGUF groups; tensor cores beyond */
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 2), 3);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 3), 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 2), 3);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 3), 1);
+    setenv("G3_CUDA_TQMIN", "9", 1);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 4), 3);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 5), 1);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 8), 3);
+    setenv("G3_CUDA_TQMIN", "7", 1); /* per-channel int8: dp4a up to 4 still, tc_gemv.cu at 5-6 */
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 4), 3);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int8", 1, 6), 1);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 6), 3);
+    assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 45, 5376, "int4", 1, 7), 1);
+    unsetenv("G3_CUDA_TQMIN");
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_Q8_0, 45, 4096, "bf16", 1, 2), 3);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_Q8_0, 45, 4096, "bf16", 1, 3), 1);
     assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_Q6_K, 45, 4096, "bf16", 1, 2), 3);
@@ -1426,6 +1479,7 @@ int main(void) {
         cmocka_unit_test_setup(test_gguf_types, frand_restart),
         cmocka_unit_test_setup(test_matmul_staged, frand_restart),
         cmocka_unit_test_setup(test_matmul_tqg, frand_restart),
+        cmocka_unit_test_setup(test_matmul_tq_small, frand_restart),
         cmocka_unit_test_setup(test_matmul_wgmma, frand_restart),
         cmocka_unit_test_setup(test_matmul_wgmma_fp8, frand_restart),
         cmocka_unit_test_setup(test_matmul_wg_geglu, frand_restart),

@@ -167,11 +167,18 @@ static void check_kl_paths(const char *dir, const tu_reference *r, const char *q
     setenv("G3_CUDA_QUANT", quant, 1);
     for (int i = 0; i < 2; i++) check_kl(dir, r, what, chunks[i], max_kl, min_top1);
     check_kl(dir, r, what, 16, q_kl, q_top1);
-    /* 4-row steps: the persistent dp4a kernel (one int8 activation plane from 3 rows); 7-row steps: per-channel int8
-     * on the tensor-core decode kernel (hi + lo bf16 activations), int4 on the two-launch dp4a path */
+    /* 4- and 7-row steps: the int8 tensor cores of tc_q8.cu (activations per 128, from 3 rows; where the widths are
+     * multiples of 128); with $G3_CUDA_TQMIN=9 the paths before: 4-row steps the dp4a kernel (one int8 activation
+     * plane), 7-row steps per-channel int8 on the tensor-core decode kernel (hi + lo bf16 activations), int4 on the
+     * two-launch dp4a path. H200, session 35 run 02, small-a int8 at 4 / 7 rows: 0.0285 / 0.0279 nats, 86 / 86% top-1
+     * against 0.0247 / 0.0166, 90 / 95% with $G3_CUDA_TQMIN=9 (activations per 128, as at 16 rows: 0.028 / 86%) */
     check_kl(dir, r, what, 4, q_kl, q_top1);
-    if (!strcmp(quant, "int8")) check_kl(dir, r, what, 7, max_kl, min_top1);
-    else check_kl(dir, r, what, 7, q_kl, q_top1);
+    check_kl(dir, r, what, 7, q_kl, q_top1);
+    setenv("G3_CUDA_TQMIN", "9", 1);
+    check_kl(dir, r, "the same, $G3_CUDA_TQMIN=9", 4, q_kl, q_top1);
+    if (!strcmp(quant, "int8")) check_kl(dir, r, "the same, $G3_CUDA_TQMIN=9", 7, max_kl, min_top1);
+    else check_kl(dir, r, "the same, $G3_CUDA_TQMIN=9", 7, q_kl, q_top1);
+    unsetenv("G3_CUDA_TQMIN");
     if (!strcmp(quant, "int8")) {
         setenv("G3_CUDA_TCM", "1", 1); /* the staged kernel: bf16 activations */
         check_kl(dir, r, "int8 per channel, TCM=1", 16, max_kl, min_top1);
@@ -275,8 +282,8 @@ static void test_device_sampling(void **state) {
  * reference in one 512-row chunk (cuBLAS on bf16 copies), one row at a time (the one-row kernel), and 4- and 16-row
  * steps, where the products run on the int8 tensor cores a group an MMA (activations quantized per 128) — and, for
  * the figures, with $G3_CUDA_TQG=0 (dp4a at 4 rows, the staged bf16 kernel at 16). Bounds as for int8 per channel
- * (check_kl_paths), whose weights are coarser (one scale a row). Written in session 34 after its last GPU run: not
- * yet run on a GPU. */
+ * (check_kl_paths), whose weights are coarser (one scale a row). H200, session 35 run 01: 0.0097 / 0.0086 / 0.0232 /
+ * 0.0235 nats, 94 / 95 / 92 / 92% top-1 at 512 / 1 / 4 / 16 rows; with $G3_CUDA_TQG=0 0.0161 / 0.0093 at 4 / 16. */
 static void check_gguf_groups(const char *dir, const tu_reference *r) {
     g3_model *m = NULL;
     g3_error err = {0};
@@ -375,15 +382,15 @@ static float *cuda_logits(g3_model *m, const int32_t *prompt, int n, int chunk, 
     return out;
 }
 
-/* Steps of 9..64 rows with the activations of the int8 tensor-core products quantized by the kernels that produce
+/* Steps of 3..64 rows with the activations of the int8 tensor-core products quantized by the kernels that produce
  * them (the decode add-norm before qkv and gate/up, GeGLU before down) against the same steps quantizing in launches
  * of their own ($G3_CUDA_TQPRE=0; the fixtures' widths are no multiples of 128, so only this test takes the path):
  * the 270M shape (hidden 640, FFN 2048), 2 layers, random bf16 weights resident as int8 and int4, a 40-token prompt
- * in prefill chunks of 20. The two differ only in what is quantized (float32 values against their bf16 copies): the
- * logits agree to the int8 activations' noise (~6e-3 of the largest), where a wrong byte order or block scale would
- * make them unrelated; and against bf16 activations ($G3_CUDA_TCM=1, no int8 activation rounding) the producer-
- * quantized run is about as far off as the other. (Random weights give near-ties at the top of 262k logits: argmax
- * agreement says nothing here.) */
+ * in prefill chunks of 20 (and of 5: tc_q8.cu's 3..8-row tile). The two differ only in what is quantized (float32
+ * values against their bf16 copies): the logits agree to the int8 activations' noise (~6e-3 of the largest), where a
+ * wrong byte order or block scale would make them unrelated; and against bf16 activations ($G3_CUDA_TCM=1, no int8
+ * activation rounding) the producer-quantized run is about as far off as the other. (Random weights give near-ties
+ * at the top of 262k logits: argmax agreement says nothing here.) */
 /* A model of a released shape (size) with `layers` layers of random bf16 weights (seed) and a prompt of n ids spread
  * over the vocabulary (from `add`); skips the test without a CUDA device. random_270m: 270M, 2 layers. */
 static g3_model *random_shape(const char *size, int layers, uint64_t seed, unsigned add, int32_t *prompt, int n) {
@@ -412,12 +419,13 @@ static void test_tq_producers(void **state) {
      * write bf16 activations in its k order (value order 3) instead of quantizing them; the fourth and fifth: fp8 on
      * tc_wg.cu's e4m3 kernel, the producers writing e4m3 hi + lo parts, in chunks of 20 ($G3_CUDA_WGFMIN=9: lo rows
      * after the hi rows) and of 40 (hi and lo tiles into one accumulator) */
-    static const char *const quants[] = {"int8", "int4", "int4", "fp8", "fp8"};
-    static const char *const wgbmin[] = {"65", "65", "9", "65", "65"};
-    static const char *const wgfmin[] = {"33", "33", "33", "9", "33"};
-    static const int chunk[] = {20, 20, 20, 20, 40};
-    for (int qi = 0; qi < 5; qi++) {
-        const int f8 = qi >= 3;
+    static const char *const quants[] = {"int8", "int4", "int4", "fp8", "fp8", "int8", "int4"};
+    static const char *const wgbmin[] = {"65", "65", "9", "65", "65", "65", "65"};
+    static const char *const wgfmin[] = {"33", "33", "33", "9", "33", "33", "33"};
+    /* the last two: 5-row steps, tc_q8.cu's 3..8-row tile (from $G3_CUDA_TQMIN) */
+    static const int chunk[] = {20, 20, 20, 20, 40, 5, 5};
+    for (int qi = 0; qi < 7; qi++) {
+        const int f8 = qi == 3 || qi == 4;
         const char *on_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_WGBMIN", wgbmin[qi], "G3_CUDA_WGFMIN", wgfmin[qi],
                                 NULL};
         const char *off_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_WGBMIN", wgbmin[qi], "G3_CUDA_WGFMIN",

@@ -213,7 +213,8 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
             if (NQ > kq) kq = NQ;
             b->q8_bytes = g3c_qgemv_q8_bytes(R < 8 ? R : 8, kq);
             b->q8 = g3cb_dalloc(b->q8_bytes, &ok);
-            if (R >= 9) { /* int8 / bf16 activations of 64 rows, or fp8's hi + lo parts (128 rows of d) */
+            if (R >= 3) { /* int8 / bf16 activations of 64 rows, or fp8's hi + lo parts (128 rows of d); the int8
+                           * tensor cores take products from 3 rows (g3c_tq_small_min) */
                 const size_t qb = g3c_tq_q8_bytes(64, H > F ? H : F), fb = g3c_wgf_q_bytes(64, H > F ? H : F);
                 b->tq8 = (int8_t *)g3cb_dalloc(qb > fb ? qb : fb, &ok);
                 /* the down product's activations from the gate/up product's GeGLU epilogue: only where some layer

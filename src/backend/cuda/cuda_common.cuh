@@ -293,8 +293,13 @@ cudaError_t g3c_wgb_init(void);
  * take it where g3c_tqg_supported ($G3_CUDA_TQG=0: never; those formats then stay on tc_stage.cu's bf16 kernel). */
 int g3c_tqg_supported(const g3_dmat *w);
 int g3c_tqg_min_rows(void);
-/* 1 when a product of m <= 8 rows on w goes there (from g3c_tqg_min_rows(); tc_stage.cu, with $G3_CUDA_TCM's modes) */
-int g3c_tqg_small(const g3_dmat *w, int m);
+/* Below 9 rows: the int8 tensor-core kernels (tc_q8.cu for int8 per channel and int4 in groups of 128 * j, tc_q8g.cu
+ * for the GGUF groups) take a product of m rows on w from g3c_tq_min_rows(w) rows ($G3_CUDA_TQMIN, $G3_CUDA_TQGMIN;
+ * 65 for formats they never take); g3c_tq_small: whether they take this one (tc_stage.cu, with $G3_CUDA_TCM's modes);
+ * g3c_tq_small_min: the fewest rows at which any format goes there */
+int g3c_tq_min_rows(const g3_dmat *w);
+int g3c_tq_small_min(void);
+int g3c_tq_small(const g3_dmat *w, int m);
 cudaError_t g3c_tqg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                        cudaStream_t st);
 cudaError_t g3c_tqg_init(void);

@@ -65,10 +65,10 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
      * qkv writes yq (zeroed by QK-norm), o yo (zeroed by the next qkv product), down yd (zeroed by the next gate/up
      * product, or by the final add-norm) */
     const int pn = !rf && !b->fa_step && !dfuse && pnorm_ok(b, &mc, m);
-    /* 9..64 rows (GGUF groups of 16 / 32 from g3c_tqg_min_rows()): the decode add-norms and GeGLU also quantize their
-     * outputs for the int8 tensor-core products that read them (one launch less per product); tq_* below say which
-     * products take them, per layer */
-    const int tq_min = g3c_tqg_min_rows() < 9 ? g3c_tqg_min_rows() : 9;
+    /* 9..64 rows (from g3c_tq_small_min() rows where the int8 tensor cores of tc_q8.cu / tc_q8g.cu take fewer): the
+     * decode add-norms and GeGLU also quantize their outputs for the int8 tensor-core products that read them (one
+     * launch less per product); tq_* below say which products take them, per layer */
+    const int tq_min = g3c_tq_small_min() < 9 ? g3c_tq_small_min() : 9;
     const int tqp = b->tq8 && m >= tq_min && m <= 64 && !rf && H % 128 == 0 && F % 128 == 0 &&
                     add_norm == g3c_add_norm_dec;
     const int tq_k = H > F ? H : F; /* the widest activation row b->tq8 holds (cuda_backend.cu) */

@@ -1,14 +1,16 @@
 /* Picks the path of each matrix product: tensor-core kernels with weights decoded in registers (tc_gemv.cu) for
  * quantized weights in decode and small batches (up to 8 rows with hi + lo activations, up to 64 with bf16
  * activations), the CUDA-core GEMV (gemv.cu) for bf16 weights and the GGUF formats with small scale groups at
- * <= 8 rows ($G3_CUDA_TQG=0; by default those take the int8 tensor cores of tc_q8g.cu from 3 rows: g3c_tqg_small),
+ * <= 8 rows ($G3_CUDA_TQG=0; by default those take the int8 tensor cores of tc_q8g.cu from 3 rows: g3c_tq_small),
  * and cuBLAS tensor-core GEMM beyond (bf16 weights directly; quantized weights dequantized to a bf16
  * scratch of one matrix first). With `split`, cuBLAS gets the bf16 activations as hi + lo halves stacked as 2m rows
  * of one GEMM, so the weights are read once and the product keeps ~16 bits of each activation.
  * Measured on the H200 (bench/RESULTS.md): for bf16 weights at batch 1 the CUDA-core GEMV streams faster than the
  * tensor-core kernel (27B: 64 against 53 tok/s), for int4 the tensor-core kernel wins (92 against 53).
- * Decode on int8/int4 weights (m <= 8; per-channel int8 m <= 4): the dp4a kernels of qgemv.cu on q8-quantized
- * activations; $G3_CUDA_QGEMV=n takes them up to n rows only (0: never, i.e. the choice below). fp8 (e4m3 per
+ * Decode on int8/int4 weights at 1-2 rows: the dp4a kernels of qgemv.cu on q8-quantized activations; from 3 rows
+ * (g3c_tq_min_rows: $G3_CUDA_TQMIN, $G3_CUDA_TQGMIN) the int8 tensor cores of tc_q8.cu / tc_q8g.cu (g3c_tq_small);
+ * with $G3_CUDA_TQMIN=9 int4 keeps dp4a up to 8 rows and per-channel int8 up to 4 (tc_gemv.cu at 5..8).
+ * $G3_CUDA_QGEMV=n takes dp4a up to n rows only (0: never, i.e. the choice below). fp8 (e4m3 per
  * channel) at 1-2 rows: the same persistent kernel on float16 products (qgemv_p.cu; 27B batch 1 128 against 106 tok/s
  * on the tensor-core kernel, H200 session 23).
  * bf16 weights take the tensor-core kernel from 5 rows ($G3_CUDA_BF16TC, below: the GEMV is bound by its float32
@@ -25,16 +27,17 @@ static int tc_mode(void) { /* 0 off, 1 quantized weights (default), 2 all */
     return e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "all") ? 2 : 1;
 }
 
-/* $G3_CUDA_QGEMV: most rows on the dp4a path (qgemv.cu), 0 = off. Default 4 for per-channel int8, 8 for the rest:
+/* $G3_CUDA_QGEMV: most rows on the dp4a path (qgemv.cu), 0 = off. Default: up to the row before the int8 tensor
+ * cores take the format (g3c_tq_min_rows: 3 by default, so 2), else 4 for per-channel int8 and 8 for the rest, as
  * measured on the H200 (27B, aggregate decode tok/s, argmax on the GPU; session 10 run 05), the tensor-core kernel
  * (tc_gemv.cu, hi + lo activations) against dp4a: int8 8 seqs 669 against 605, 4 seqs 369 against 397; int4 8 seqs
  * 593 against 620, 4 seqs 405 against 481. */
 static int qgemv_rows(const g3_dmat *w) {
     const char *e = getenv("G3_CUDA_QGEMV");
     if (!e || !*e) {
-        const int tm = g3c_tqg_min_rows(); /* GGUF groups of 16 / 32: int8 tensor cores from tm rows (tc_q8g.cu) */
-        if (tm <= 8 && g3c_tqg_small(w, tm)) return tm - 1;
-        return w->qt == G3Q_INT8 && w->g == w->k ? 4 : 8;
+        const int tm = g3c_tq_min_rows(w), dflt = w->qt == G3Q_INT8 && w->g == w->k ? 4 : 8;
+        /* int8 tensor cores from tm rows (tc_q8.cu, tc_q8g.cu) */
+        return tm <= 8 && g3c_tq_small(w, tm) && tm - 1 < dflt ? tm - 1 : dflt;
     }
     int v = atoi(e);
     return v < 0 ? 0 : v > 8 ? 8 : v;
@@ -58,7 +61,7 @@ int g3c_mm_path(const g3c_mm_ctx *c, const g3_dmat *w, int m) {
     const int quant = w->qt != G3Q_BF16;
     if (m <= qgemv_rows(w) && g3c_qgemv_supported(w, m)) return G3C_PATH_QGEMV;
     const int tc = tc_mode();
-    if (tc && quant && g3c_tqg_small(w, m)) return G3C_PATH_TC;
+    if (tc && quant && g3c_tq_small(w, m)) return G3C_PATH_TC;
     if (!tc) {
         int lim = quant ? 16 : 8;
         return m <= lim || (quant && !c->wscratch) ? G3C_PATH_GEMV : G3C_PATH_CUBLAS;
@@ -96,7 +99,7 @@ cudaError_t g3c_mm(const g3c_mm_ctx *c, const g3_dmat *w, const float *x, const 
         return g3c_gemv(w, x, w->k, m, y, w->n, 0, c->st);
     }
     if (path == G3C_PATH_TC) {
-        if (g3c_tqg_small(w, m)) return g3c_tq_mm(w, xh, m, y, c->n_sm, NULL, 0, c->st); /* hi rows of xh */
+        if (g3c_tq_small(w, m)) return g3c_tq_mm(w, xh, m, y, c->n_sm, NULL, 0, c->st); /* hi rows of xh */
         const int sp = m <= 8 ? c->split : 0;
         if (m <= 64) {
             g3c_tc_geglu gg = {a, ah, c->tile_cnt, c->split};

@@ -1,7 +1,9 @@
-/* Small-batch products (9..64 activation rows) on int8 and int4 weights with int8 tensor cores: y += x W^T, the
- * activations quantized to int8 by a small kernel first, then mma.sync m16n8k32 s8.s8.s32. Taken for int4 by default
- * at 17..32 rows (tc_wg4.cu at 9..16 and 33..64) and for int8 per channel too with $G3_CUDA_TCM=3 (tc_stage.cu
- * decides; $G3_CUDA_TCM=1: never).
+/* Small-batch products (3..64 activation rows) on int8 and int4 weights with int8 tensor cores: y += x W^T, the
+ * activations quantized to int8 by a small kernel first (or by their producer), then mma.sync m16n8k32 s8.s8.s32.
+ * Taken by default for int4 at 3..8 and 17..32 rows (tc_wg4.cu at 9..16 and 33..64) and for int8 per channel at 3..32
+ * (tc_wg.cu's wgmma beyond; tc_stage.cu decides; $G3_CUDA_TCM=1: never). 3..8 rows (session 35, from
+ * $G3_CUDA_TQMIN): one 8-row activation tile (NT = 1) instead of the dp4a kernel (int4; int8 up to 4 rows) or
+ * tc_gemv.cu's hi + lo bf16 activations (int8 at 5..8 rows).
  * Measured on the H200 (27B, g3cuda_bench --profile 1, 32 rows; staged bf16 kernel -> this one): int4 gate/up 110 ->
  * 67 us, down 62 -> 40, qkv 30 -> 21, o 20 -> 17; int8 gate/up 120 -> 81 us; aggregate decode int4 32 seqs 2145 ->
  * 3115 tok/s, 64 seqs 2828 -> 3902; int8 32 seqs 1997 -> 2580, 64 seqs 2592 -> 3536.
@@ -120,8 +122,12 @@ static __device__ __forceinline__ void tq_stage_x(uint4 *xs, float2 *ds, const i
     tq_stage_d<SEGS>(ds, xd, m, MP, K, stage);
 }
 
-/* SC: 0 int8 per channel (scale at the end), 1 int4 (group scales and offsets). T tiles of 16 rows per warp. */
-template <int QT, int SC, int NT, int T, int MINB>
+/* SC: 0 int8 per channel (scale at the end), 1 int4 (group scales and offsets). T tiles of 16 rows per warp. HI (int4,
+ * $G3_CUDA_TQHI): the nibbles unpacked with one mask each (lo: & 0x0F, hi: & 0xF0, 16 x its value, kept in place)
+ * instead of a mask and a shift for the hi ones; the lo and hi values of two words go into separate MMAs (u8 x s8 for
+ * the hi ones) whose sums meet as lo + (hi >> 4), exact since every hi product is a multiple of 16. The same MMA count,
+ * 4 logic operations a word pair and row instead of 6. */
+template <int QT, int SC, int NT, int T, int MINB, bool HI = false>
 __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
     k_tq(g3_dmat w, const int8_t *__restrict__ xq, const float2 *__restrict__ xd, int m, float *__restrict__ y, int S,
          long long L) {
@@ -173,13 +179,13 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
         const uint4 *ws = ring + it * TQ_WARPS * WSLOT + lane;
 #pragma unroll
         for (int sg = 0; sg < SEGS; sg++) {
-            int ai[T][NT][4];
+            int ai[T][NT][4], ah[HI ? T : 1][HI ? NT : 1][4]; /* ah: HI's hi-nibble sums (16 x) */
 #pragma unroll
             for (int tt = 0; tt < T; tt++)
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) ai[tt][nt][e] = 0;
+                    for (int e = 0; e < 4; e++) ai[tt][nt][e] = 0, ah[HI ? tt : 0][HI ? nt : 0][e] = 0;
 #pragma unroll
             for (int rr = 0; rr < 2 / SEGS; rr++) {
                 const int rl = sg * (2 / SEGS) + rr, c = 4 * rl + t; /* round, chunk of this lane */
@@ -187,7 +193,28 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
 #pragma unroll
                 for (int tt = 0; tt < T; tt++)
                     wa[tt] = ws[((rl * T + tt) * 2) * 32], wb[tt] = ws[((rl * T + tt) * 2 + 1) * 32];
-                if constexpr (QT == G3Q_INT4) {
+                if constexpr (QT == G3Q_INT4 && HI) {
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) { /* activation unit 2c + hh: words 2hh, 2hh + 1 (lo, hi each) */
+                        uint4 xv[NT];
+#pragma unroll
+                        for (int nt = 0; nt < NT; nt++) {
+                            const int row = 8 * nt + g;
+                            xv[nt] = xs[row * UPR + tq_swz<QT>(2 * c + hh, row)];
+                        }
+#pragma unroll
+                        for (int tt = 0; tt < T; tt++) {
+                            const uint32_t u0 = hh ? wa[tt].z : wa[tt].x, u1 = hh ? wa[tt].w : wa[tt].y;
+                            const uint32_t v0 = hh ? wb[tt].z : wb[tt].x, v1 = hh ? wb[tt].w : wb[tt].y;
+                            const uint32_t M = 0x0F0F0F0Fu, H = 0xF0F0F0F0u;
+#pragma unroll
+                            for (int nt = 0; nt < NT; nt++) {
+                                tc_mma_s8(ai[tt][nt], u0 & M, v0 & M, u1 & M, v1 & M, xv[nt].x, xv[nt].z);
+                                tc_mma_s8(ah[tt][nt], u0 & H, v0 & H, u1 & H, v1 & H, xv[nt].y, xv[nt].w, true);
+                            }
+                        }
+                    }
+                } else if constexpr (QT == G3Q_INT4) {
 #pragma unroll
                     for (int hh = 0; hh < 2; hh++) { /* activation unit 2c + hh: words j = 2hh, 2hh + 1 */
                         uint4 xv[NT];
@@ -239,7 +266,8 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
                 for (int tt = 0; tt < T; tt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const float d = (e & 1) ? dd.z : dd.x, f = g3c_i2f_exact(ai[tt][nt][e]);
+                        const int sum = HI ? ai[tt][nt][e] + (ah[HI ? tt : 0][HI ? nt : 0][e] >> 4) : ai[tt][nt][e];
+                        const float d = (e & 1) ? dd.z : dd.x, f = g3c_i2f_exact(sum);
                         if constexpr (SC == 0) acc[tt][nt][e] = fmaf(d, f, acc[tt][nt][e]);
                         else {
                             acc[tt][nt][e] = fmaf(cur.s[sg][tt][e >> 1] * d, f, acc[tt][nt][e]);
@@ -265,20 +293,24 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
 }
 
 /* ---- dispatch -------------------------------------------------------------------------------------------------- */
-/* tq_table[occupancy][variant][NT 2, 4, 8]: variant 0 int8 per channel, 1 int4; occupancy 0: one block per SM,
+/* tq_table[occupancy][variant][NT 1, 2, 4, 8]: variant 0 int8 per channel, 1 int4; occupancy 0: one block per SM,
  * two tiles per warp (one at NT = 8); 1 ($G3_CUDA_TQOCC=2): one tile per warp, registers capped for two blocks per
- * SM (4 warps per scheduler instead of 2: ncu showed the single block issuing 0.39 per cycle) */
-static tq_inst tq_table[2][2][3];
+ * SM (4 warps per scheduler instead of 2: ncu showed the single block issuing 0.39 per cycle). NT = 1: 3..8 rows
+ * (from g3c_tq_min_rows) */
+static tq_inst tq_table[2][2][4];
 static int tq_ready;
 
-template <int QT, int SC, int NT, int OCC> static tq_inst tq_mk() {
+template <int QT, int SC, int NT, int OCC, bool HI = false> static tq_inst tq_mk() {
     constexpr int T = NT == 8 || OCC ? 1 : 2, MP = 8 * NT;
     const int smem = 3 * TQ_WARPS * 2 * T * 2 * 32 * 16 + 3 * MP * tq_c<QT>::KS + 3 * tq_c<QT>::SEGS * MP * 8;
-    tq_inst r = {k_tq<QT, SC, NT, T, OCC ? 2 : 1>, smem, TQ_WARPS * T * 16, 0};
+    tq_inst r = {k_tq<QT, SC, NT, T, OCC ? 2 : 1, HI>, smem, TQ_WARPS * T * 16, 0};
     return r;
 }
+/* int4 at 3..8 rows with HI's unpacking (k_tq), per occupancy */
+static tq_inst tq_hi_table[2];
 template <int QT, int SC, int OCC> static void tq_row(tq_inst *row) {
-    row[0] = tq_mk<QT, SC, 2, OCC>(), row[1] = tq_mk<QT, SC, 4, OCC>(), row[2] = tq_mk<QT, SC, 8, OCC>();
+    row[0] = tq_mk<QT, SC, 1, OCC>(), row[1] = tq_mk<QT, SC, 2, OCC>(), row[2] = tq_mk<QT, SC, 4, OCC>();
+    row[3] = tq_mk<QT, SC, 8, OCC>();
 }
 static void tq_build(void) {
     if (tq_ready) return;
@@ -286,6 +318,7 @@ static void tq_build(void) {
     tq_row<G3Q_INT4, 1, 0>(tq_table[0][1]);
     tq_row<G3Q_INT8, 0, 1>(tq_table[1][0]);
     tq_row<G3Q_INT4, 1, 1>(tq_table[1][1]);
+    tq_hi_table[0] = tq_mk<G3Q_INT4, 1, 1, 0, true>(), tq_hi_table[1] = tq_mk<G3Q_INT4, 1, 1, 1, true>();
     tq_ready = 1;
 }
 
@@ -298,9 +331,28 @@ static int tq_variant(const g3_dmat *w) {
     return -1;
 }
 
+/* $G3_CUDA_TQMIN: fewest rows at which this file's formats (int8 per channel, int4 in groups of 128 * j) are taken
+ * here (3..9, default 3): below 9 instead of the dp4a kernel of qgemv.cu (int4, and int8 up to 4 rows) and tc_gemv.cu
+ * (int8 at 5..8 rows, hi + lo bf16 activations) */
+static int tq_own_min_rows(void) {
+    const char *e = getenv("G3_CUDA_TQMIN");
+    const int v = e && *e ? atoi(e) : 3;
+    return v < 3 ? 3 : v > 9 ? 9 : v;
+}
+
+int g3c_tq_min_rows(const g3_dmat *w) {
+    const int v = tq_variant(w);
+    return v < 0 ? 65 : v == 2 ? g3c_tqg_min_rows() : tq_own_min_rows();
+}
+
+int g3c_tq_small_min(void) {
+    const int a = g3c_tqg_min_rows(), b = tq_own_min_rows();
+    return a < b ? a : b;
+}
+
 int g3c_tq_supported(const g3_dmat *w, int m) {
     const int v = tq_variant(w);
-    return m >= (v == 2 ? g3c_tqg_min_rows() : 9) && m <= 64 && w->n >= 1 && v >= 0;
+    return v >= 0 && m >= g3c_tq_min_rows(w) && m <= 64 && w->n >= 1;
 }
 
 #define TQ_UNCLAIMED ((cudaStream_t)(intptr_t)-1)
@@ -321,10 +373,14 @@ cudaError_t g3c_tq_init(void) {
     }
     tq_build();
     for (int v = 0; v < 4; v++)
-        for (int c = 0; c < 3; c++) {
+        for (int c = 0; c < 4; c++) {
             cudaError_t e = tq_inst_setup(&tq_table[v / 2][v % 2][c]);
             if (e != cudaSuccess) return e;
         }
+    for (int o = 0; o < 2; o++) {
+        cudaError_t e = tq_inst_setup(&tq_hi_table[o]);
+        if (e != cudaSuccess) return e;
+    }
     cudaError_t e = g3c_wg_init();
     if (e == cudaSuccess) e = g3c_tqg_init();
     if (e == cudaSuccess) e = g3c_wgb_init();
@@ -340,8 +396,15 @@ int g3c_tq_order(const g3_dmat *w, int m) {
     return g3c_wgb_supported(w, m) ? 3 : g3c_wg4_supported(w, m) ? 2 : 1;
 }
 
+/* occupancy as tc_q8g.cu: two blocks a SM for int8, and for int4 at <= 8 rows (its measure there, 27B Q4_K 8 seqs) */
+static int tq_hi_enabled(void) { /* $G3_CUDA_TQHI=0: int4 at 3..8 rows without HI's unpacking (k_tq) */
+    const char *e = getenv("G3_CUDA_TQHI");
+    return !(e && !strcmp(e, "0"));
+}
 static tq_inst *tq_pick(const g3_dmat *w, int m) {
-    return &tq_table[tq_occ2(w->qt == G3Q_INT8)][tq_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2];
+    const int occ = tq_occ2(w->qt == G3Q_INT8 || m <= 8), v = tq_variant(w);
+    if (v == 1 && m <= 8 && tq_hi_enabled()) return &tq_hi_table[occ];
+    return &tq_table[occ][v][m <= 8 ? 0 : m <= 16 ? 1 : m <= 32 ? 2 : 3];
 }
 
 /* int8 per channel from 9 rows on: the wgmma kernel (tc_wg.cu) unless $G3_CUDA_WG=0 */

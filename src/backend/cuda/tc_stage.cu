@@ -288,15 +288,15 @@ static int tcm_enabled(void) {
     return tcm_mode() != 0;
 }
 
-int g3c_tqg_small(const g3_dmat *w, int m) {
+int g3c_tq_small(const g3_dmat *w, int m) {
     const int md = tcm_mode();
-    return m <= 8 && (md == 3 || md == 4) && g3c_tq_supported(w, m); /* below 9 rows: tc_q8g.cu's formats only */
+    return m <= 8 && (md == 3 || md == 4) && g3c_tq_supported(w, m); /* from g3c_tq_min_rows(w) */
 }
 
 int g3c_tq_taken(const g3_dmat *w, int m) {
     const char *e = getenv("G3_CUDA_TQPRE"); /* 0: every tq product quantizes its input itself (k_tq_quant) */
     if (e && !strcmp(e, "0")) return 0;
-    if (m <= 8) return g3c_tqg_small(w, m); /* GGUF groups of 16 / 32 only (tc_q8g.cu) */
+    if (m <= 8) return g3c_tq_small(w, m); /* tc_q8.cu / tc_q8g.cu from g3c_tq_min_rows(w) */
     const int md = tcm_mode();
     if (g3c_wgf_taken(w, m)) return 1; /* fp8 on tc_wg.cu's e4m3 kernel: hi + lo parts by the producer */
     return (md == 3 || md == 4) && g3c_tcm_supported(w, m) && g3c_tq_supported(w, m);
