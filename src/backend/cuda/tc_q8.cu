@@ -193,28 +193,7 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
 #pragma unroll
                 for (int tt = 0; tt < T; tt++)
                     wa[tt] = ws[((rl * T + tt) * 2) * 32], wb[tt] = ws[((rl * T + tt) * 2 + 1) * 32];
-                if constexpr (QT == G3Q_INT4 && HI) {
-#pragma unroll
-                    for (int hh = 0; hh < 2; hh++) { /* activation unit 2c + hh: words 2hh, 2hh + 1 (lo, hi each) */
-                        uint4 xv[NT];
-#pragma unroll
-                        for (int nt = 0; nt < NT; nt++) {
-                            const int row = 8 * nt + g;
-                            xv[nt] = xs[row * UPR + tq_swz<QT>(2 * c + hh, row)];
-                        }
-#pragma unroll
-                        for (int tt = 0; tt < T; tt++) {
-                            const uint32_t u0 = hh ? wa[tt].z : wa[tt].x, u1 = hh ? wa[tt].w : wa[tt].y;
-                            const uint32_t v0 = hh ? wb[tt].z : wb[tt].x, v1 = hh ? wb[tt].w : wb[tt].y;
-                            const uint32_t M = 0x0F0F0F0Fu, H = 0xF0F0F0F0u;
-#pragma unroll
-                            for (int nt = 0; nt < NT; nt++) {
-                                tc_mma_s8(ai[tt][nt], u0 & M, v0 & M, u1 & M, v1 & M, xv[nt].x, xv[nt].z);
-                                tc_mma_s8(ah[tt][nt], u0 & H, v0 & H, u1 & H, v1 & H, xv[nt].y, xv[nt].w, true);
-                            }
-                        }
-                    }
-                } else if constexpr (QT == G3Q_INT4) {
+                if constexpr (QT == G3Q_INT4) {
 #pragma unroll
                     for (int hh = 0; hh < 2; hh++) { /* activation unit 2c + hh: words j = 2hh, 2hh + 1 */
                         uint4 xv[NT];
@@ -223,19 +202,39 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
                             const int row = 8 * nt + g;
                             xv[nt] = xs[row * UPR + tq_swz<QT>(2 * c + hh, row)];
                         }
-#pragma unroll
-                        for (int jj = 0; jj < 2; jj++) {
-                            const int j = 2 * hh + jj;
+                        if constexpr (HI) { /* one MMA the lo values of both words, one their hi values */
 #pragma unroll
                             for (int tt = 0; tt < T; tt++) {
-                                const uint32_t ua = j == 0 ? wa[tt].x : j == 1 ? wa[tt].y : j == 2 ? wa[tt].z : wa[tt].w;
-                                const uint32_t ub = j == 0 ? wb[tt].x : j == 1 ? wb[tt].y : j == 2 ? wb[tt].z : wb[tt].w;
-                                const uint32_t a0 = ua & 0x0F0F0F0Fu, a2 = (ua >> 4) & 0x0F0F0F0Fu;
-                                const uint32_t a1 = ub & 0x0F0F0F0Fu, a3 = (ub >> 4) & 0x0F0F0F0Fu;
+                                const uint32_t u0 = hh ? wa[tt].z : wa[tt].x, u1 = hh ? wa[tt].w : wa[tt].y;
+                                const uint32_t v0 = hh ? wb[tt].z : wb[tt].x, v1 = hh ? wb[tt].w : wb[tt].y;
+                                const uint32_t M = 0x0F0F0F0Fu, H = 0xF0F0F0F0u;
 #pragma unroll
-                                for (int nt = 0; nt < NT; nt++)
-                                    tc_mma_s8(ai[tt][nt], a0, a1, a2, a3, jj ? xv[nt].z : xv[nt].x,
-                                           jj ? xv[nt].w : xv[nt].y);
+                                for (int nt = 0; nt < NT; nt++) {
+                                    tc_mma_s8(ai[tt][nt], u0 & M, v0 & M, u1 & M, v1 & M, xv[nt].x, xv[nt].z);
+                                    tc_mma_s8(ah[tt][nt], u0 & H, v0 & H, u1 & H, v1 & H, xv[nt].y, xv[nt].w, true);
+                                }
+                            }
+                        } else {
+#pragma unroll
+                            for (int jj = 0; jj < 2; jj++) {
+                                const int j = 2 * hh + jj;
+#pragma unroll
+                                for (int tt = 0; tt < T; tt++) {
+                                    const uint32_t ua = j == 0   ? wa[tt].x
+                                                        : j == 1 ? wa[tt].y
+                                                        : j == 2 ? wa[tt].z
+                                                                 : wa[tt].w;
+                                    const uint32_t ub = j == 0   ? wb[tt].x
+                                                        : j == 1 ? wb[tt].y
+                                                        : j == 2 ? wb[tt].z
+                                                                 : wb[tt].w;
+                                    const uint32_t a0 = ua & 0x0F0F0F0Fu, a2 = (ua >> 4) & 0x0F0F0F0Fu;
+                                    const uint32_t a1 = ub & 0x0F0F0F0Fu, a3 = (ub >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+                                    for (int nt = 0; nt < NT; nt++)
+                                        tc_mma_s8(ai[tt][nt], a0, a1, a2, a3, jj ? xv[nt].z : xv[nt].x,
+                                                  jj ? xv[nt].w : xv[nt].y);
+                                }
                             }
                         }
                     }
