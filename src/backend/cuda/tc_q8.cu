@@ -339,10 +339,10 @@ static int tq_own_min_rows(void) {
     return v < 3 ? 3 : v > 9 ? 9 : v;
 }
 
-int g3c_tq_min_rows(const g3_dmat *w) {
-    const int v = tq_variant(w);
-    return v < 0 ? 65 : v == 2 ? g3c_tqg_min_rows() : tq_own_min_rows();
-}
+/* the fewest rows taken here for variant v (tq_variant) */
+static int tq_min_rows_of(int v) { return v < 0 ? 65 : v == 2 ? g3c_tqg_min_rows() : tq_own_min_rows(); }
+
+int g3c_tq_min_rows(const g3_dmat *w) { return tq_min_rows_of(tq_variant(w)); }
 
 int g3c_tq_small_min(void) {
     const int a = g3c_tqg_min_rows(), b = tq_own_min_rows();
@@ -351,7 +351,7 @@ int g3c_tq_small_min(void) {
 
 int g3c_tq_supported(const g3_dmat *w, int m) {
     const int v = tq_variant(w);
-    return v >= 0 && m >= g3c_tq_min_rows(w) && m <= 64 && w->n >= 1;
+    return v >= 0 && m >= tq_min_rows_of(v) && m <= 64 && w->n >= 1;
 }
 
 #define TQ_UNCLAIMED ((cudaStream_t)(intptr_t)-1)
@@ -395,13 +395,12 @@ int g3c_tq_order(const g3_dmat *w, int m) {
     return g3c_wgb_supported(w, m) ? 3 : g3c_wg4_supported(w, m) ? 2 : 1;
 }
 
-/* occupancy as tc_q8g.cu: two blocks a SM for int8, and for int4 at <= 8 rows (its measure there, 27B Q4_K 8 seqs) */
 static int tq_hi_enabled(void) { /* $G3_CUDA_TQHI=0: int4 at 3..8 rows without HI's unpacking (k_tq) */
     const char *e = getenv("G3_CUDA_TQHI");
     return !(e && !strcmp(e, "0"));
 }
 static tq_inst *tq_pick(const g3_dmat *w, int m) {
-    const int occ = tq_occ2(w->qt == G3Q_INT8 || m <= 8), v = tq_variant(w);
+    const int occ = tq_occ2(w, m), v = tq_variant(w);
     if (v == 1 && m <= 8 && tq_hi_enabled()) return &tq_hi_table[occ];
     return &tq_table[occ][v][m <= 8 ? 0 : m <= 16 ? 1 : m <= 32 ? 2 : 3];
 }

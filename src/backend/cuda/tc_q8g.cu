@@ -316,9 +316,7 @@ cudaError_t g3c_tqg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int
                        cudaStream_t st) {
     if (!g3c_tqg_supported(w) || m < 1 || m > 64) return cudaErrorInvalidValue;
     tg_build();
-    /* occupancy: two blocks per SM for int8, one for int4 but at <= 8 rows (H200, session 34 run 02, 27B Q4_K 8 seqs:
-     * 956 against 924 tok/s; 16..64 seqs within 1%) */
-    const int occ2 = tq_occ2(w->qt == G3Q_INT8 || m <= 8);
+    const int occ2 = tq_occ2(w, m);
     const int f = w->qt == G3Q_INT4 ? 1 : w->g == 16 ? 2 : 0;
     tq_inst *ti = &tg_table[occ2][f][m <= 8 ? 0 : m <= 16 ? 1 : m <= 32 ? 2 : 3];
     cudaError_t e = tq_inst_setup(ti); /* no-op after g3c_tqg_init */

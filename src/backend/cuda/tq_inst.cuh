@@ -22,12 +22,13 @@ typedef struct tq_inst {
 
 static inline cudaError_t tq_inst_setup(tq_inst *ti) { return g3c_smem_setup(ti->k, ti->smem, TQ_THREADS, &ti->bps); }
 
-/* two blocks per SM (1) or one (0): $G3_CUDA_TQOCC=1|2 forces one, else the kernel's default dflt. tc_q8.cu's, as
- * measured on the H200 (27B, 32 / 64 seqs, tok/s): int8 at two (2550 / 3590 against 2409 / 3453), int4 at one (2899 /
- * 3792 against 2697 / 3379) */
-static inline int tq_occ2(int dflt) {
+/* two blocks per SM (1) or one (0) for a product of m rows on w, both kernels: $G3_CUDA_TQOCC=1|2 forces one, else
+ * two for int8 and for int4 at <= 8 rows, one for int4 beyond. Measured on the H200 (27B, tok/s): tc_q8.cu at 32 / 64
+ * seqs int8 two 2550 / 3590 against one 2409 / 3453, int4 one 2899 / 3792 against two 2697 / 3379; at 8 seqs two for
+ * int4 (tc_q8g.cu Q4_K 956 against 924, session 34; tc_q8.cu 1045 against 955, session 35) */
+static inline int tq_occ2(const g3_dmat *w, int m) {
     const char *oe = getenv("G3_CUDA_TQOCC");
-    return oe && *oe ? !strcmp(oe, "2") : dflt;
+    return oe && *oe ? !strcmp(oe, "2") : w->qt == G3Q_INT8 || m <= 8;
 }
 
 /* the launch; a stage is 128 weight bytes a row (int4 256 values, int8 128) */
