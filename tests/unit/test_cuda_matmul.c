@@ -392,7 +392,8 @@ static void test_matmul_tqg(void **state) {
  * scale or a row taken from the wrong place moves y far beyond the 1e-4 of max|y| allowed, and the paths these rows
  * took before, dp4a on activations quantized per 32 or hi + lo bf16 activations, are ~1e-3 off it): every row count,
  * n = 264 (a partial last block tile) and 37 (odd), a down projection's row length, int4 with a half last stage (k =
- * 384), both occupancies, int4 with and without the hi nibbles in MMAs of their own ($G3_CUDA_TQHI=0: without); then
+ * 384), both occupancies and the register caps for 3 / 4 blocks a SM ($G3_CUDA_TQSB), int4 with and without the hi
+ * nibbles in MMAs of their own ($G3_CUDA_TQHI=0: without); then
  * the policy: $G3_CUDA_TQMIN gives the rows below it back to dp4a. */
 static void test_matmul_tq_small(void **state) {
     (void)state;
@@ -408,6 +409,12 @@ static void test_matmul_tq_small(void **state) {
             run_wgq(qs[qi], 264, 5376, 8, 1);
             run_wgq(qs[qi], 37, 1152, 3, 1);
             unsetenv("G3_CUDA_TQOCC");
+        }
+        for (int sb = 3; sb <= 4; sb++) { /* registers capped for 3 / 4 blocks a SM */
+            setenv("G3_CUDA_TQSB", sb == 3 ? "3" : "4", 1);
+            run_wgq(qs[qi], 264, 5376, 8, 1);
+            run_wgq(qs[qi], 37, 1152, 3, 1);
+            unsetenv("G3_CUDA_TQSB");
         }
         if (qi == 1) { /* int4 without the hi-nibble MMAs (k_tq's HI) */
             setenv("G3_CUDA_TQHI", "0", 1);

@@ -624,6 +624,53 @@ static void test_attn_tq(void **state) {
     g3_model_free(m);
 }
 
+/* One-row decode steps with the o product inside the attention launch (attn_oproj.cuh, $G3_CUDA_AOFUSE=1) against
+ * the o product in a launch of its own (=0): the 27B shape (1 layer; 2 heads of 128 a kv head) and the 270M shape (2
+ * layers; 4 heads of 256), random bf16 weights resident as int8, int4 and fp8, a 24-token prompt prefilled in one step,
+ * then a decode step of one row. Both quantize the same activations in the same blocks of 32 (the 270M int8 product on
+ * its own takes float16 activations instead, ~1e-3 off), so the logits agree to the order of the additions, where a
+ * wrong row, column slice, scale or group would make them unrelated; and the fused step's graph has one node a layer
+ * fewer (the switch did take the path). */
+static void test_attn_o_fused(void **state) {
+    (void)state;
+    enum { P = 24 };
+    int32_t prompt[P];
+    static const char *const sizes[] = {"27b", "270m"}, *const quants[] = {"int8", "int4", "fp8"};
+    static const int layers[] = {1, 2};
+    g3_backend_cfg bc = {.max_seqs = 1, .max_rows = P, .kv_block = 16, .max_blocks_per_seq = 2,
+                         .n_blocks_global = 2, .n_blocks_local = 2};
+    const int32_t bt[2] = {0, 1};
+    for (int si = 0; si < 2; si++) {
+        g3_model *m = random_shape(sizes[si], layers[si], 23, 9, prompt, P);
+        const int V = m->cfg.vocab;
+        float *pre = malloc(sizeof(float) * (size_t)V), *out[2];
+        out[0] = malloc(sizeof(float) * (size_t)V), out[1] = malloc(sizeof(float) * (size_t)V);
+        for (int qi = 0; qi < 3; qi++) {
+            int nodes[2];
+            setenv("G3_CUDA_QUANT", quants[qi], 1);
+            for (int v = 0; v < 2; v++) { /* 0: fused ($G3_CUDA_AOFUSE=1), 1: =0 */
+                setenv("G3_CUDA_AOFUSE", v ? "0" : "1", 1);
+                g3_backend *b = NULL;
+                g3_error err = {0};
+                if (g3_backend_cuda.create(m, &bc, &b, &err) != G3_OK) fail_msg("create: %s", err.msg);
+                prefill_decode(b, prompt, 1, P, bt, pre, out[v]);
+                nodes[v] = g3_cuda_graph_nodes(b, 1);
+                g3_backend_cuda.destroy(b);
+                unsetenv("G3_CUDA_AOFUSE");
+            }
+            unsetenv("G3_CUDA_QUANT");
+            const double d = tu_rel_err_rows(out[0], out[1], 1, V);
+            printf("  %s shape, %d layer(s), %s, one row: o product fused into the attention against its own launch: "
+                   "max relative logit difference %.2e, graph nodes %d against %d\n", sizes[si], layers[si],
+                   quants[qi], d, nodes[0], nodes[1]);
+            assert_int_equal(nodes[1] - nodes[0], layers[si]);
+            assert_true(d < (si == 1 && qi == 0 ? 5e-3 : 1e-3));
+        }
+        free(pre), free(out[0]), free(out[1]);
+        g3_model_free(m);
+    }
+}
+
 /* The decode graphs captured when the backend is prepared (the engine does it at create): before any step every
  * bucket up to the prepared row count holds a graph and larger ones none; a decode step of 3 sequences (the 4-row
  * graph, one padded row) replaying a prepared graph gives the logits of the same step on a backend that captures on
@@ -783,6 +830,7 @@ int main(void) {
         cmocka_unit_test(test_warmup),
         cmocka_unit_test(test_attn_tq),
         cmocka_unit_test(test_prepared_graphs),
+        cmocka_unit_test(test_attn_o_fused),
         cmocka_unit_test(test_create_after_oom),
         cmocka_unit_test(test_v_split),
 #else

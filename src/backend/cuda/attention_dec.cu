@@ -25,6 +25,8 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/attention_o.cuh"
+#include "backend/cuda/attn_oproj.cuh"
 #include "backend/cuda/tq_act.cuh"
 
 namespace cg = cooperative_groups;
@@ -122,12 +124,13 @@ template <int EPL> struct a2_kv<__nv_bfloat16, EPL> {
     }
 };
 
-/* T: the cache element (float, or __nv_bfloat16 with a.kv16); KP: keys of a bf16 cache per register set (1, 2) */
-template <int G, int EPL, int WPB, bool FU, bool PIPE, typename T, int KP = 1>
+/* T: the cache element (float, or __nv_bfloat16 with a.kv16); KP: keys of a bf16 cache per register set (1, 2); OQ:
+ * the o product fused (attn_oproj.cuh: its weight type; 0 none, o and oh written instead) */
+template <int G, int EPL, int WPB, bool FU, bool PIPE, typename T, int KP = 1, int OQ = 0>
 __global__ void __launch_bounds__(WPB * 32, WPB == 2 ? 8 : 1) k_attn2(g3c_attn_args a, const float *__restrict__ q,
                                                        float *__restrict__ o, __nv_bfloat16 *__restrict__ oh,
                                                        int split, float *y, int ny, const float *qn,
-                                                       const float *kn) {
+                                                       const float *kn, const g3c_aop op) {
     constexpr int D = 32 * EPL, GD = G * D;
     /* keys per warp group: <= 64 K/V registers (with KP = 2 twice the keys of a bf16 cache, except in 16-warp
      * blocks, which have 128 registers a thread) and <= 32 scores */
@@ -192,6 +195,8 @@ __global__ void __launch_bounds__(WPB * 32, WPB == 2 ? 8 : 1) k_attn2(g3c_attn_a
     KV kr[NKW], vr[NKW];
     bool ok[NKW];
     if (early && gi < NG) fetch(gi, 0, kr, vr, ok); /* warp-uniform */
+    extern __shared__ __align__(16) unsigned char a2_dyn[]; /* OQ: the o product's slice (attn_oproj.cuh) */
+    if constexpr (OQ != 0) aop_fetch<OQ, GD, WPB * 32>(op, kh, rank, a2_dyn);
     g3c_pdl_wait();
     if (!early && gi < NG) fetch(gi, 0, kr, vr, ok);
     if (early && !FU && gi < NG) { /* the row's own key, written by the kernel before: read it again */
@@ -342,6 +347,27 @@ __global__ void __launch_bounds__(WPB * 32, WPB == 2 ? 8 : 1) k_attn2(g3c_attn_a
     cg::cluster_group cluster = cg::this_cluster();
     if (C > 1) cluster.sync(); /* every block's partial written and visible to the cluster */
     else __syncthreads();
+    if constexpr (OQ != 0) { /* every block merges all GD outputs (its warps' partials are no longer read) */
+        float *xs = &s_acc[0][0];
+        for (int e = threadIdx.x; e < GD; e += WPB * 32) {
+            const int g = e / D;
+            float M = -INFINITY, out = 0.f, L = 0.f;
+            for (int j = 0; j < C; j++) M = fmaxf(M, (C > 1 ? cluster.map_shared_rank(b_m, j) : b_m)[g]);
+            if (M != -INFINITY)
+                for (int j = 0; j < C; j++) {
+                    const float mj = (C > 1 ? cluster.map_shared_rank(b_m, j) : b_m)[g];
+                    if (mj == -INFINITY) continue;
+                    const float f = expf(mj - M);
+                    out += f * (C > 1 ? cluster.map_shared_rank(b_acc, j) : b_acc)[e];
+                    L += f * (C > 1 ? cluster.map_shared_rank(b_l, j) : b_l)[g];
+                }
+            xs[e] = L > 0.f ? out / L : 0.f;
+        }
+        if (C > 1) cluster.sync(); /* the cluster's reads of each block's partials done; xs visible to the block */
+        else __syncthreads();
+        aop_run<OQ, GD, WPB * 32>(op, rank, a2_dyn, xs);
+        return;
+    }
     if (FU && rank == 0) /* every read of y in the cluster is behind that barrier: zero what the pair read */
         for (int t = threadIdx.x; t < ny * (G + 2) * D; t += WPB * 32) {
             const int j = t / ((G + 2) * D), sec = t % ((G + 2) * D) / D, d = t % D;
@@ -489,13 +515,15 @@ static int a2_kpr(void) {
 template <int G, int EPL, int W, bool FU, bool PIPE>
 static cudaError_t a2_run(const cudaLaunchConfig_t *cfg, const g3c_attn_args *a, const float *q, float *o,
                           __nv_bfloat16 *oh, int split, const a2_fu &f) {
+    const g3c_aop op = {};
     if (a->kv16 && a2_kpr() == 2)
         return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE, __nv_bfloat16, 2>, *a, q, o, oh, split, f.y,
-                                  f.ny, f.qn, f.kn);
+                                  f.ny, f.qn, f.kn, op);
     if (a->kv16)
         return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE, __nv_bfloat16, 1>, *a, q, o, oh, split, f.y,
-                                  f.ny, f.qn, f.kn);
-    return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE, float>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn);
+                                  f.ny, f.qn, f.kn, op);
+    return cudaLaunchKernelEx(cfg, k_attn2<G, EPL, W, FU, PIPE, float>, *a, q, o, oh, split, f.y, f.ny, f.qn, f.kn,
+                              op);
 }
 
 template <int G, int EPL, int W>
@@ -571,4 +599,133 @@ cudaError_t g3c_attn2_fused(const g3c_attn_args *a, float *y, int ny, const floa
     if (!y || ny < 1) return cudaErrorInvalidValue;
     const a2_fu f = {y, ny, qn, kn};
     return a2_any(a, NULL, o, oh, split, f, st);
+}
+
+/* ---- the o product fused at one row (attn_oproj.cuh) ------------------------------------------------------------ */
+#define AOP_SMEM_MAX (200 << 10)
+
+static int aop_type(const g3_dmat *w) { /* the fused product's weight type, 0: none */
+    if (w->qt == G3Q_INT8 && w->g == w->k) return G3Q_INT8;
+    if (w->qt == G3Q_FP8 && w->g == w->k) return G3Q_FP8;
+    if (w->qt == G3Q_INT4 && w->g == 128 && !w->kc) return G3Q_INT4;
+    return 0;
+}
+
+static int aop_rb(int n, int C) { /* rows a block: the cluster's C blocks share the n rows, 4 at a time */
+    const int rb = (n + C - 1) / C;
+    return (rb + 3) / 4 * 4;
+}
+
+/* One (G, EPL, OQ) instance: the shared memory allowed once, then (query) whether NKV clusters of C such blocks are
+ * resident at once (one a SM at this shared memory: a cluster of 8 needs 8 free SMs of one GPC), else the launch. */
+template <int G, int EPL, bool PIPE, int OQ>
+static cudaError_t aop_launch1(const g3c_attn_args *a, const float *q, const g3c_aop &op, int C, cudaStream_t st,
+                               int *fits) {
+    constexpr int GD = G * 32 * EPL;
+    const auto k = k_attn2<G, EPL, 4, false, PIPE, __nv_bfloat16, 1, OQ>;
+    static int ready = 0;
+    if (!ready) { /* g3c_aop_init does it at create, outside any graph capture */
+        cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, AOP_SMEM_MAX);
+        if (e != cudaSuccess) return e;
+        ready = 1;
+    }
+    if (!fits && !st) return cudaSuccess; /* g3c_aop_init: the attribute only */
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cudaLaunchAttribute at[2];
+    int na = 0;
+    if (g3c_pdl_enabled() && st && !fits) {
+        at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[na].val.programmaticStreamSerializationAllowed = 1;
+        na++;
+    }
+    at[na].id = cudaLaunchAttributeClusterDimension;
+    at[na].val.clusterDim.x = 1, at[na].val.clusterDim.y = 1, at[na].val.clusterDim.z = (unsigned)C;
+    na++;
+    cfg.gridDim = dim3((unsigned)a->NKV, 1u, (unsigned)C), cfg.blockDim = dim3(128);
+    cfg.dynamicSmemBytes = aop_lay<OQ, GD>::bytes(op.rb), cfg.stream = st, cfg.attrs = at, cfg.numAttrs = (unsigned)na;
+    if (fits) { /* the last answer kept: asked once a layer when a step is recorded */
+        static size_t last_smem = 0;
+        static int last_nkv = 0, last_fits = 0;
+        if (cfg.dynamicSmemBytes > AOP_SMEM_MAX) return *fits = 0, cudaSuccess;
+        if (cfg.dynamicSmemBytes != last_smem || a->NKV != last_nkv) {
+            int nc = 0;
+            cudaError_t e = cudaOccupancyMaxActiveClusters(&nc, k, &cfg);
+            if (e != cudaSuccess) return e;
+            last_smem = cfg.dynamicSmemBytes, last_nkv = a->NKV, last_fits = nc >= a->NKV;
+        }
+        *fits = last_fits;
+        return cudaSuccess;
+    }
+    return cudaLaunchKernelEx(&cfg, k, *a, q, (float *)NULL, (__nv_bfloat16 *)NULL, 0, (float *)NULL, 0,
+                              (const float *)NULL, (const float *)NULL, op);
+}
+
+template <int OQ>
+static cudaError_t aop_launch_q(const g3c_attn_args *a, const float *q, const g3c_aop &op, int C, cudaStream_t st,
+                                int *fits) {
+    const int G = a->NH / a->NKV;
+    /* the shapes of Gemma 3 (27B: 2 heads of 128 a kv head; 4B / 12B: 2 of 256; 270M / 1B: 4 of 256), in the form
+     * a2_launch would pick (the K/V double buffer where G EPL <= 16) */
+    if (G == 2 && a->D == 128) return aop_launch1<2, 4, true, OQ>(a, q, op, C, st, fits);
+    if (G == 2 && a->D == 256) return aop_launch1<2, 8, true, OQ>(a, q, op, C, st, fits);
+    if (G == 4 && a->D == 256) return aop_launch1<4, 8, false, OQ>(a, q, op, C, st, fits);
+    return cudaErrorInvalidValue;
+}
+
+static cudaError_t aop_any(const g3c_attn_args *a, const float *q, const g3_dmat *w, float *y, cudaStream_t st,
+                           int *fits) {
+    int W = 4;
+    const int C = g3c_attn2_cluster(1, a->NKV, &W);
+    const g3c_aop op = {w->q, w->s, w->z, w->n, w->k, aop_rb(w->n, C), y};
+    switch (aop_type(w)) {
+    case G3Q_INT8: return aop_launch_q<G3Q_INT8>(a, q, op, C, st, fits);
+    case G3Q_INT4: return aop_launch_q<G3Q_INT4>(a, q, op, C, st, fits);
+    case G3Q_FP8: return aop_launch_q<G3Q_FP8>(a, q, op, C, st, fits);
+    }
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t g3c_aop_init(void) {
+    static int done = 0;
+    if (done) return cudaSuccess;
+    g3c_attn_args a;
+    memset(&a, 0, sizeof a);
+    const g3c_aop op = {};
+    static const int shapes[3][3] = {{2, 128, 16}, {2, 256, 16}, {4, 256, 16}}; /* G, D, NKV */
+    for (int i = 0; i < 3; i++) {
+        a.NKV = shapes[i][2], a.NH = shapes[i][0] * a.NKV, a.D = shapes[i][1];
+        cudaError_t e = aop_launch_q<G3Q_INT8>(&a, NULL, op, 8, NULL, NULL);
+        if (e == cudaSuccess) e = aop_launch_q<G3Q_INT4>(&a, NULL, op, 8, NULL, NULL);
+        if (e == cudaSuccess) e = aop_launch_q<G3Q_FP8>(&a, NULL, op, 8, NULL, NULL);
+        if (e != cudaSuccess) return e;
+    }
+    done = 1;
+    return cudaSuccess;
+}
+
+int g3c_aofuse_enabled(void) { /* $G3_CUDA_AOFUSE=1: fused (read at every call); off by default until measured */
+    const char *e = getenv("G3_CUDA_AOFUSE");
+    return e && !strcmp(e, "1");
+}
+
+int g3c_attention_o_ok(const g3c_attn_args *a, const g3_dmat *w) {
+    if (!g3c_aofuse_enabled() || a->m != 1 || !a->kv16 || a->tq_x || !g3c_attn2_enabled() || !g3c_attn2_supported(a) ||
+        a2_kpr() != 1 || !w->q || !w->s)
+        return 0;
+    const int oq = aop_type(w), G = a->NH / a->NKV, GD = G * a->D;
+    int W = 4;
+    const int C = g3c_attn2_cluster(1, a->NKV, &W);
+    if (!oq || W != 4 || C < 2 || w->k != a->NH * a->D || w->n % 4) return 0;
+    if (G * a->D / 32 <= 16 && !a2_pipe()) return 0; /* the instances built: with the double buffer there */
+    if (oq == G3Q_INT4 && (GD % 256 || (w->k / 128) % 2 || !w->z || ((uintptr_t)w->z & 7))) return 0;
+    if (((uintptr_t)w->q | (uintptr_t)w->s) & 15) return 0;
+    int fits = 0;
+    return aop_any(a, NULL, w, NULL, NULL, &fits) == cudaSuccess && fits;
+}
+
+cudaError_t g3c_attention_o(const g3c_attn_args *a, const float *q, const g3_dmat *w, float *y, cudaStream_t st) {
+    if (!g3c_attention_o_ok(a, w) || !y || !q) return cudaErrorInvalidValue;
+    cudaError_t e = aop_any(a, q, w, y, st, NULL);
+    return e == cudaSuccess ? cudaGetLastError() : e;
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/attention_o.cuh"
 #include "backend/cuda/cuda_backend.cuh"
 
 static int parse_quant(const char *s) {
@@ -128,6 +129,7 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         if (cublasCreate(&b->cub) != CUBLAS_STATUS_SUCCESS) CK(cudaErrorUnknown, "cublasCreate");
         CK(g3c_tc_init(), "tensor-core kernel occupancy");
         CK(g3c_qgemv_init(), "dp4a kernel shared memory");
+        CK(g3c_aop_init(), "fused attention + o product shared memory");
         size_t ws = 64u << 20;
         CK(cudaMalloc(&b->cub_ws, ws), "cuBLAS workspace");
         cublasSetStream(b->cub, b->st);

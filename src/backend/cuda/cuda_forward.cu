@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/attention_o.cuh"
 #include "backend/cuda/cuda_backend.cuh"
 
 int g3cb_n_splits(const g3_backend *b, int m) { /* ~4 blocks per SM of keys split for decode */
@@ -133,6 +134,9 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
          * bf16 copies are not written) */
         const int tq_o = tqp && !b->fa_step && c->n_heads * D <= tq_k && g3c_tq_taken(&L->o, m) && g3c_attn_tq_ok(&a);
         if (tq_o) a.tq_x = tq_x, a.tq_d = tq_d, a.tq_il = g3c_tq_order(&L->o, m);
+        /* one row: the o product inside the attention launch, its weights streaming during QK-norm and attention
+         * (attn_oproj.cuh), its sums added into yo, which the qkv product's prologue zeroed */
+        const int aof = pn && m == 1 && !dfuse && !b->fa_step && !tq_o && g3c_attention_o_ok(&a, &L->o);
         if (dfuse) { /* decode: one launch (attention.cu) */
             RUN(g3c_attention_fused(&a, yqkv, ny, L->q_norm, L->k_norm, b->part, b->acnt, b->o, b->oh, split, b->st));
             PROF("qk-norm + attention (fused)");
@@ -142,18 +146,22 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
             if (b->fa_step) {
                 RUN(g3c_attention_prefill(&a, b->q, b->part, b->acnt, b->fa_useq, b->fa_step == 2, b->o, b->oh, split,
                                           b->st));
+            } else if (aof) {
+                RUN(g3c_attention_o(&a, b->q, &L->o, yo, b->st));
             } else {
                 RUN(g3c_attention(&a, b->q, b->part, b->acnt, b->o, b->oh, split, b->st));
             }
-            PROF("attention");
+            PROF(aof ? "attention + o product" : "attention");
         }
-        if (tq_o) {
+        if (aof) {
+            ny = 1;
+        } else if (tq_o) {
             RUN(g3c_tq_mm_pre(&L->o, tq_x, tq_d, m, b->y, b->n_sm, b->st));
             ny = 1;
         } else {
             RUN(g3c_mm(&mc, &L->o, b->o, b->oh, m, pn ? yo : b->y, &ny, NULL, NULL, 0, &fused));
         }
-        PROF("o product");
+        if (!aof) PROF("o product");
         if (pn) { /* x + the o product -> x2, xn: GeGLU */
             g3c_qp_pre pq;
             memset(&pq, 0, sizeof pq);

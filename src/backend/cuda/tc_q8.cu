@@ -299,14 +299,17 @@ __global__ void __launch_bounds__(TQ_WARPS * 32, MINB)
 static tq_inst tq_table[2][2][4];
 static int tq_ready;
 
-template <int QT, int SC, int NT, int OCC, bool HI = false> static tq_inst tq_mk() {
+/* MB: registers capped for MB resident blocks a SM instead of OCC's 1 / 2 */
+template <int QT, int SC, int NT, int OCC, bool HI = false, int MB = 0> static tq_inst tq_mk() {
     constexpr int T = NT == 8 || OCC ? 1 : 2, MP = 8 * NT;
     const int smem = 3 * TQ_WARPS * 2 * T * 2 * 32 * 16 + 3 * MP * tq_c<QT>::KS + 3 * tq_c<QT>::SEGS * MP * 8;
-    tq_inst r = {k_tq<QT, SC, NT, T, OCC ? 2 : 1, HI>, smem, TQ_WARPS * T * 16, 0};
+    tq_inst r = {k_tq<QT, SC, NT, T, MB ? MB : OCC ? 2 : 1, HI>, smem, TQ_WARPS * T * 16, 0};
     return r;
 }
 /* int4 at 3..8 rows with HI's unpacking (k_tq), per occupancy */
 static tq_inst tq_hi_table[2];
+/* 3..8 rows with registers capped for 3 / 4 resident blocks a SM ($G3_CUDA_TQSB=3|4): [int8, int4 (HI)][3, 4] */
+static tq_inst tq_sb_table[2][2];
 template <int QT, int SC, int OCC> static void tq_row(tq_inst *row) {
     row[0] = tq_mk<QT, SC, 1, OCC>(), row[1] = tq_mk<QT, SC, 2, OCC>(), row[2] = tq_mk<QT, SC, 4, OCC>();
     row[3] = tq_mk<QT, SC, 8, OCC>();
@@ -318,6 +321,8 @@ static void tq_build(void) {
     tq_row<G3Q_INT8, 0, 1>(tq_table[1][0]);
     tq_row<G3Q_INT4, 1, 1>(tq_table[1][1]);
     tq_hi_table[0] = tq_mk<G3Q_INT4, 1, 1, 0, true>(), tq_hi_table[1] = tq_mk<G3Q_INT4, 1, 1, 1, true>();
+    tq_sb_table[0][0] = tq_mk<G3Q_INT8, 0, 1, 1, false, 3>(), tq_sb_table[0][1] = tq_mk<G3Q_INT8, 0, 1, 1, false, 4>();
+    tq_sb_table[1][0] = tq_mk<G3Q_INT4, 1, 1, 1, true, 3>(), tq_sb_table[1][1] = tq_mk<G3Q_INT4, 1, 1, 1, true, 4>();
     tq_ready = 1;
 }
 
@@ -378,6 +383,8 @@ cudaError_t g3c_tq_init(void) {
         }
     for (int o = 0; o < 2; o++) {
         cudaError_t e = tq_inst_setup(&tq_hi_table[o]);
+        if (e == cudaSuccess) e = tq_inst_setup(&tq_sb_table[o][0]);
+        if (e == cudaSuccess) e = tq_inst_setup(&tq_sb_table[o][1]);
         if (e != cudaSuccess) return e;
     }
     cudaError_t e = g3c_wg_init();
@@ -399,8 +406,14 @@ static int tq_hi_enabled(void) { /* $G3_CUDA_TQHI=0: int4 at 3..8 rows without H
     const char *e = getenv("G3_CUDA_TQHI");
     return !(e && !strcmp(e, "0"));
 }
+static int tq_sb(void) { /* $G3_CUDA_TQSB=3|4 (k_tq at 3..8 rows) */
+    const char *e = getenv("G3_CUDA_TQSB");
+    const int v = e && *e ? atoi(e) : 0;
+    return v == 3 || v == 4 ? v : 0;
+}
 static tq_inst *tq_pick(const g3_dmat *w, int m) {
-    const int occ = tq_occ2(w, m), v = tq_variant(w);
+    const int occ = tq_occ2(w, m), v = tq_variant(w), sb = m <= 8 ? tq_sb() : 0;
+    if (sb) return &tq_sb_table[v][sb - 3];
     if (v == 1 && m <= 8 && tq_hi_enabled()) return &tq_hi_table[occ];
     return &tq_table[occ][v][m <= 8 ? 0 : m <= 16 ? 1 : m <= 32 ? 2 : 3];
 }
