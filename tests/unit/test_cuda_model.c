@@ -629,8 +629,8 @@ static void test_attn_tq(void **state) {
  * layers; 4 heads of 256), random bf16 weights resident as int8, int4 and fp8, a 24-token prompt prefilled in one step,
  * then a decode step of one row. Both quantize the same activations in the same blocks of 32 (the 270M int8 product on
  * its own takes float16 activations instead, ~1e-3 off), so the logits agree to the order of the additions, where a
- * wrong row, column slice, scale or group would make them unrelated; and the fused step's graph has one node a layer
- * fewer (the switch did take the path). */
+ * wrong row, column slice, scale or group would make them unrelated; where the fused step's graph has one node a
+ * layer fewer the path was taken (at least one case must take it). */
 static void test_attn_o_fused(void **state) {
     (void)state;
     enum { P = 24 };
@@ -640,6 +640,7 @@ static void test_attn_o_fused(void **state) {
     g3_backend_cfg bc = {.max_seqs = 1, .max_rows = P, .kv_block = 16, .max_blocks_per_seq = 2,
                          .n_blocks_global = 2, .n_blocks_local = 2};
     const int32_t bt[2] = {0, 1};
+    int taken = 0;
     for (int si = 0; si < 2; si++) {
         g3_model *m = random_shape(sizes[si], layers[si], 23, 9, prompt, P);
         const int V = m->cfg.vocab;
@@ -663,12 +664,16 @@ static void test_attn_o_fused(void **state) {
             printf("  %s shape, %d layer(s), %s, one row: o product fused into the attention against its own launch: "
                    "max relative logit difference %.2e, graph nodes %d against %d\n", sizes[si], layers[si],
                    quants[qi], d, nodes[0], nodes[1]);
-            assert_int_equal(nodes[1] - nodes[0], layers[si]);
+            /* taken (a node a layer fewer) or declined for this matrix (the same graph) */
+            assert_true(nodes[1] - nodes[0] == layers[si] || nodes[1] == nodes[0]);
+            taken += nodes[1] != nodes[0];
             assert_true(d < (si == 1 && qi == 0 ? 5e-3 : 1e-3));
         }
         free(pre), free(out[0]), free(out[1]);
         g3_model_free(m);
     }
+    /* the occupancy check may decline the largest slices (27B int8 / fp8 on the H200, session 36), not all */
+    assert_true(taken > 0);
 }
 
 /* The decode graphs captured when the backend is prepared (the engine does it at create): before any step every
