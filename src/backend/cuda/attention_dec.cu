@@ -704,7 +704,7 @@ cudaError_t g3c_aop_init(void) {
     return cudaSuccess;
 }
 
-int g3c_aofuse_enabled(void) { /* $G3_CUDA_AOFUSE=1: fused (read at every call); off by default until measured */
+static int g3c_aofuse_enabled(void) { /* $G3_CUDA_AOFUSE=1 (read at every call); off by default: measured slower */
     const char *e = getenv("G3_CUDA_AOFUSE");
     return e && !strcmp(e, "1");
 }

@@ -115,13 +115,11 @@ static __device__ __forceinline__ void aop_run(const g3c_aop &op, int rank, unsi
 #pragma unroll
     for (int j = 0; j < L::NCL; j++) {
         const int cc = lane % L::LPR + j * L::LPR;
-        if constexpr (OQ == G3Q_FP8) {
-            xa[j] = ((const uint4 *)xq)[cc], xb[j] = ((const uint4 *)(xq + GD))[cc], dd[j] = xd[cc >> 1];
-        } else if constexpr (OQ == G3Q_INT4) {
-            xa[j] = ((const uint4 *)xq)[cc], xb[j] = ((const uint4 *)(xq + GD / 2))[cc], dd[j] = xd[cc];
-        } else {
-            xa[j] = ((const uint4 *)xq)[cc], xb[j] = ((const uint4 *)(xq + GD))[cc], dd[j] = xd[cc >> 1];
-        }
+        /* int4: even / odd halves, one (d, sum) a chunk of 32; int8 (q, q_lo) and fp8 (values 0-7, 8-15): GD apart,
+         * one d a pair of 16-value chunks */
+        xa[j] = ((const uint4 *)xq)[cc];
+        xb[j] = ((const uint4 *)(xq + (OQ == G3Q_INT4 ? GD / 2 : GD)))[cc];
+        dd[j] = xd[OQ == G3Q_INT4 ? cc : cc >> 1];
     }
     constexpr int RPI = 32 / L::LPR; /* rows a warp an iteration */
 #pragma unroll 2
