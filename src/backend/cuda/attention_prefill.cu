@@ -24,7 +24,6 @@
 extern "C" {
 #include "backend/cuda/prefill_api.h"
 }
-#include "backend/cuda/qkv_unit.cuh"
 
 #define FA_QR 64  /* query vectors per tile */
 #define FA_TK 64  /* keys per key tile */
@@ -44,18 +43,92 @@ __global__ void k_fa_plan(const int32_t *useq, int m, int tq, int32_t *fa_useq) 
 }
 
 /* ---- QK-norm + RoPE + cache write, many rows ---------------------------------------------------------------- */
-/* A warp per (row, head) of q, k or v, 8 per block (qkv_unit.cuh). What does not depend on the kernel before (the
- * row's position, sequence and cache slot: uploaded before the step; the norm weights and the rotation's cosines and
- * sines) is read and computed before the programmatic-dependent-launch wait, so that after it only the loads of y
- * stand between the product and the writes (they were three dependent round trips after it). */
+/* A warp per (row, head) of q, k or v, 8 per block; every slice of the head is loaded before any is zeroed. T: pairs
+ * (i, i + D/2) per lane, i = lane + 32t. Same arithmetic as k_qkv_post (attention.cu). What does not depend on the
+ * kernel before (the row's position, sequence and cache slot: uploaded before the step; the norm weights and the
+ * rotation's cosines and sines) is read and computed before the programmatic-dependent-launch wait, so that after it
+ * only the loads of y stand between the product and the writes (they were three dependent round trips after it). */
 template <int T, typename KT>
 __global__ void __launch_bounds__(256) k_qkv_rows(g3c_attn_args a, float *y, int ny, const float *qn,
                                                   const float *kn, float *qout, int flags) {
-    const int lane = threadIdx.x & 31;
-    qkv_unit<T, KT> s;
-    qkv_unit_prep(s, a, qn, kn, qout, blockIdx.x * 8 + (threadIdx.x >> 5), lane);
+    const int lane = threadIdx.x & 31, D = a.D, half = D / 2, NHT = a.NH + 2 * a.NKV;
+    const int unit = blockIdx.x * 8 + (threadIdx.x >> 5);
+    const bool live = unit < a.m * NHT;
+    const int r = live ? unit / NHT : 0, hh = unit - r * NHT;
+    const int u = live ? a.rows.useq[r] : -1, p = live ? a.rows.pos[r] : 0;
+    const bool isv = hh >= a.NH + a.NKV;
+    float *dst = NULL;
+    KT *kd = NULL; /* the cache row (k, v) */
+    bool put = hh < a.NH; /* q: always written; k / v: where the row has a cache slot */
+    if (live && hh >= a.NH && u >= 0) {
+        const int h = hh - a.NH - isv * a.NKV;
+        const int blk = a.rows.bt[((size_t)u * 2 + a.kind) * a.rows.mbps + p / a.kv_block];
+        if (blk >= 0) {
+            const size_t off = (((size_t)blk * a.n_layers_kind + a.layer_in_kind) * 2 + isv) * a.NKV;
+            kd = (KT *)a.pool + ((off + h) * a.kv_block + p % a.kv_block) * D;
+            put = true;
+        }
+    } else if (live && hh < a.NH) {
+        dst = qout + (size_t)r * a.NH * D + (size_t)hh * D;
+    }
+    float w0[T], w1[T], cs[T], sn[T]; /* q / k: norm weights and rotation of pair t */
+    const float *nw = hh < a.NH ? qn : kn;
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        const int i = lane + 32 * t;
+        w0[t] = w1[t] = cs[t] = sn[t] = 0.f;
+        if (live && put && !isv && i < half) {
+            w0[t] = nw[i], w1[t] = nw[i + half];
+            const float ang = (float)p * a.inv_freq[i];
+            cs[t] = cosf(ang), sn[t] = sinf(ang);
+        }
+    }
     g3c_pdl_wait();
-    qkv_unit_run(s, a, y, ny, flags, lane);
+    if (!live) return;
+    const int np = g3c_qkv_slices(a, ny, hh); /* <= 2 */
+    float *y0 = y + g3c_qkv_at(a, ny, 0, r, hh), *y1 = np > 1 ? y + g3c_qkv_at(a, ny, 1, r, hh) : NULL;
+    float v0[T], v1[T];
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        const int i = lane + 32 * t;
+        v0[t] = v1[t] = 0.f;
+        if (i < half) {
+            v0[t] = y0[i], v1[t] = y0[i + half];
+            if (y1) v0[t] += y1[i], v1[t] += y1[i + half];
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        const int i = lane + 32 * t;
+        if (i < half && !(flags & G3C_KEEP_Y)) {
+            y0[i] = 0.f, y0[i + half] = 0.f;
+            if (y1) y1[i] = 0.f, y1[i + half] = 0.f;
+        }
+    }
+    if (!put) return; /* k / v of a padding row, or of a row without a cache slot */
+    if (isv) {
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const int i = lane + 32 * t;
+            if (i < half) g3c_kv_put(kd + i, v0[t]), g3c_kv_put(kd + i + half, v1[t]);
+        }
+        return;
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int t = 0; t < T; t++) ss += v0[t] * v0[t] + v1[t] * v1[t];
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = 1.f / sqrtf(ss / (float)D + a.eps);
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        const int i = lane + 32 * t;
+        if (i < half) {
+            const float x0 = v0[t] * inv * w0[t], x1 = v1[t] * inv * w1[t];
+            const float r0 = x0 * cs[t] - x1 * sn[t], r1 = x1 * cs[t] + x0 * sn[t];
+            if (kd) g3c_kv_put(kd + i, r0), g3c_kv_put(kd + i + half, r1);
+            else dst[i] = r0, dst[i + half] = r1;
+        }
+    }
 }
 
 cudaError_t g3c_qkv_post_rows(const g3c_attn_args *a, float *y, int ny, const float *qn, const float *kn,

@@ -41,7 +41,7 @@ static void cuda_destroy(g3_backend *b) {
     free(b->L);
     void *dev[] = {b->norms, b->inv_freq, b->pool[0], b->pool[1], b->x, b->xn, b->y, b->pnb, b->q, b->o, b->a, b->part,
                    b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->d_srow,
-                   b->d_sadj, b->cub_ws, b->tq8, b->tq8g, b->acnt, b->tcnt, b->qncnt, b->q8, b->fa_useq};
+                   b->d_sadj, b->cub_ws, b->tq8, b->tq8g, b->acnt, b->tcnt, b->q8, b->fa_useq};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     cudaFreeHost(b->h_par);
     free(b->seq_map);
@@ -207,7 +207,6 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         }
         if (anyq && R > 16) b->wscratch = (__nv_bfloat16 *)g3cb_dalloc(big * 2, &ok);
         b->acnt = (unsigned *)g3cb_dalloc((size_t)R * c->n_kv_heads * 4, &ok);
-        b->qncnt = (unsigned *)g3cb_dalloc(4, &ok);
         b->fa_useq = (int32_t *)g3cb_dalloc((size_t)R * 4, &ok);
         b->tcnt_n = (2 * F + 15) / 16;
         b->tcnt = (unsigned *)g3cb_dalloc((size_t)b->tcnt_n * 4, &ok);
@@ -242,7 +241,6 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         CK(cudaMemsetAsync(b->logy, 0, (size_t)2 * b->HC * c->vocab * 4, b->st), "clearing buffers");
         CK(cudaMemsetAsync(b->acnt, 0, (size_t)R * c->n_kv_heads * 4, b->st), "clearing counters");
         CK(cudaMemsetAsync(b->tcnt, 0, (size_t)b->tcnt_n * 4, b->st), "clearing counters");
-        CK(cudaMemsetAsync(b->qncnt, 0, 4, b->st), "clearing counters");
         CK(cudaMallocHost((void **)&b->h_par, b->par_ints * 4), "pinned parameter buffer");
         b->seq_map = (int32_t *)malloc(sizeof(int32_t) * cfg->max_seqs);
         if (!b->seq_map) { rc = g3c_fail(err, G3_ERR_NOMEM, "cuda: out of memory"); goto fail; }

@@ -8,7 +8,6 @@
 
 #include "backend/cuda/attention_o.cuh"
 #include "backend/cuda/cuda_backend.cuh"
-#include "backend/cuda/qgemv_qn.cuh"
 
 int g3cb_n_splits(const g3_backend *b, int m) { /* ~4 blocks per SM of keys split for decode */
     int want = (4 * b->n_sm + m * b->c.n_kv_heads - 1) / (m * b->c.n_kv_heads);
@@ -102,28 +101,12 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
         /* v in a product of its own (layer_dev.v): q and k as [ny][m][NQK], then v as [nyv][m][NK] */
         const int NQK = L->qkv.n, NK = c->n_kv_heads * D;
         int nyv = 0;
-        g3c_attn_args a;
-        a.rows = rows, a.m = m, a.NH = c->n_heads, a.NKV = c->n_kv_heads, a.D = D, a.kind = L->kind;
-        a.layer_in_kind = L->index_in_kind, a.n_layers_kind = b->n_kind[L->kind], a.kv_block = b->bc.kv_block;
-        a.window = c->sliding_window, a.scale = 1.f / sqrtf(c->query_pre_attn_scalar), a.softcap = c->attn_softcap;
-        a.eps = c->rms_eps, a.inv_freq = b->inv_freq + L->kind * (D / 2), a.pool = b->pool[L->kind];
-        a.kv16 = b->kv16;
-        a.n_splits = g3cb_n_splits(b, m), a.min_keys = b->attn_min_keys;
-        a.tq_x = NULL, a.tq_d = NULL, a.tq_il = 0, a.nyv = 0;
-        /* 1-2 rows, after layer 0 (whose product has no add-norm prologue): the QK-norm in the qkv product's tail
-         * (qgemv_qn.cuh; $G3_CUDA_QNTAIL=1), no QK-norm launch */
-        const int qnt = pn && l > 0 && !L->v.q && g3c_qntail_enabled() && g3c_qgemv_qn_ok(&L->qkv, &a, m);
         if (pn) { /* layer 0: the embedding's xn as it is; then x2 + the previous down product -> x, xn */
             g3c_qp_pre pq;
             memset(&pq, 0, sizeof pq);
             pq.xi = l ? x2 : b->xn, pq.y = l ? yd : NULL, pq.xo = b->x, pq.eps = c->rms_eps;
             pq.w1 = l ? b->L[l - 1].post_ffn : NULL, pq.w2 = L->attn_norm, pq.zero = yo, pq.zero_n = m * H;
-            if (qnt) {
-                const g3c_qn_tail t = {a, L->q_norm, L->k_norm, b->q, b->qncnt};
-                RUN(g3c_qgemv_pn_qn(&L->qkv, &pq, &t, m, yq, b->st));
-            } else {
-                RUN(g3c_qgemv_pn(&L->qkv, &pq, m, yq, NQK, 0, b->st));
-            }
+            RUN(g3c_qgemv_pn(&L->qkv, &pq, m, yq, NQK, 0, b->st));
             ny = 1;
             if (L->v.q) { /* the same prologue again (its x is stored twice, the same values), no zeroing */
                 pq.zero = NULL, pq.zero_n = 0;
@@ -138,8 +121,15 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
             if (L->v.q) RUN(g3c_mm(&mc, &L->v, b->xn, b->xh, m, b->y + (size_t)ny * m * NQK, &nyv, NULL, NULL, 0, &fused));
         }
         tq_next = 0;
-        PROF(qnt ? "qkv product + qk-norm, rope, cache write" : "qkv product");
-        a.nyv = nyv;
+        PROF("qkv product");
+        g3c_attn_args a;
+        a.rows = rows, a.m = m, a.NH = c->n_heads, a.NKV = c->n_kv_heads, a.D = D, a.kind = L->kind;
+        a.layer_in_kind = L->index_in_kind, a.n_layers_kind = b->n_kind[L->kind], a.kv_block = b->bc.kv_block;
+        a.window = c->sliding_window, a.scale = 1.f / sqrtf(c->query_pre_attn_scalar), a.softcap = c->attn_softcap;
+        a.eps = c->rms_eps, a.inv_freq = b->inv_freq + L->kind * (D / 2), a.pool = b->pool[L->kind];
+        a.kv16 = b->kv16;
+        a.n_splits = g3cb_n_splits(b, m), a.min_keys = b->attn_min_keys;
+        a.tq_x = NULL, a.tq_d = NULL, a.tq_il = 0, a.nyv = nyv;
         /* 9..64 rows: the decode attention also quantizes o for the o product (no quantization launch; o and its
          * bf16 copies are not written) */
         const int tq_o = tqp && !b->fa_step && c->n_heads * D <= tq_k && g3c_tq_taken(&L->o, m) && g3c_attn_tq_ok(&a);
@@ -151,10 +141,8 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
             RUN(g3c_attention_fused(&a, yqkv, ny, L->q_norm, L->k_norm, b->part, b->acnt, b->o, b->oh, split, b->st));
             PROF("qk-norm + attention (fused)");
         } else {
-            if (!qnt) {
-                RUN(g3c_qkv_post_rows_f(&a, yqkv, ny, L->q_norm, L->k_norm, b->q, rf, b->st)); /* qkv_post below 16 */
-                PROF("qk-norm, rope, cache write");
-            }
+            RUN(g3c_qkv_post_rows_f(&a, yqkv, ny, L->q_norm, L->k_norm, b->q, rf, b->st)); /* qkv_post below 16 */
+            PROF("qk-norm, rope, cache write");
             if (b->fa_step) {
                 RUN(g3c_attention_prefill(&a, b->q, b->part, b->acnt, b->fa_useq, b->fa_step == 2, b->o, b->oh, split,
                                           b->st));

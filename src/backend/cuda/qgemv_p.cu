@@ -36,8 +36,6 @@
 #include <string.h>
 
 #include "backend/cuda/qgemv_common.cuh"
-#include "backend/cuda/qgemv_qn.cuh"
-#include "backend/cuda/qkv_unit.cuh"
 
 /* ---- persistent variant with the quantization inside (m <= 2, $G3_CUDA_QGEMVP) ----------------------------------- */
 /* shared memory of the activations: q (and q_lo), (d, sum) per 32, and with the add-norm prologue (pn 1, 2) x and (pn
@@ -176,36 +174,6 @@ static __device__ __forceinline__ void q8_load_pn(const float *sf, const float *
     }
 }
 
-/* The qkv product's tail (QN): once every warp of the block has added its sums into y (the barrier), one thread counts
- * the block done with an acquire-release atomic at device scope, which orders the block's adds before the count (the
- * barrier makes them its own); the last block's threads then see every block's sums, run QK-norm + RoPE + cache write
- * of every (row, head), a warp a unit (qkv_unit.cuh), reading y through L2 and zeroing it, and reset the counter for
- * the next launch. The successor (the attention) waits for the whole grid as before. */
-static __device__ __forceinline__ void qp_qn_tail(const g3c_qn_tail &t, float *y, int m) {
-    __shared__ unsigned last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned old;
-        asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(old) : "l"(t.cnt) : "memory");
-        last = old == gridDim.x - 1;
-        if (last) *t.cnt = 0u; /* every block has counted: none reads it again in this launch */
-    }
-    __syncthreads();
-    if (!last) return;
-    const int lane = threadIdx.x & 31, units = m * (t.a.NH + 2 * t.a.NKV);
-    for (int u = threadIdx.x >> 5; u < units; u += QP_T / 32) {
-        if (t.a.kv16) {
-            qkv_unit<4, __nv_bfloat16> s;
-            qkv_unit_prep(s, t.a, t.qn, t.kn, t.qout, u, lane);
-            qkv_unit_run(s, t.a, y, 1, 0, lane);
-        } else {
-            qkv_unit<4, float> s;
-            qkv_unit_prep(s, t.a, t.qn, t.kn, t.qout, u, lane);
-            qkv_unit_run(s, t.a, y, 1, 0, lane);
-        }
-    }
-}
-
 /* RG ($G3_CUDA_QPRING; by default for per-channel int8 rows of >= 4096 values: qp_ring_take): the weights come through
  * a ring of qd steps a warp in shared memory (qp_ring_depth: 3 at one row, 2 at two), filled by bulk copies
  * (cp.async.bulk, one per row and step, issued by lane 0, completing on the slot's mbarrier) that run qd steps ahead,
@@ -213,11 +181,10 @@ static __device__ __forceinline__ void qp_qn_tail(const g3c_qn_tail &t, float *y
  * finds the products waiting on their loads, DRAM 70-73% busy). Measured on the H200 (session 20, runs 08-09, CUPTI
  * at 27B int8 one row): the down product 32.8 -> 29.2-29.6 us a layer; the gate/up product with its add-norm prologue
  * lost 1-12 us until the ring was aligned to 128 bytes by address (session 21). */
-/* QN: the qkv product's tail (qgemv_qn.cuh): the last block to finish runs the QK-norm of every (row, head) */
-template <int QT, int M, int U, bool PC, bool HL, bool PN, bool RG = false, int GS = -1, int KC = 0, bool QN = false>
+template <int QT, int M, int U, bool PC, bool HL, bool PN, bool RG = false, int GS = -1, int KC = 0>
 __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__restrict__ x, int ldx, int m,
                                                      float *__restrict__ y, int ldy, int geglu, int gsh, int sk,
-                                                     int ks, g3c_qp_pre pre, int opt, g3c_qn_tail qnt) {
+                                                     int ks, g3c_qp_pre pre, int opt) {
     constexpr int R = 2, V = QT == G3Q_INT4 ? 32 : 16, NW = QP_T / 32, SB = 32 * U * 16; /* SB: bytes a row and step */
     /* fp8 and per-channel int8 by qp_q8f16's rule (G3C_QT_I8H): float16 activations, 2 bytes each (h16_quant) */
     constexpr bool F8 = qt_f16(QT), H2 = HL || F8;
@@ -419,7 +386,6 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
                 sa[u][r] = sb[u][r], za[u][r] = zb[u][r];
             }
     }
-    if constexpr (QN) qp_qn_tail(qnt, y, m);
 }
 
 /* ---- persistent variant: dispatch ---- */
@@ -657,10 +623,9 @@ static int qp_opt(int m) {
     return (q && !strcmp(q, "0") ? 0 : 1) | qp_pn_w() << 1 | qp_ring_depth(m) << 2;
 }
 
-/* QN: with the qkv product's tail (qn; PN products only) */
-template <int QT, int M, bool PC, bool HL, bool PN, bool QN = false>
+template <int QT, int M, bool PC, bool HL, bool PN>
 static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
-                            const g3c_qp_pre *pre, const g3c_qn_tail *qn, cudaStream_t st) {
+                            const g3c_qp_pre *pre, cudaStream_t st) {
     constexpr bool H2 = HL || qt_f16(QT); /* activations of two bytes (the residual plane, or float16) */
     const int V = QT == G3Q_INT4 ? 32 : 16, gsh = PC ? 0 : log2_exact(w->g / V);
     const int ks = qp_kslices(w, geglu, PN), per = qp_n_sm / ks;
@@ -668,58 +633,47 @@ static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, fl
     const int blocks = ks * (need < per ? need : per);
     g3c_qp_pre none;
     memset(&none, 0, sizeof none);
-    g3c_qn_tail qnone;
-    memset(&qnone, 0, sizeof qnone);
-    const g3c_qn_tail &qa = QN && qn ? *qn : qnone;
     if constexpr (QT == G3Q_INT4 || (H2 && PC))
         if (qp_ring_take(w, M, ks, H2, PN)) { /* int4 without its plane: groups of 128 (qp_ring_take's q4) */
             const int u = qp_ring_u(w, M, ks, H2, PN);
-            auto kr = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true, H2 ? -1 : 2, 0, QN>;
+            auto kr = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true, H2 ? -1 : 2>;
             if constexpr (M == 1 && !PN && !H2)
                 if (u == 2) kr = k_qgemv_p<QT, 1, 2, PC, HL, false, true, 2>;
-            const size_t sm = qp_smem_rg(M, w->k / ks, H2, qp_pn(PN), qp_ring_depth(M), u);
-            if (QN) { /* the tail's variants are not in g3c_qgemv_init's tables */
-                const cudaError_t e = cudaFuncSetAttribute(kr, cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_RG);
-                if (e != cudaSuccess) return e;
-            }
-            return g3c_launch(kr, dim3(blocks), dim3(QP_T), sm, st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1,
-                              ks, pre ? *pre : none, qp_opt(M), qa);
+            return g3c_launch(kr, dim3(blocks), dim3(QP_T), qp_smem_rg(M, w->k / ks, H2, qp_pn(PN), qp_ring_depth(M), u),
+                              st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none,
+                              qp_opt(M));
         }
-    auto kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, false, -1, 0, QN>;
+    auto kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>;
     if constexpr (QT == G3Q_INT4) { /* groups of 128 (4 chunks): the group arithmetic at compile time (qp_gs) */
-        if (gsh == 2 && qp_gs()) kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, false, 2, 0, QN>;
+        if (gsh == 2 && qp_gs()) kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, false, 2>;
         if constexpr (!HL) /* Q4_K / Q4_0: the scale codes instead of s and z */
             if (qp_kc_take(w, 0))
-                kern = w->kd ? k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, false, PN, false, -1, 1, QN>
-                             : k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, false, PN, false, -1, 2, QN>;
+                kern = w->kd ? k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, false, PN, false, -1, 1>
+                             : k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, false, PN, false, -1, 2>;
     }
     if constexpr (QT == G3Q_INT8 && !PC && HL) /* Q8_0: the fp16 scale codes */
-        if (qp_kc_take(w, 1)) kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, false, true, PN, false, -1, 2, QN>;
-    if (QN) {
-        const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_MAX);
-        if (e != cudaSuccess) return e;
-    }
+        if (qp_kc_take(w, 1)) kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, false, true, PN, false, -1, 2>;
     return g3c_launch(kern, dim3(blocks), dim3(QP_T), qp_smem(M, w->k / ks, H2, qp_pn(PN)), st, *w, x, ldx, m, y, ldy,
-                      geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M), qa);
+                      geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
 }
 
-template <bool HL, bool PN, bool QN = false>
+template <bool HL, bool PN>
 static cudaError_t launch_pq(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
-                             const g3c_qp_pre *pre, const g3c_qn_tail *qn, cudaStream_t st) {
+                             const g3c_qp_pre *pre, cudaStream_t st) {
     if (qp_q8f16(w, geglu, PN))
-        return m <= 1 ? launch_p<G3C_QT_I8H, 1, true, false, PN, QN>(w, x, ldx, m, y, ldy, geglu, pre, qn, st)
-                      : launch_p<G3C_QT_I8H, 2, true, false, PN, QN>(w, x, ldx, m, y, ldy, geglu, pre, qn, st);
+        return m <= 1 ? launch_p<G3C_QT_I8H, 1, true, false, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                      : launch_p<G3C_QT_I8H, 2, true, false, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
     if (w->qt == G3Q_FP8) /* no residual plane: float16 activations */
-        return m <= 1 ? launch_p<G3Q_FP8, 1, true, false, PN, QN>(w, x, ldx, m, y, ldy, geglu, pre, qn, st)
-                      : launch_p<G3Q_FP8, 2, true, false, PN, QN>(w, x, ldx, m, y, ldy, geglu, pre, qn, st);
+        return m <= 1 ? launch_p<G3Q_FP8, 1, true, false, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                      : launch_p<G3Q_FP8, 2, true, false, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
     if (w->qt == G3Q_INT4)
-        return m <= 1 ? launch_p<G3Q_INT4, 1, false, HL, PN, QN>(w, x, ldx, m, y, ldy, geglu, pre, qn, st)
-                      : launch_p<G3Q_INT4, 2, false, HL, PN, QN>(w, x, ldx, m, y, ldy, geglu, pre, qn, st);
+        return m <= 1 ? launch_p<G3Q_INT4, 1, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                      : launch_p<G3Q_INT4, 2, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
     if (w->g == w->k)
-        return m <= 1 ? launch_p<G3Q_INT8, 1, true, HL, PN, QN>(w, x, ldx, m, y, ldy, geglu, pre, qn, st)
-                      : launch_p<G3Q_INT8, 2, true, HL, PN, QN>(w, x, ldx, m, y, ldy, geglu, pre, qn, st);
-    return m <= 1 ? launch_p<G3Q_INT8, 1, false, HL, PN, QN>(w, x, ldx, m, y, ldy, geglu, pre, qn, st)
-                  : launch_p<G3Q_INT8, 2, false, HL, PN, QN>(w, x, ldx, m, y, ldy, geglu, pre, qn, st);
+        return m <= 1 ? launch_p<G3Q_INT8, 1, true, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                      : launch_p<G3Q_INT8, 2, true, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
+    return m <= 1 ? launch_p<G3Q_INT8, 1, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                  : launch_p<G3Q_INT8, 2, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
 }
 
 static int qp_usable(const g3_dmat *w, int m, int geglu, int pn) {
@@ -738,10 +692,10 @@ int g3c_qgemv_pn_supported(const g3_dmat *w, int m, int geglu) { return qp_usabl
 static cudaError_t qp_launch(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
                              const g3c_qp_pre *pre, cudaStream_t st) {
     const int hl = m <= lo_rows(w), pn = pre && pre->y;
-    cudaError_t e = pn ? (hl ? launch_pq<true, true>(w, x, ldx, m, y, ldy, geglu, pre, NULL, st)
-                             : launch_pq<false, true>(w, x, ldx, m, y, ldy, geglu, pre, NULL, st))
-                       : (hl ? launch_pq<true, false>(w, x, ldx, m, y, ldy, geglu, pre, NULL, st)
-                             : launch_pq<false, false>(w, x, ldx, m, y, ldy, geglu, pre, NULL, st));
+    cudaError_t e = pn ? (hl ? launch_pq<true, true>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                             : launch_pq<false, true>(w, x, ldx, m, y, ldy, geglu, pre, st))
+                       : (hl ? launch_pq<true, false>(w, x, ldx, m, y, ldy, geglu, pre, st)
+                             : launch_pq<false, false>(w, x, ldx, m, y, ldy, geglu, pre, st));
     return e == cudaSuccess ? cudaGetLastError() : e;
 }
 
@@ -755,31 +709,6 @@ cudaError_t g3c_qgemv_pn(const g3_dmat *w, const g3c_qp_pre *pre, int m, float *
     if (e != cudaSuccess) return e;
     if (qp_n_sm <= 0) return cudaErrorInvalidValue;
     return qp_launch(w, pre->xi, w->k, m, y, ldy, geglu, pre, st);
-}
-
-int g3c_qntail_enabled(void) {
-    const char *e = getenv("G3_CUDA_QNTAIL");
-    return e && !strcmp(e, "1");
-}
-
-int g3c_qgemv_qn_ok(const g3_dmat *w, const g3c_attn_args *a, int m) {
-    return m >= 1 && m <= 2 && m == a->m && !a->nyv && a->D <= 256 && a->D % 2 == 0 &&
-           w->n == (a->NH + 2 * a->NKV) * a->D && qp_usable(w, m, 0, 1);
-}
-
-cudaError_t g3c_qgemv_pn_qn(const g3_dmat *w, const g3c_qp_pre *pre, const g3c_qn_tail *qt, int m, float *y,
-                            cudaStream_t st) {
-    if (!pre->y || !pre->xo || !pre->xi || !qt->cnt || !g3c_qgemv_qn_ok(w, &qt->a, m)) return cudaErrorInvalidValue;
-    const uintptr_t al = (uintptr_t)pre->xi | (uintptr_t)pre->y | (uintptr_t)pre->xo | (uintptr_t)pre->w1 |
-                         (uintptr_t)pre->w2;
-    if (al & 15) return cudaErrorInvalidValue;
-    cudaError_t e = g3c_qgemv_init();
-    if (e != cudaSuccess) return e;
-    if (qp_n_sm <= 0) return cudaErrorInvalidValue;
-    const int ldy = w->n;
-    e = m <= lo_rows(w) ? launch_pq<true, true, true>(w, pre->xi, w->k, m, y, ldy, 0, pre, qt, st)
-                        : launch_pq<false, true, true>(w, pre->xi, w->k, m, y, ldy, 0, pre, qt, st);
-    return e == cudaSuccess ? cudaGetLastError() : e;
 }
 
 int g3c_qgemvp_kslices(const g3_dmat *w, int geglu, int *n_sm) {
