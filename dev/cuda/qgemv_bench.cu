@@ -12,7 +12,10 @@
  * and the int8 / int4 dp4a kernel stream at 0.95-1.0 of the read bandwidth; each launch pays a fixed ~4 us (~8 us at
  * k = 21504) on top, of which an empty boundary is 0.6 us; a grid barrier costs 1.9 us. The small shapes partly read
  * from L2 here (one matrix 20 times in a row), which the forward never does for weights.
- *   g3qgemv_bench [quants, bf16,int8,int4] [launches per graph, 20] */
+ * Third argument "balance": the gate/up product (GeGLU: whole row groups of 2 rows a warp, no stream-K) at exactly
+ * 10, 11 and 12 row groups a warp of the persistent grid (16 warps a SM) and at the 27B shape (43008 rows: 10.2 a
+ * warp on 132 SMs), to see what the unequal last round of row groups costs.
+ *   g3qgemv_bench [quants, bf16,int8,int4] [launches per graph, 20] [balance] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,7 +125,15 @@ int main(int argc, char **argv) {
         {"o x4", 21504, 4096, 0},     {"gate/up", 43008, 5376, 1}, {"gate/up x4", 172032, 5376, 1},
         {"down", 5376, 21504, 0},     {"down x4", 21504, 21504, 0},
     };
-    const int nsh = (int)(sizeof sh / sizeof sh[0]);
+    int nsh = (int)(sizeof sh / sizeof sh[0]);
+    if (argc > 3 && !strcmp(argv[3], "balance")) { /* pairs: (10, 11) a warp fitted; then 27B's 43008 and 12 a warp */
+        const int rw = 2 * sms * 16;
+        const shape b[] = {{"gate/up 10 a warp", 10 * rw, 5376, 1},
+                           {"gate/up 11 a warp", 11 * rw, 5376, 1},
+                           {"gate/up", 43008, 5376, 1},
+                           {"gate/up 12 a warp", 12 * rw, 5376, 1}};
+        memcpy(sh, b, sizeof b), nsh = 4;
+    }
     float *x, *y;
     CK(cudaMalloc((void **)&x, 21504 * 4));
     CK(cudaMalloc((void **)&y, (size_t)172032 * 4));

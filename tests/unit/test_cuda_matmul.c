@@ -964,7 +964,7 @@ static void test_qgemv(void **state) {
     /* a failed test may have left them set */
     unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPKS");
     unsetenv("G3_CUDA_Q8F16"), unsetenv("G3_CUDA_TQMIN"), unsetenv("G3_CUDA_TQGMIN");
-    unsetenv("G3_CUDA_QPRING"), unsetenv("G3_CUDA_Q4LO");
+    unsetenv("G3_CUDA_QPRING"), unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_QPRPRE");
     const int ms[] = {1, 2, 3, 4, 8}; /* 1-2: the persistent kernel (passes 0, 1, 4, 5, 6), else two launches */
     for (int pass = 0; pass < 8; pass++) {
         /* pass 0: default residual plane up to 2 rows; pass 1: q alone at every m (the faster variant); passes 2, 3:
@@ -989,6 +989,9 @@ static void test_qgemv(void **state) {
         if (pass == 5) setenv("G3_CUDA_QPQS", "0", 1), setenv("G3_CUDA_QPGS", "0", 1);
         /* the ring's depth (by default 3 at one row, 2 at two): 3 at both in pass 4, 4 in pass 6 */
         if (pass == 4 || pass == 6) setenv("G3_CUDA_QPD", pass == 4 ? "3" : "4", 1);
+        /* the ring's slots filled before the launch wait (by default 2, the rest after x's quantization): pass 4 all
+         * of them, pass 6 one of 4 */
+        if (pass == 4 || pass == 6) setenv("G3_CUDA_QPRPRE", pass == 4 ? "0" : "1", 1);
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
             /* n = 45: not a multiple of any row tile (8 rows per block at short rows, 2-4 at long ones) */
             run_qgemv(G3_DTYPE_F32, "int8", 45, 5376, ms[i], 0);  /* per channel, 2 warps per row */
@@ -1058,7 +1061,7 @@ static void test_qgemv(void **state) {
         run_qgemv(G3_DTYPE_F32, "int4", 9002, 5376, 2, 1);
         unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QPKS"), unsetenv("G3_CUDA_QPRING");
         unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_Q8F16"), unsetenv("G3_CUDA_QPQS"), unsetenv("G3_CUDA_QPD");
-        unsetenv("G3_CUDA_QPGS");
+        unsetenv("G3_CUDA_QPGS"), unsetenv("G3_CUDA_QPRPRE");
     }
     /* the switch: 0 = today's choice (tensor cores for exact int4/int8 per channel, CUDA-core GEMV for groups < 128) */
     setenv("G3_CUDA_QGEMV", "0", 1);
@@ -1399,7 +1402,7 @@ static void test_qgemv_pn(void **state) {
     (void)state;
     need_gpu();
     unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPRING");
-    unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_Q8F16");
+    unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_Q8F16"), unsetenv("G3_CUDA_QPRPRE");
     /* 1, 2 rows; passes 2, 3: weights through the ring ($G3_CUDA_QPRING=2; int4 with its residual plane,
      * $G3_CUDA_Q4LO=2, so that the ring variant of the run-time group form is run too); pass 2: the norm weights read from global memory and a ring of 4 steps, pass 3:
      * of 3 (by default 3 at one row, 2 at two) */
@@ -1408,7 +1411,10 @@ static void test_qgemv_pn(void **state) {
         pn_pass = pass;
         if (pass == 2) setenv("G3_CUDA_QPRING", "2", 1), setenv("G3_CUDA_Q4LO", "2", 1);
         if (pass == 2) setenv("G3_CUDA_QPNW", "1", 1), setenv("G3_CUDA_QPD", "4", 1);
-        if (pass == 3) unsetenv("G3_CUDA_QPNW"), setenv("G3_CUDA_QPD", "3", 1);
+        /* the ring's slots filled before the launch wait (by default 2, the rest after the prologue's loads): pass 2
+         * all 4 of them (pass 3: the default) */
+        if (pass == 2) setenv("G3_CUDA_QPRPRE", "0", 1);
+        if (pass == 3) unsetenv("G3_CUDA_QPNW"), unsetenv("G3_CUDA_QPRPRE"), setenv("G3_CUDA_QPD", "3", 1);
         if (pass == 3) /* every quantization item slot run; int4 groups of 128 with their arithmetic at run time */
             setenv("G3_CUDA_QPQS", "0", 1), setenv("G3_CUDA_QPGS", "0", 1);
         run_qgemv_pn(G3_DTYPE_F32, "int4", 45, 5376, m, 0);   /* 27B qkv-like: k = hidden */

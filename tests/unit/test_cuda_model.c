@@ -631,7 +631,10 @@ static void test_attn_tq(void **state) {
  * then a decode step of one row. Both quantize the same activations in the same blocks of 32 (the 270M int8 product on
  * its own takes float16 activations instead, ~1e-3 off), so the logits agree to the order of the additions, where a
  * wrong row, column slice, scale or group would make them unrelated; where the fused step's graph has one node a
- * layer fewer the path was taken (at least one case must take it). */
+ * layer fewer the path was taken (at least one case must take it). The order of o's additions into y decides which
+ * way a later product's int8 activation near a rounding midpoint rounds: at the 270M shape int4 came out 1.6-1.8e-3
+ * apart in 4 of 9 runs on the H200 (both ways of filling the one-row ring, session 38 runs 03-04), 4e-8..2e-7 in the
+ * others; hence 5e-3 for that shape's two layers, where a wrong product gives differences of order 1. */
 static void test_attn_o_fused(void **state) {
     (void)state;
     enum { P = 24 };
@@ -668,7 +671,7 @@ static void test_attn_o_fused(void **state) {
             /* taken (a node a layer fewer) or declined for this matrix (the same graph) */
             assert_true(nodes[1] - nodes[0] == layers[si] || nodes[1] == nodes[0]);
             taken += nodes[1] != nodes[0];
-            assert_true(d < (si == 1 && qi == 0 ? 5e-3 : 1e-3));
+            assert_true(d < (si == 1 ? 5e-3 : 1e-3));
         }
         free(pre), free(out[0]), free(out[1]);
         g3_model_free(m);

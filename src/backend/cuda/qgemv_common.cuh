@@ -20,11 +20,11 @@ static __device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
  * flight at once), q8_quant quantizes and stores them. ok = 0: the thread only takes part in the shuffles (the 4
  * threads of a block of 32 values are consecutive lanes, all in or all out). hl: also the residual plane xl
  * (q_lo = rint((x*inv - q) * 254), so that x = d * (q + q_lo/254) within amax/64516); the products are rounded
- * explicitly (no FMA contraction) so that a CPU reference can reproduce q and q_lo. */
-static __device__ __forceinline__ void q8_load(const float *__restrict__ x, int ldx, int k, long long t, bool ok,
-                                               float (&v)[8]) {
-    const int k8 = k / 8;
-    const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
+ * explicitly (no FMA contraction) so that a CPU reference can reproduce q and q_lo. The _at forms take item t as
+ * (row i, item j8 of the row), for callers that have them without a division (the persistent kernel, M <= 2 rows: the
+ * forms with t divide a 64-bit index by k / 8, twice an item). */
+static __device__ __forceinline__ void q8_load_at(const float *__restrict__ x, int ldx, int i, int j8, bool ok,
+                                                  float (&v)[8]) {
     if (ok) {
         const float4 *p = (const float4 *)(x + (size_t)i * ldx + 8 * j8);
         float4 a = p[0], b = p[1];
@@ -33,6 +33,11 @@ static __device__ __forceinline__ void q8_load(const float *__restrict__ x, int 
 #pragma unroll
         for (int e = 0; e < 8; e++) v[e] = 0.f;
     }
+}
+static __device__ __forceinline__ void q8_load(const float *__restrict__ x, int ldx, int k, long long t, bool ok,
+                                               float (&v)[8]) {
+    const int k8 = k / 8;
+    q8_load_at(x, ldx, ok ? (int)(t / k8) : 0, ok ? (int)(t % k8) : 0, ok, v);
 }
 /* The largest |x| of the block of 32 values whose 8-value items are held by 4 consecutive lanes (every lane of the warp
  * takes part in the shuffles). */
@@ -43,10 +48,8 @@ static __device__ __forceinline__ float q8_block_amax(const float (&v)[8]) {
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
     return fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
 }
-static __device__ __forceinline__ void q8_quant(const float (&v)[8], int k, long long t, bool ok, int8_t *xq,
-                                                int8_t *xl, float2 *xd, int il, int hl) {
-    const int k8 = k / 8;
-    const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
+static __device__ __forceinline__ void q8_quant_at(const float (&v)[8], int k, int i, int j8, bool ok, int8_t *xq,
+                                                   int8_t *xl, float2 *xd, int il, int hl) {
     const float amax = q8_block_amax(v);
     const float inv = amax > 0.f ? 127.f / amax : 0.f, d = amax / 127.f;
     int q[8], ql[8], sq = 0, sl = 0;
@@ -73,16 +76,19 @@ static __device__ __forceinline__ void q8_quant(const float (&v)[8], int k, long
     }
     if (sub == 0) xd[(size_t)i * (k / 32) + blk] = make_float2(d, d * ((float)sq + (float)sl * (1.f / 254.f)));
 }
+static __device__ __forceinline__ void q8_quant(const float (&v)[8], int k, long long t, bool ok, int8_t *xq,
+                                                int8_t *xl, float2 *xd, int il, int hl) {
+    const int k8 = k / 8;
+    q8_quant_at(v, k, ok ? (int)(t / k8) : 0, ok ? (int)(t % k8) : 0, ok, xq, xl, xd, il, hl);
+}
 
 /* fp8 weights (the persistent kernel only): item t's 8 values as float16 of x / amax per block of 32 (amax kept in xd's
  * .x, .y unused), the block's values at byte offsets (j8 & 1) * k + 16 * (j8 >> 1) of row i (2k bytes a row): chunk
  * cc's first 8 values at 16 cc, its last 8 at k + 16 cc, so a warp's lanes read consecutive 16-byte words (no bank
  * conflicts). x * (1/amax) is rounded to float (IEEE reciprocal and product), then to float16, so that a CPU
  * reference can reproduce the values. */
-static __device__ __forceinline__ void h16_quant(const float (&v)[8], int k, long long t, bool ok, int8_t *xq,
-                                                 float2 *xd) {
-    const int k8 = k / 8;
-    const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
+static __device__ __forceinline__ void h16_quant_at(const float (&v)[8], int k, int i, int j8, bool ok, int8_t *xq,
+                                                    float2 *xd) {
     const float amax = q8_block_amax(v);
     if (!ok) return;
     const float inv = amax > 0.f ? __frcp_rn(amax) : 0.f;
@@ -95,6 +101,11 @@ static __device__ __forceinline__ void h16_quant(const float (&v)[8], int k, lon
     int8_t *dst = xq + (size_t)i * 2 * k + (size_t)(j8 & 1) * k + 16 * (size_t)(j8 >> 1);
     *(uint4 *)dst = make_uint4(h[0], h[1], h[2], h[3]);
     if ((j8 & 3) == 0) xd[(size_t)i * (k / 32) + (j8 >> 2)] = make_float2(amax, 0.f);
+}
+static __device__ __forceinline__ void h16_quant(const float (&v)[8], int k, long long t, bool ok, int8_t *xq,
+                                                 float2 *xd) {
+    const int k8 = k / 8;
+    h16_quant_at(v, k, ok ? (int)(t / k8) : 0, ok ? (int)(t % k8) : 0, ok, xq, xd);
 }
 
 /* ---- dot products ---- */

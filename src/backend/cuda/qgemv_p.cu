@@ -158,9 +158,7 @@ static __device__ __forceinline__ void qp_add_norm(const g3c_qp_pre &pre, int K,
 
 /* q8_load for the add-norm prologue: the 8 values of item t are sf * inv2[row] * w2 (as k_add_norm_dec's xn). */
 static __device__ __forceinline__ void q8_load_pn(const float *sf, const float *w2, const float *gw2, const float *inv2,
-                                                  int k, long long t, bool ok, float (&v)[8]) {
-    const int k8 = k / 8;
-    const int i = ok ? (int)(t / k8) : 0, j8 = ok ? (int)(t % k8) : 0;
+                                                  int k, int i, int j8, bool ok, float (&v)[8]) {
     if (ok) { /* gw2: the weights from global memory (w2 unused) */
         const float4 *p = (const float4 *)(sf + (size_t)i * k + 8 * j8), *wp = (const float4 *)(w2 + 8 * j8);
         const float4 *gp = (const float4 *)(gw2 + 8 * j8);
@@ -188,7 +186,8 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     constexpr int R = 2, V = QT == G3Q_INT4 ? 32 : 16, NW = QP_T / 32, SB = 32 * U * 16; /* SB: bytes a row and step */
     /* fp8 and per-channel int8 by qp_q8f16's rule (G3C_QT_I8H): float16 activations, 2 bytes each (h16_quant) */
     constexpr bool F8 = qt_f16(QT), H2 = HL || F8;
-    /* opt bit 1: the prologue's norm weights read from global memory (qp_pn_w); bits 2-4: the ring's depth */
+    /* opt bit 1: the prologue's norm weights read from global memory (qp_pn_w); bits 2-4: the ring's depth; bits 5-7:
+     * its slots filled before the launch wait (qp_ring_pre) */
     const bool gw = PN && (opt & 2);
     const int qd = (opt >> 2) & 7;
     extern __shared__ __align__(16) unsigned char qp_sm[];
@@ -258,6 +257,10 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     load(more(rg, left), rg, s, wa, sa, za); /* independent of the previous kernel */
     /* RG: the issue cursor (gi, si, li) runs qd steps ahead of (rg, s, left) over the same sequence */
     int gi = rg, si = s, li = left;
+    /* opt bits 5-7 (qp_ring_pre): the ring's slots filled before the launch wait, the rest after the prologue's
+     * loads (PN) or x's quantization; 0: all before */
+    const int qpre = (opt >> 5) & 7, npre = qpre && qpre < qd ? qpre : qd;
+    int filled = 0;
     auto issue = [&](int slot) { /* lane 0: step (gi, si) into the warp's slot */
         uint64_t *bar = mbar + warp * qd + slot;
         uint8_t *dst = ring + (size_t)(warp * qd + slot) * R * SB;
@@ -282,38 +285,55 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
             g3c_mb_init_fence();
         }
         __syncwarp();
-        for (int d = 0; d < qd && more(gi, li); d++) {
-            if (lane == 0) issue(d);
+        for (; filled < npre && more(gi, li); filled++) {
+            if (lane == 0) issue(filled);
             advance_issue();
         }
     }
+    auto fill_rest = [&]() { /* RG: the slots not filled before the launch wait */
+        for (; RG && filled < qd && more(gi, li); filled++) {
+            if (lane == 0) issue(filled);
+            advance_issue();
+        }
+    };
     if constexpr (PN) qp_pre_load(pre, K, m, sf, sw, gw);
     g3c_pdl_wait();
     if (pre.zero)
         for (int i = blockIdx.x * QP_T + threadIdx.x; i < pre.zero_n; i += gridDim.x * QP_T) pre.zero[i] = 0.f;
-    if constexpr (PN) qp_add_norm<M>(pre, K, m, sf, sw, gw, pn_inv2, pn_red);
+    if constexpr (PN) {
+        qp_add_norm<M>(pre, K, m, sf, sw, gw, pn_inv2, pn_red);
+        fill_rest();
+    }
     { /* QI items per thread with their loads in flight together: one L2 round trip per QI items, not per item */
         constexpr int QI = 4;
-        const long long tot = (long long)m * (K / 8); /* a multiple of 4, like QP_T: blocks of 32 all in or all out */
+        /* items of at most M <= 2 rows of K <= 64 K values: the row and item without a division */
+        const int k8 = K / 8, tot = m * k8; /* a multiple of 4, like QP_T: blocks of 32 all in or all out */
         const bool skip = opt & 1; /* item slots wholly past tot left out (block-uniform: no lane diverges) */
-        for (long long b0 = 0; b0 < tot; b0 += QI * QP_T) {
+        for (int b0 = 0; b0 < tot; b0 += QI * QP_T) {
             float v[QI][8];
+            int ti[QI], tj[QI];
 #pragma unroll
             for (int j = 0; j < QI; j++) {
-                const long long t = b0 + j * QP_T + threadIdx.x;
-                if (skip && b0 + j * QP_T >= tot) break;
-                if constexpr (PN) q8_load_pn(sf, sw + K, gw ? pre.w2 : NULL, pn_inv2, K, t, t < tot, v[j]);
-                else q8_load(x, ldx, K, t, t < tot, v[j]);
+                const int t = b0 + j * QP_T + threadIdx.x, r1 = M > 1 && t >= k8;
+                ti[j] = t < tot ? r1 : 0, tj[j] = t < tot ? t - r1 * k8 : 0;
             }
 #pragma unroll
             for (int j = 0; j < QI; j++) {
-                const long long t = b0 + j * QP_T + threadIdx.x;
+                const int t = b0 + j * QP_T + threadIdx.x;
                 if (skip && b0 + j * QP_T >= tot) break;
-                if constexpr (F8) h16_quant(v[j], K, t, t < tot, sq, sd);
-                else q8_quant(v[j], K, t, t < tot, sq, sl, sd, QT == G3Q_INT4, HL);
+                if constexpr (PN) q8_load_pn(sf, sw + K, gw ? pre.w2 : NULL, pn_inv2, K, ti[j], tj[j], t < tot, v[j]);
+                else q8_load_at(x, ldx, ti[j], tj[j], t < tot, v[j]);
+            }
+#pragma unroll
+            for (int j = 0; j < QI; j++) {
+                const int t = b0 + j * QP_T + threadIdx.x;
+                if (skip && b0 + j * QP_T >= tot) break;
+                if constexpr (F8) h16_quant_at(v[j], K, ti[j], tj[j], t < tot, sq, sd);
+                else q8_quant_at(v[j], K, ti[j], tj[j], t < tot, sq, sl, sd, QT == G3Q_INT4, HL);
             }
         }
     }
+    if constexpr (!PN) fill_rest();
     __syncthreads();
     const int8_t *xq[M], *xl[M]; /* the activation rows in shared memory */
     const float2 *xd[M];
@@ -608,7 +628,26 @@ static int qp_f16(const g3_dmat *w, int geglu, int pn) { /* the product runs on 
     return w->qt == G3Q_FP8 || qp_q8f16(w, geglu, pn);
 }
 
-/* The kernel's opt: bit 1 as qp_pn_w says, bits 2-4 the ring's depth (qp_ring_depth); bit 0: the quantization's item
+/* The ring variants fill n of their slots before the launch wait and the rest once the add-norm prologue's loads have
+ * returned (or after x's quantization), so that those L2 loads do not queue behind the ring's copies (up to 147 KB a
+ * SM at depth 3). $G3_CUDA_QPRPRE=n (1..7); 0: every slot before the wait (as before); default 2, which at two rows
+ * (depth 2) is every slot. Measured on the H200 (session 38 runs 01-02, two rounds each, tok/s one row, argmax on the
+ * GPU): 27B int8 / int4 / fp8 130 / 191 / 130 against 128 / 189-190 / 129 with 0 (n = 1: 129 / 191 / 129; 3, i.e.
+ * all: as 0; run 03, n = 2 the default: 131 / 190-191 / 131 against 129 / 188-189 / 129), 4B / 1B within their noise
+ * (4B int8 597-603 against 599-600, 1B int4 1265-1299 against 1270-1297); CUPTI at 27B int8: a layer 117.0 against
+ * 119.1 us (the o product 1.6 us shorter, gate/up 1.9), int4 80.7 against 81.4.
+ * With a ring of 4 (G3_CUDA_QPD=4 G3_CUDA_QPNW=1) still slower than 3 (27B int8 126 with n = 2). At two rows n = 1
+ * gave 27B int8 / int4 243-244 / 351-352 against 241 / 345-346 but fp8 227-231 against 231-232 and 4B int8 one row
+ * 589-590 against 599-600 when applied at one row too; not taken. Session 23 had measured 0-1 slots before the wait
+ * for the products without the prologue alone (27B fp8 125-127 against 128): no better there. */
+static int qp_ring_pre(void) {
+    const char *e = getenv("G3_CUDA_QPRPRE");
+    const int n = e && *e ? atoi(e) : 2;
+    return n < 0 ? 0 : n > 7 ? 7 : n;
+}
+
+/* The kernel's opt: bit 1 as qp_pn_w says, bits 2-4 the ring's depth (qp_ring_depth), bits 5-7 qp_ring_pre; bit 0:
+ * the quantization's item
  * slots (QI of QP_T items per thread and round) that lie wholly past the m * k / 8 items are left out instead of run
  * with their loads and stores predicated off ($G3_CUDA_QPQS=0: run them, as before): the 27B shapes need 1-2 of the 4
  * (k = 4096 / 5376), and q8_quant does all its arithmetic and shuffles before its predicated stores. Nsight Compute on
@@ -620,7 +659,7 @@ static int qp_f16(const g3_dmat *w, int geglu, int pn) { /* the product runs on 
  * no better. */
 static int qp_opt(int m) {
     const char *q = getenv("G3_CUDA_QPQS");
-    return (q && !strcmp(q, "0") ? 0 : 1) | qp_pn_w() << 1 | qp_ring_depth(m) << 2;
+    return (q && !strcmp(q, "0") ? 0 : 1) | qp_pn_w() << 1 | qp_ring_depth(m) << 2 | qp_ring_pre() << 5;
 }
 
 template <int QT, int M, bool PC, bool HL, bool PN>
