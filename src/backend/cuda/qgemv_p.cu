@@ -629,34 +629,33 @@ static int qp_f16(const g3_dmat *w, int geglu, int pn) { /* the product runs on 
 }
 
 /* The ring variants fill n of their slots before the launch wait and the rest once the add-norm prologue's loads have
- * returned (or after x's quantization), so that those L2 loads do not queue behind the ring's copies (up to 147 KB a
- * SM at depth 3). $G3_CUDA_QPRPRE=n (1..7); 0: every slot before the wait (as before); default 2, which at two rows
- * (depth 2) is every slot. Measured on the H200 (session 38 runs 01-02, two rounds each, tok/s one row, argmax on the
- * GPU): 27B int8 / int4 / fp8 130 / 191 / 130 against 128 / 189-190 / 129 with 0 (n = 1: 129 / 191 / 129; 3, i.e.
- * all: as 0; run 03, n = 2 the default: 131 / 190-191 / 131 against 129 / 188-189 / 129), 4B / 1B within their noise
- * (4B int8 597-603 against 599-600, 1B int4 1265-1299 against 1270-1297); CUPTI at 27B int8: a layer 117.0 against
- * 119.1 us (the o product 1.6 us shorter, gate/up 1.9), int4 80.7 against 81.4.
- * With a ring of 4 (G3_CUDA_QPD=4 G3_CUDA_QPNW=1) still slower than 3 (27B int8 126 with n = 2). At two rows n = 1
- * gave 27B int8 / int4 243-244 / 351-352 against 241 / 345-346 but fp8 227-231 against 231-232 and 4B int8 one row
- * 589-590 against 599-600 when applied at one row too; not taken. Session 23 had measured 0-1 slots before the wait
- * for the products without the prologue alone (27B fp8 125-127 against 128): no better there. */
+ * returned (or after x's quantization), so that those L2 loads do not queue behind the ring's copies (up to 147 KB a SM
+ * at depth 3). $G3_CUDA_QPRPRE=n (1..7); 0: every slot before the wait (as before); default 2, which at two rows (depth
+ * 2) is every slot. Measured on the H200 (session 38 runs 01-02, two rounds each, tok/s one row, argmax on the GPU):
+ * 27B int8 / int4 / fp8 130 / 191 / 130 against 128 / 189-190 / 129 with 0 (n = 1: 129 / 191 / 129; 3, i.e. all: as 0;
+ * run 03, n = 2 the default: 131 / 190-191 / 131 against 129 / 188-189 / 129), 4B / 1B within their noise (4B int8
+ * 597-603 against 599-600, 1B int4 1265-1299 against 1270-1297); CUPTI at 27B int8: a layer 117.0 against 119.1 us (the
+ * o product 1.6 us shorter, gate/up 1.9), int4 80.7 against 81.4. With a ring of 4 (G3_CUDA_QPD=4 G3_CUDA_QPNW=1) still
+ * slower than 3 (27B int8 126 with n = 2). At two rows n = 1 gave 27B int8 / int4 243-244 / 351-352 against 241 /
+ * 345-346 but fp8 227-231 against 231-232 and 4B int8 one row 589-590 against 599-600 when applied at one row too; not
+ * taken. Session 23 had measured 0-1 slots before the wait for the products without the prologue alone (27B fp8 125-127
+ * against 128): no better there. */
 static int qp_ring_pre(void) {
     const char *e = getenv("G3_CUDA_QPRPRE");
     const int n = e && *e ? atoi(e) : 2;
     return n < 0 ? 0 : n > 7 ? 7 : n;
 }
 
-/* The kernel's opt: bit 1 as qp_pn_w says, bits 2-4 the ring's depth (qp_ring_depth), bits 5-7 qp_ring_pre; bit 0:
- * the quantization's item
- * slots (QI of QP_T items per thread and round) that lie wholly past the m * k / 8 items are left out instead of run
- * with their loads and stores predicated off ($G3_CUDA_QPQS=0: run them, as before): the 27B shapes need 1-2 of the 4
- * (k = 4096 / 5376), and q8_quant does all its arithmetic and shuffles before its predicated stores. Nsight Compute on
- * the 27B fp8 o product alone (session 23 run 08): 42% of its instructions and 61% of its stall samples in each warp's
- * one-time code. A/B/A/B (run 09, tok/s one row): 27B int8 / int4 / fp8 129 / 177-178 / 128-129 against 123 / 171 /
- * 128, 4B 584-586 / 668-673 / 589-593 against 561-564 / 604-611 / 575-576. Measured in the same run and not kept:
- * issuing 0-1 of the ring's 3 slots before the launch wait and the rest right after x's loads, so that x would not
- * queue behind ~19 MB of copies (23% of the o product's stall samples wait for x there): 27B fp8 125-127, 4B 564-577,
- * no better. */
+/* The kernel's opt: bit 1 as qp_pn_w says, bits 2-4 the ring's depth (qp_ring_depth), bits 5-7 qp_ring_pre; bit 0: the
+ * quantization's item slots (QI of QP_T items per thread and round) that lie wholly past the m * k / 8 items are left
+ * out instead of run with their loads and stores predicated off ($G3_CUDA_QPQS=0: run them, as before): the 27B shapes
+ * need 1-2 of the 4 (k = 4096 / 5376), and q8_quant does all its arithmetic and shuffles before its predicated stores.
+ * Nsight Compute on the 27B fp8 o product alone (session 23 run 08): 42% of its instructions and 61% of its stall
+ * samples in each warp's one-time code. A/B/A/B (run 09, tok/s one row): 27B int8 / int4 / fp8 129 / 177-178 / 128-129
+ * against 123 / 171 / 128, 4B 584-586 / 668-673 / 589-593 against 561-564 / 604-611 / 575-576. Measured in the same run
+ * and not kept: issuing 0-1 of the ring's 3 slots before the launch wait and the rest right after x's loads, so that x
+ * would not queue behind ~19 MB of copies (23% of the o product's stall samples wait for x there): 27B fp8 125-127, 4B
+ * 564-577, no better. */
 static int qp_opt(int m) {
     const char *q = getenv("G3_CUDA_QPQS");
     return (q && !strcmp(q, "0") ? 0 : 1) | qp_pn_w() << 1 | qp_ring_depth(m) << 2 | qp_ring_pre() << 5;
