@@ -156,7 +156,8 @@ static __device__ __forceinline__ void qp_add_norm(const g3c_qp_pre &pre, int K,
     __syncthreads();
 }
 
-/* q8_load for the add-norm prologue: the 8 values of item t are sf * inv2[row] * w2 (as k_add_norm_dec's xn). */
+/* q8_load_at for the add-norm prologue: the 8 values of item j8 of row i are sf * inv2[i] * w2 (as k_add_norm_dec's
+ * xn). */
 static __device__ __forceinline__ void q8_load_pn(const float *sf, const float *w2, const float *gw2, const float *inv2,
                                                   int k, int i, int j8, bool ok, float (&v)[8]) {
     if (ok) { /* gw2: the weights from global memory (w2 unused) */
