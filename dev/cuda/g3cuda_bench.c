@@ -3,7 +3,8 @@
  * its ratio to the measured ceilings (streaming read bandwidth for decode, cuBLAS bf16 GEMM rate for prefill).
  *
  *   g3cuda_bench [--sizes 1b,4b,27b] [--quants bf16,int8,int4] [--gemm split|bf16] [--steps 64] [--batches 8,32,64,256]
- *                [--profile 1]   (also: time of each launch group in one eager prefill, decode step and batch step)
+ *                [--profile 1]   (also: time of each launch group in one eager prefill, decode step and batch step of
+ *                                 32 rows; --profile n > 1: the batch step of n rows)
  *                [--batch1 0]    (aggregate decode only: no prefill or batch-1 measurements, e.g. under a profiler)
  *                [--dump FILE]   (append each batch size's last decode logits to FILE, float32: dev/cuda/logits_diff.py)
  *
@@ -221,7 +222,11 @@ int main(int argc, char **argv) {
                         if (f) fclose(f);
                         if (!ok) { fprintf(stderr, "cannot write %s\n", dump); return 1; }
                     }
-                    if (mode && prof && B == 32) profile(b, &db, sizes[si], quants[qi], "decode 32");
+                    if (mode && prof && B == (prof > 1 ? prof : 32)) {
+                        char what[32];
+                        snprintf(what, sizeof what, "decode %d", B);
+                        profile(b, &db, sizes[si], quants[qi], what);
+                    }
                     printf("| %s | %s | %s | aggregate decode tok/s, %d seqs (%s) | %.0f | %.0f (weights once per step) "
                            "| %.2f |\n",
                            sizes[si], quants[qi], gm, B, mode ? "argmax on GPU" : "logits to host", B / t, B * lim,

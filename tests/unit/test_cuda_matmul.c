@@ -401,6 +401,7 @@ static void test_matmul_tq_small(void **state) {
     unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_TQMIN"); /* test_matmul_formats leaves $G3_CUDA_QGEMV=0 */
     static const char *const qs[] = {"int8", "int4"};
     for (int qi = 0; qi < 2; qi++) {
+        setenv("G3_CUDA_Q4R", "0", 1); /* tc_q8.cu here at any size; tc_q4r.cu: test_matmul_q4r */
         for (int m = 3; m <= 8; m++) run_wgq(qs[qi], 264, 2560, m, 1);
         run_wgq(qs[qi], 37, 21504, 5, 1);
         run_wgq(qs[qi], 40, 384, 4, 1);
@@ -428,6 +429,45 @@ static void test_matmul_tq_small(void **state) {
         setenv("G3_CUDA_TQMIN", "9", 1);
         assert_int_equal(g3_cuda_test_mm_path(G3_DTYPE_F32, 264, 2560, "int4", 1, 8), 3);
         unsetenv("G3_CUDA_TQMIN");
+    }
+    unsetenv("G3_CUDA_Q4R");
+}
+
+/* int4 in groups of 128, per-channel int8 and fp8 at 3..8 rows with the weights loaded straight into registers
+ * (tc_q4r.cu, the default there for matrices of >= $G3_CUDA_Q4RMIN MB, 0 here), against run_wgq's emulation (the same
+ * activations quantized per 128, fp8's as e4m3 hi + lo parts, the resident weights dequantized; for fp8 also: the lo
+ * parts count, and the staged kernel's result differs): every m (an activation row a B column, lanes past m
+ * repeating the last row), n = 264 / 37 / 40 (a partial last tile of 16 rows, its rows clamped and not written), k =
+ * 2560 (int4: 20 groups, two a unit), 384 / 1152 (3 / 9 groups: one a unit), 5376 and 4096 (the 27B qkv / o rows),
+ * 21504 (four K-slices of 42 groups, each block copying the activations of the slices it touches), n = 5376 (full
+ * tiles, stream-K ranges across tiles). The launch counter proves that this kernel ran, that $G3_CUDA_Q4R=0 gives the
+ * product back to tc_q8.cu, and that the default threshold keeps a small matrix there. */
+static void test_matmul_q4r(void **state) {
+    (void)state;
+    need_gpu();
+    unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_TQMIN"), unsetenv("G3_CUDA_Q4R");
+    static const char *const qs[] = {"int4", "int8", "fp8"};
+    for (int qi = 0; qi < 3; qi++) {
+        setenv("G3_CUDA_Q4RMIN", "0", 1);
+        const long long c0 = g3_cuda_test_q4r_launches();
+        for (int m = 3; m <= 8; m++) run_wgq(qs[qi], 264, 2560, m, 1);
+        /* k = 21504 in two slices a block (fp8's 37-row matrix would copy all 168 groups: too much shared memory) */
+        run_wgq(qs[qi], qi == 2 ? 2048 : 37, 21504, 5, 1);
+        run_wgq(qs[qi], 40, 384, 4, 1);
+        run_wgq(qs[qi], 37, 1152, 3, 1);
+        run_wgq(qs[qi], 264, 5376, 8, 1);
+        run_wgq(qs[qi], 5376, 4096, 7, 1);
+        const long long c1 = g3_cuda_test_q4r_launches();
+        printf("  %s: tc_q4r.cu launches: %lld\n", qs[qi], c1 - c0);
+        assert_true(c1 - c0 >= 11);
+        /* the products elsewhere (fp8 at <= 8 rows then on tc_gemv.cu's bf16 hi + lo, not run_wgq's e4m3 form):
+         * checked against W . x only, the counter not moving */
+        setenv("G3_CUDA_Q4R", "0", 1);
+        run_mm(qs[qi], 264, 2560, 5, 1, 0, 7.0e-3, 1e-2);
+        assert_true(g3_cuda_test_q4r_launches() == c1);
+        unsetenv("G3_CUDA_Q4R"), unsetenv("G3_CUDA_Q4RMIN");
+        run_mm(qs[qi], 264, 2560, 5, 1, 0, 7.0e-3, 1e-2); /* < 1 MB: below the default threshold */
+        assert_true(g3_cuda_test_q4r_launches() == c1);
     }
 }
 
@@ -1493,6 +1533,7 @@ int main(void) {
         cmocka_unit_test_setup(test_matmul_staged, frand_restart),
         cmocka_unit_test_setup(test_matmul_tqg, frand_restart),
         cmocka_unit_test_setup(test_matmul_tq_small, frand_restart),
+        cmocka_unit_test_setup(test_matmul_q4r, frand_restart),
         cmocka_unit_test_setup(test_matmul_wgmma, frand_restart),
         cmocka_unit_test_setup(test_matmul_wgmma_fp8, frand_restart),
         cmocka_unit_test_setup(test_matmul_wg_geglu, frand_restart),

@@ -281,6 +281,14 @@ int g3c_wg4_supported(const g3_dmat *w, int m);
 cudaError_t g3c_wg4_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                        cudaStream_t st);
 cudaError_t g3c_wg4_init(void);
+/* tc_q4r.cu: int4 (groups of 128), per-channel int8 and fp8 products of 1..8 rows on tensor cores with the weights
+ * loaded straight into registers (activations quantized as for g3c_tq_mm_pre: value order 1 / 0, fp8's e4m3 hi + lo
+ * rows); g3c_tq_mm and g3c_tq_mm_pre take it where g3c_q4r_taken (large matrices; $G3_CUDA_Q4R=0: never), at the
+ * rows they get (3..8 by default). */
+int g3c_q4r_taken(const g3_dmat *w, int m);
+cudaError_t g3c_q4r_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
+                       cudaStream_t st);
+long long g3c_q4r_launches(void); /* launches so far (the test hooks' proof that it ran) */
 /* tc_wgb.cu: int4 products (groups of 128 * j) of 65..128 rows (from $G3_CUDA_WGBMIN rows, >= 9) on bf16 warpgroup
  * MMA with the weights dequantized in registers (activations bf16 in value order 3); g3c_tq_mm and g3c_tq_mm_pre take
  * it where g3c_wgb_supported ($G3_CUDA_WGB=0: never), g3c_mm for decode batches of 65..256 rows in equal launches of

@@ -128,6 +128,8 @@ extern "C" int g3_cuda_test_mm_path(uint32_t src_type, int n, int k, const char 
     return g3c_mm_path(&mc, &d, m);
 }
 
+extern "C" long long g3_cuda_test_q4r_launches(void) { return g3c_q4r_launches(); }
+
 extern "C" int g3_cuda_test_qp_kslices(uint32_t src_type, int n, int k, const char *quant, int geglu, int *n_sm) {
     g3_dmat d;
     if (test_dmat_header(&d, src_type, n, k, quant)) return -1;

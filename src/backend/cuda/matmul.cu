@@ -8,7 +8,8 @@
  * Measured on the H200 (bench/RESULTS.md): for bf16 weights at batch 1 the CUDA-core GEMV streams faster than the
  * tensor-core kernel (27B: 64 against 53 tok/s), for int4 the tensor-core kernel wins (92 against 53).
  * Decode on int8/int4 weights at 1-2 rows: the dp4a kernels of qgemv.cu on q8-quantized activations; from 3 rows
- * (g3c_tq_min_rows: $G3_CUDA_TQMIN, $G3_CUDA_TQGMIN) the int8 tensor cores of tc_q8.cu / tc_q8g.cu (g3c_tq_small);
+ * (g3c_tq_min_rows: $G3_CUDA_TQMIN, $G3_CUDA_TQGMIN) the int8 tensor cores of tc_q8.cu / tc_q8g.cu (g3c_tq_small;
+ * large int4 / int8 matrices at <= 8 rows on tc_q4r.cu, the weights straight into registers);
  * with $G3_CUDA_TQMIN=9 int4 keeps dp4a up to 8 rows and per-channel int8 up to 4 (tc_gemv.cu at 5..8).
  * $G3_CUDA_QGEMV=n takes dp4a up to n rows only (0: never, i.e. the choice below). fp8 (e4m3 per
  * channel) at 1-2 rows: the same persistent kernel on float16 products (qgemv_p.cu; 27B batch 1 128 against 106 tok/s

@@ -427,6 +427,7 @@ cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, 
     if (g3c_wgf_taken(w, m)) return g3c_wgf_mm(w, xq, xd, m, y, n_sm, st);
     if (g3c_wgb_supported(w, m)) return g3c_wgb_mm(w, (const __nv_bfloat16 *)xq, m, y, n_sm, st);
     if (g3c_wg4_supported(w, m)) return g3c_wg4_mm(w, xq, xd, m, y, n_sm, st);
+    if (g3c_q4r_taken(w, m)) return g3c_q4r_mm(w, xq, xd, m, y, n_sm, st); /* tc_q8.cu's value orders; fp8 */
     if (!g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     if (tq_variant(w) == 2) return g3c_tqg_mm(w, xq, xd, m, y, n_sm, st);
     tq_build();
@@ -451,7 +452,9 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
     if (!wg && !wgb && !wg4 && !wgf && !g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     tq_build();
     const int tqg = !wg && !wgb && !wg4 && !wgf && tq_variant(w) == 2; /* GGUF groups of 16 / 32: tc_q8g.cu */
-    tq_inst *ti = wg || wgb || wg4 || wgf || tqg ? NULL : tq_pick(w, m);
+    /* large int4 / int8 / fp8 matrices at <= 8 rows: tc_q4r.cu (fp8 on the hi + lo rows quantized for wgf) */
+    const int q4r = !wg && !wgb && !wg4 && !tqg && g3c_q4r_taken(w, m);
+    tq_inst *ti = wg || wgb || wg4 || wgf || tqg || q4r ? NULL : tq_pick(w, m);
     cudaError_t e = ti ? tq_inst_setup(ti) : cudaSuccess; /* no-op after g3c_tq_init */
     if (e != cudaSuccess) return e;
     const size_t need = wgf ? g3c_wgf_q_bytes(m, w->k) : g3c_tq_q8_bytes(m, w->k);
@@ -488,7 +491,8 @@ cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y
     float2 *xd = (float2 *)(xq + (wgf ? (size_t)(wmo + m) * w->k : (size_t)2 * m * w->k));
     e = g3c_tq_quant(w, xh, m, xq, xd, st); /* every path here has k % 128 == 0 */
     if (e == cudaSuccess)
-        e = wgf   ? g3c_wgf_mm(w, xq, xd, m, y, n_sm, st)
+        e = q4r   ? g3c_q4r_mm(w, xq, xd, m, y, n_sm, st)
+            : wgf ? g3c_wgf_mm(w, xq, xd, m, y, n_sm, st)
             : wg  ? g3c_wg_mm(w, xq, xd, m, y, n_sm, st)
             : wgb ? g3c_wgb_mm(w, (const __nv_bfloat16 *)xq, m, y, n_sm, st)
             : wg4 ? g3c_wg4_mm(w, xq, xd, m, y, n_sm, st)

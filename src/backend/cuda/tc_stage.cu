@@ -290,7 +290,9 @@ static int tcm_enabled(void) {
 
 int g3c_tq_small(const g3_dmat *w, int m) {
     const int md = tcm_mode();
-    return m <= 8 && (md == 3 || md == 4) && g3c_tq_supported(w, m); /* from g3c_tq_min_rows(w) */
+    /* from g3c_tq_min_rows(w); large fp8 matrices from 3 rows on tc_q4r.cu (e4m3 hi + lo activations) */
+    return m <= 8 && (md == 3 || md == 4) &&
+           (g3c_tq_supported(w, m) || (w->qt == G3Q_FP8 && m >= 3 && g3c_q4r_taken(w, m)));
 }
 
 int g3c_tq_taken(const g3_dmat *w, int m) {
