@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 BUILD="${1:-build-gpu}"
 VK=ON; [ "${PACK_VULKAN:-1}" = 0 ] && VK=OFF
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DG3_CUDA=ON -DG3_VULKAN=$VK >/dev/null
-T="gemma3 g3cuda_bench g3wg_bench g3qgemv_bench g3chain_bench"
+T="gemma3 g3cuda_bench g3wg_bench g3qgemv_bench g3chain_bench g3q4mma_bench"
 for t in tests/unit/test_cuda_*.c; do T="$T $(basename "$t" .c)"; done
 if [ $VK = ON ]; then for t in tests/unit/test_vulkan_*.c; do T="$T $(basename "$t" .c)"; done; fi
 nice cmake --build "$BUILD" -j2 --target $T >/dev/null

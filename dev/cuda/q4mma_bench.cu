@@ -28,30 +28,16 @@
 
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/q4r_frag.cuh"
 #include "model/dtype.h"
 
 #include "dev_check.cuh"
 
 
-static __device__ __forceinline__ void mma_u8s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 /* 16 weight bytes; H: with the L2 256-byte prefetch hint and no L1 allocation */
 template <bool H> static __device__ __forceinline__ uint4 q4m_ld(const uint8_t *p) {
-    if constexpr (H) {
-        uint4 v;
-        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-            : "l"(p));
-        return v;
-    } else {
-        return __ldg((const uint4 *)p);
-    }
+    if constexpr (H) return q4r_ld(p);
+    else return __ldg((const uint4 *)p);
 }
 
 template <int G> struct q4m_unit { /* one unit's operands in flight: G groups of rows gid and gid + 8 */
@@ -132,15 +118,11 @@ __global__ void __launch_bounds__(Q4M_T, 1)
     int cgl = (u0 / per_slice) * gs + (gb - crem) * G - g_lo; /* the unit's first group in the block's copy */
     float acc_a = 0.f, acc_b = 0.f;
     auto step = [&](q4m_unit<G> &b, bool last) {
-        const uint32_t L = 0x0F0F0F0Fu, HM = 0xF0F0F0F0u;
         uint32_t lo[G][8], hi[G][8];
         float sa[G], sb[G], za[G], zb[G];
 #pragma unroll
         for (int j = 0; j < G; j++) {
-            const uint32_t wv[8] = {b.wa[j].x, b.wb[j].x, b.wa[j].y, b.wb[j].y,
-                                    b.wa[j].z, b.wb[j].z, b.wa[j].w, b.wb[j].w};
-#pragma unroll
-            for (int e = 0; e < 8; e++) lo[j][e] = wv[e] & L, hi[j][e] = wv[e] & HM;
+            q4r_nibbles(b.wa[j], b.wb[j], lo[j], hi[j]);
             sa[j] = b.sa[j], sb[j] = b.sb[j], za[j] = b.za[j], zb[j] = b.zb[j];
         }
         load(b); /* the unit D ahead into the same slot */
@@ -150,10 +132,7 @@ __global__ void __launch_bounds__(Q4M_T, 1)
             const uint4 xl = *(const uint4 *)gq, xh = *(const uint4 *)(gq + 64);
             const float2 dx = sd[cgl + j];
             int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
-            mma_u8s8(cl, lo[j][0], lo[j][1], lo[j][2], lo[j][3], xl.x, xl.y);
-            mma_u8s8(cl, lo[j][4], lo[j][5], lo[j][6], lo[j][7], xl.z, xl.w);
-            mma_u8s8(ch, hi[j][0], hi[j][1], hi[j][2], hi[j][3], xh.x, xh.y);
-            mma_u8s8(ch, hi[j][4], hi[j][5], hi[j][6], hi[j][7], xh.z, xh.w);
+            q4r_group(cl, ch, lo[j], hi[j], xl.x, xl.y, xl.z, xl.w, xh.x, xh.y, xh.z, xh.w);
             const float fa = (float)((cl[0] << 4) + ch[0]), fb = (float)((cl[2] << 4) + ch[2]);
             acc_a = fmaf(sa[j] * dx.x, fa, fmaf(za[j], dx.y, acc_a));
             acc_b = fmaf(sb[j] * dx.x, fb, fmaf(zb[j], dx.y, acc_b));
@@ -165,18 +144,10 @@ __global__ void __launch_bounds__(Q4M_T, 1)
                 atomicAdd(y + (size_t)ctile * 16 + gid + 8, acc_b);
             }
             acc_a = acc_b = 0.f;
-            crem = gb;
-            if (++ctile == ntile) ctile = 0; /* next slice: its groups follow */
-            else cgl -= gs;
+            q4r_next_tile(crem, gb, ctile, ntile, cgl, gs);
         }
     };
-    int u = u0;
-    for (; u + D <= u1; u += D)
-#pragma unroll
-        for (int d = 0; d < D; d++) step(buf[d], u + d + 1 == u1);
-#pragma unroll
-    for (int d = 0; d < D; d++)
-        if (u + d < u1) step(buf[d], u + d + 1 == u1);
+    q4r_units(buf, u0, u1, step);
 }
 
 static size_t q4m_smem(int K) { return (size_t)K + (size_t)(K / 128) * 8; }

@@ -39,37 +39,16 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/q4r_frag.cuh"
 
 #define Q4R_T 384 /* threads a block, one block a SM */
 
-static __device__ __forceinline__ void q8r_mma(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-static __device__ __forceinline__ void f8r_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-static __device__ __forceinline__ void q4r_mma(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* 16 weight bytes, read once: no L1 allocation, and the L2 fetches 256 bytes around them (the next groups of the
- * same row, which this warp's next units read: 64-byte pieces a row otherwise go to DRAM one by one; measured on the
- * 27B gate/up shape alone, 42.2 -> 31.6 us) */
-static __device__ __forceinline__ uint4 q4r_ld(const uint8_t *p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
+/* c += A . B on bytes: e4m3 (float sums) or s8 (int32 sums) */
+template <bool F8, typename T>
+static __device__ __forceinline__ void b8_mma(T (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                              uint32_t b0, uint32_t b1) {
+    if constexpr (F8) f8r_mma(c, a0, a1, a2, a3, b0, b1);
+    else q8r_mma(c, a0, a1, a2, a3, b0, b1);
 }
 
 /* one unit's operands in flight: G groups of rows gid and gid + 8, C 16-byte chunks a lane and group (int4 1, int8 2);
@@ -168,7 +147,8 @@ __global__ void __launch_bounds__(Q4R_T, 1)
     int cgl = (u0 / per_slice) * gs + (gb - crem) * G - g_lo; /* the unit's first group in the block's copy */
     float acc[4] = {0.f, 0.f, 0.f, 0.f}; /* (row gid, act 2t), (gid, 2t+1), (gid+8, 2t), (gid+8, 2t+1) */
     auto step = [&](q4r_unit<G, C> &b, bool last) {
-        if constexpr (F8) { /* e4m3 weights as loaded; the activations' hi and lo parts into the same float sums */
+        if constexpr (I8) { /* a byte a weight: the words are A fragments as loaded (int8 s8; fp8 e4m3, its hi and
+                             * lo activation rows into the same float sums), values in natural order */
             uint4 wa[G * C], wb[G * C];
 #pragma unroll
             for (int j = 0; j < G * C; j++) wa[j] = b.wa[j], wb[j] = b.wb[j];
@@ -176,47 +156,34 @@ __global__ void __launch_bounds__(Q4R_T, 1)
 #pragma unroll
             for (int j = 0; j < G; j++) {
                 const unsigned char *gq = sq + (size_t)(cgl + j) * mr * 128;
-                const uint4 xa = *(const uint4 *)(gq + xoff), xb = *(const uint4 *)(gq + xoff2);
-                const uint4 la = *(const uint4 *)(gq + loff), lb = *(const uint4 *)(gq + loff2);
                 const float4 dd = *(const float4 *)(sd + (cgl + j) * 8 + 2 * t);
-                float c4[4] = {0.f, 0.f, 0.f, 0.f};
                 const uint4 &p = wa[j * C], &q = wa[j * C + 1], &pb = wb[j * C], &qb = wb[j * C + 1];
-                f8r_mma(c4, p.x, pb.x, p.y, pb.y, xa.x, xa.y), f8r_mma(c4, p.x, pb.x, p.y, pb.y, la.x, la.y);
-                f8r_mma(c4, p.z, pb.z, p.w, pb.w, xa.z, xa.w), f8r_mma(c4, p.z, pb.z, p.w, pb.w, la.z, la.w);
-                f8r_mma(c4, q.x, qb.x, q.y, qb.y, xb.x, xb.y), f8r_mma(c4, q.x, qb.x, q.y, qb.y, lb.x, lb.y);
-                f8r_mma(c4, q.z, qb.z, q.w, qb.w, xb.z, xb.w), f8r_mma(c4, q.z, qb.z, q.w, qb.w, lb.z, lb.w);
-                acc[0] = fmaf(dd.x, c4[0], acc[0]), acc[1] = fmaf(dd.z, c4[1], acc[1]);
-                acc[2] = fmaf(dd.x, c4[2], acc[2]), acc[3] = fmaf(dd.z, c4[3], acc[3]);
-            }
-        } else if constexpr (I8) { /* the weight words are the A fragments as loaded (s8), values in natural order */
-            uint4 wa[G * C], wb[G * C];
+                float f[4];
+                auto mmas = [&](auto &c4, int o1, int o2) { /* the group's four MMAs against one activation row */
+                    const uint4 xa = *(const uint4 *)(gq + o1), xb = *(const uint4 *)(gq + o2);
+                    b8_mma<F8>(c4, p.x, pb.x, p.y, pb.y, xa.x, xa.y), b8_mma<F8>(c4, p.z, pb.z, p.w, pb.w, xa.z, xa.w);
+                    b8_mma<F8>(c4, q.x, qb.x, q.y, qb.y, xb.x, xb.y), b8_mma<F8>(c4, q.z, qb.z, q.w, qb.w, xb.z, xb.w);
+                };
+                if constexpr (F8) {
+                    float c4[4] = {0.f, 0.f, 0.f, 0.f};
+                    mmas(c4, xoff, xoff2), mmas(c4, loff, loff2);
 #pragma unroll
-            for (int j = 0; j < G * C; j++) wa[j] = b.wa[j], wb[j] = b.wb[j];
-            load(b);
+                    for (int i = 0; i < 4; i++) f[i] = c4[i];
+                } else {
+                    int c4[4] = {0, 0, 0, 0};
+                    mmas(c4, xoff, xoff2);
 #pragma unroll
-            for (int j = 0; j < G; j++) {
-                const unsigned char *gq = sq + (size_t)(cgl + j) * m * 128;
-                const uint4 xa = *(const uint4 *)(gq + xoff), xb = *(const uint4 *)(gq + xoff2);
-                const float4 dd = *(const float4 *)(sd + (cgl + j) * 8 + 2 * t);
-                int c4[4] = {0, 0, 0, 0};
-                const uint4 &p = wa[j * C], &q = wa[j * C + 1], &pb = wb[j * C], &qb = wb[j * C + 1];
-                q8r_mma(c4, p.x, pb.x, p.y, pb.y, xa.x, xa.y);
-                q8r_mma(c4, p.z, pb.z, p.w, pb.w, xa.z, xa.w);
-                q8r_mma(c4, q.x, qb.x, q.y, qb.y, xb.x, xb.y);
-                q8r_mma(c4, q.z, qb.z, q.w, qb.w, xb.z, xb.w);
-                acc[0] = fmaf(dd.x, (float)c4[0], acc[0]), acc[1] = fmaf(dd.z, (float)c4[1], acc[1]);
-                acc[2] = fmaf(dd.x, (float)c4[2], acc[2]), acc[3] = fmaf(dd.z, (float)c4[3], acc[3]);
+                    for (int i = 0; i < 4; i++) f[i] = (float)c4[i];
+                }
+                acc[0] = fmaf(dd.x, f[0], acc[0]), acc[1] = fmaf(dd.z, f[1], acc[1]);
+                acc[2] = fmaf(dd.x, f[2], acc[2]), acc[3] = fmaf(dd.z, f[3], acc[3]);
             }
         } else {
-        const uint32_t L = 0x0F0F0F0Fu, H = 0xF0F0F0F0u;
         uint32_t lo[G][8], hi[G][8];
         float sa[G], sb[G], za[G], zb[G];
 #pragma unroll
         for (int j = 0; j < G; j++) {
-            const uint32_t wv[8] = {b.wa[j].x, b.wb[j].x, b.wa[j].y, b.wb[j].y,
-                                    b.wa[j].z, b.wb[j].z, b.wa[j].w, b.wb[j].w};
-#pragma unroll
-            for (int e = 0; e < 8; e++) lo[j][e] = wv[e] & L, hi[j][e] = wv[e] & H;
+            q4r_nibbles(b.wa[j], b.wb[j], lo[j], hi[j]);
             sa[j] = b.sa[j], sb[j] = b.sb[j], za[j] = b.za[j], zb[j] = b.zb[j];
         }
         load(b); /* the unit D ahead into the same slot */
@@ -227,10 +194,7 @@ __global__ void __launch_bounds__(Q4R_T, 1)
             const uint4 xa = *(const uint4 *)(gq + xoff), xb = *(const uint4 *)(gq + xoff2);
             const float4 dd = *(const float4 *)(sd + (cgl + j) * 8 + 2 * t); /* (d, d sum q) of act 2t, 2t+1 */
             int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
-            q4r_mma(cl, lo[j][0], lo[j][1], lo[j][2], lo[j][3], xa.x, xa.z);
-            q4r_mma(cl, lo[j][4], lo[j][5], lo[j][6], lo[j][7], xb.x, xb.z);
-            q4r_mma(ch, hi[j][0], hi[j][1], hi[j][2], hi[j][3], xa.y, xa.w);
-            q4r_mma(ch, hi[j][4], hi[j][5], hi[j][6], hi[j][7], xb.y, xb.w);
+            q4r_group(cl, ch, lo[j], hi[j], xa.x, xa.z, xb.x, xb.z, xa.y, xa.w, xb.y, xb.w);
             const float d0 = dd.x * (1.f / 16.f), d1 = dd.z * (1.f / 16.f);
             acc[0] = fmaf(sa[j] * d0, (float)((cl[0] << 4) + ch[0]), fmaf(za[j], dd.y, acc[0]));
             acc[1] = fmaf(sa[j] * d1, (float)((cl[1] << 4) + ch[1]), fmaf(za[j], dd.w, acc[1]));
@@ -255,18 +219,10 @@ __global__ void __launch_bounds__(Q4R_T, 1)
                 if (row + 8 < n) atomicAdd(y1 + 8, acc[3]);
             }
             acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
-            crem = gb;
-            if (++ctile == ntile) ctile = 0; /* next slice: its groups follow */
-            else cgl -= gs;
+            q4r_next_tile(crem, gb, ctile, ntile, cgl, gs);
         }
     };
-    int u = u0;
-    for (; u + D <= u1; u += D)
-#pragma unroll
-        for (int d = 0; d < D; d++) step(buf[d], u + d + 1 == u1);
-#pragma unroll
-    for (int d = 0; d < D; d++)
-        if (u + d < u1) step(buf[d], u + d + 1 == u1);
+    q4r_units(buf, u0, u1, step);
 }
 
 static int q4r_env(void) { /* read at every call: the tests switch it */
