@@ -466,6 +466,51 @@ static void test_tq_producers(void **state) {
     g3_model_free(m);
 }
 
+/* Every product of 3..8-row steps on tc_q4r.cu (weights straight into MMA registers; $G3_CUDA_Q4RMIN=0, so the
+ * small matrices too) against the paths it replaces ($G3_CUDA_Q4R=0: tc_q8.cu for int4 / int8, tc_gemv.cu's bf16 hi +
+ * lo activations for fp8), through the whole forward: the producers' activation layouts (the add-norms, GeGLU, the
+ * attention's o input, fp8's e4m3 hi + lo rows), y's zeros on entry, the 270M shape's odd group count (hidden 640 = 5
+ * groups of 128: one group a unit) and its head. 270M shape, 2 layers, random bf16 weights, a 30-token prompt in steps
+ * of 5 and 8 rows. int4 / int8 take the same quantized activations both ways and differ in the sums' order, which
+ * can flip the next product's activation rounding (~1e-3 of the largest logit, H200 session 39 runs 09-10: 2.6-5.7e-3); a
+ * wrong byte, block scale or row would make the logits unrelated (order 1). Both runs are also compared with bf16
+ * activations ($G3_CUDA_TCM=1 $G3_CUDA_WGF=0, the staged kernel): the new path may not be more than 2x further off
+ * (fp8: within 1e-2, its e4m3 hi + lo parts keeping ~8 bits of each activation). The kernel's host-call counter
+ * proves which kernel ran (a step replayed from a captured graph, e.g. the 8-row decode bucket's, is counted once, at
+ * its capture). */
+static void test_q4r_forward(void **state) {
+    (void)state;
+    const int n = 30;
+    int32_t prompt[30];
+    g3_model *m = random_270m(5, 17, prompt, n);
+    const int V = m->cfg.vocab;
+    static const char *const quants[] = {"int4", "int8", "fp8"};
+    for (int qi = 0; qi < 3; qi++)
+        for (int chunk = 5; chunk <= 8; chunk += 3) {
+            const char *on_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_Q4RMIN", "0", NULL};
+            const char *off_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_Q4R", "0", NULL};
+            const char *ref_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_TCM", "1", "G3_CUDA_WGF", "0", NULL};
+            const long long c0 = g3_cuda_test_q4r_launches();
+            float *on = cuda_logits(m, prompt, n, chunk, on_env);
+            const long long c1 = g3_cuda_test_q4r_launches();
+            float *off = cuda_logits(m, prompt, n, chunk, off_env), *ref = cuda_logits(m, prompt, n, chunk, ref_env);
+            const long long c2 = g3_cuda_test_q4r_launches();
+            const double d = tu_rel_err_rows(on, off, n, V), e_on = tu_rel_err_rows(on, ref, n, V);
+            const double e_off = tu_rel_err_rows(off, ref, n, V);
+            printf("  270M shape, 2 layers, %s, steps of %d rows: tc_q4r.cu (%lld host calls) vs the paths before: max "
+                   "relative logit difference %.2e; vs bf16 activations (staged kernel) %.2e, the paths before %.2e\n",
+                   quants[qi], chunk, c1 - c0, d, e_on, e_off);
+            /* every product of a step at least once: 4 a layer and the head */
+            assert_true(c1 - c0 >= 9);
+            assert_true(c2 == c1);
+            assert_true(d < 2e-2);
+            if (qi == 2) assert_true(e_on < 1e-2);
+            else assert_true(e_on < 2 * e_off + 1e-3);
+            free(on), free(off), free(ref);
+        }
+    g3_model_free(m);
+}
+
 /* fp8 weights at 1-2 rows on the persistent kernel with float16 activations and sums (qgemv_p.cu) against the
  * tensor-core kernel with hi + lo bf16 activations ($G3_CUDA_QGEMV=0, ~16 bits of each activation): the 270M shape, 2
  * layers, random bf16 weights resident as fp8, a 24-token prompt one and two rows a step. The float16 path rounds each
@@ -835,6 +880,7 @@ int main(void) {
         cmocka_unit_test(test_own_models),
         cmocka_unit_test(test_tq_producers),
         cmocka_unit_test(test_fp8_decode),
+        cmocka_unit_test(test_q4r_forward),
         cmocka_unit_test(test_kv16_random),
         cmocka_unit_test(test_warmup),
         cmocka_unit_test(test_attn_tq),

@@ -96,8 +96,9 @@ g3_status g3_cuda_test_qgemv_pn(uint32_t src_type, const void *w, int n, int k, 
 /* Path the forward takes for m rows of such a matrix: 0 CUDA-core GEMV, 1 tensor-core kernel, 2 cuBLAS; -1 if the
  * format is not supported. */
 int g3_cuda_test_mm_path(uint32_t src_type, int n, int k, const char *quant, int gemm, int m);
-/* Launches of tc_q4r.cu's kernel (int4 at <= 8 rows, weights in registers) since the process started: a test's
- * proof that the kernel it checks is the one that ran */
+/* Host calls of tc_q4r.cu's kernel (int4 / int8 / fp8 at <= 8 rows, weights in registers) since the process started
+ * (a replayed graph's launches are counted at its capture): a test's proof that the kernel it checks is the one that
+ * ran */
 long long g3_cuda_test_q4r_launches(void);
 /* K-slices the one-row dp4a kernel takes for that matrix ($G3_CUDA_QPKS; 0: no GPU); *n_sm: the SM count */
 int g3_cuda_test_qp_kslices(uint32_t src_type, int n, int k, const char *quant, int geglu, int *n_sm);
