@@ -58,9 +58,10 @@ template <int G, int C> struct q4r_unit {
     float sa[G], sb[G], za[G], zb[G];
 };
 
-/* units: (slice, tile of 16 rows, block of G groups of the slice), slice-major; gs groups a slice. xq [m][K] (il 1),
- * xd [m][K/128]; y [m][n]. Shared memory: the block's groups of the m rows ([group][m][128], units swizzled), then
- * (d, d sum q) [group][8] (rows >= m zero). */
+/* units: (slice, tile of 16 rows, block of G groups of the slice), slice-major; gs groups a slice. xq [mr][K] in QT's
+ * value order (int4: il 1; int8: natural; fp8: e4m3 hi rows, then the lo rows), xd [mr][K/128]; y [m][n]. Shared
+ * memory: the block's groups of the mr rows ([group][mr][128], units swizzled), then (d, d sum q) [group][8] of the
+ * hi rows (rows >= m zero). */
 template <int QT, int D, int G>
 __global__ void __launch_bounds__(Q4R_T, 1)
     k_q4r(const uint8_t *__restrict__ W, const float *__restrict__ S, const float *__restrict__ Z,
@@ -90,7 +91,7 @@ __global__ void __launch_bounds__(Q4R_T, 1)
     int ls = u0 / per_slice, ltile = (u0 % per_slice) / gb, lrem = gb - (u0 % per_slice) % gb;
     const uint8_t *wpa, *wpb;
     const float *spa, *spb;
-    size_t zo; /* Z - S in floats */
+    size_t zo; /* int4's offsets: Z - S in floats (both arrays of one allocator, float-aligned), one pointer a row */
     auto seek = [&](int g) { /* rows of tile ltile at group g */
         const size_t ra = (size_t)min(ltile * 16 + gid, n - 1), rb8 = (size_t)min(ltile * 16 + gid + 8, n - 1);
         wpa = W + ra * rb + (size_t)g * GB + t * 16 * C, wpb = W + rb8 * rb + (size_t)g * GB + t * 16 * C;
