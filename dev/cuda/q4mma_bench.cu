@@ -40,10 +40,6 @@ template <bool H> static __device__ __forceinline__ uint4 q4m_ld(const uint8_t *
     else return __ldg((const uint4 *)p);
 }
 
-template <int G> struct q4m_unit { /* one unit's operands in flight: G groups of rows gid and gid + 8 */
-    uint4 wa[G], wb[G];
-    float sa[G], sb[G], za[G], zb[G];
-};
 
 /* units: (slice, tile of 16 rows, block of G groups of the slice), slice-major; gs groups a slice */
 template <int D, int G, bool H, int Q4M_T>
@@ -53,13 +49,8 @@ __global__ void __launch_bounds__(Q4M_T, 1)
     extern __shared__ __align__(16) unsigned char q4m_sm[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, t = lane & 3;
     const int ngr = K / 128, ntile = n / 16, gb = gs / G, per_slice = ntile * gb;
-    const long long tot = (long long)per_slice * (ngr / gs), nw = (long long)gridDim.x * (Q4M_T / 32);
-    const long long wi = (long long)blockIdx.x * (Q4M_T / 32) + warp;
-    const int u0 = (int)(wi * tot / nw), u1 = (int)((wi + 1) * tot / nw);
-    const int ub0 = (int)((long long)blockIdx.x * (Q4M_T / 32) * tot / nw),
-              ub1 = (int)((long long)(blockIdx.x + 1) * (Q4M_T / 32) * tot / nw);
-    /* the block's groups: from its first unit's slice to its last one's */
-    const int g_lo = (ub0 / per_slice) * gs, g_hi = ub1 > ub0 ? ((ub1 - 1) / per_slice + 1) * gs : g_lo;
+    const q4r_range rg = q4r_split(ntile, gb, gs, ngr, Q4M_T / 32);
+    const int u0 = rg.u0, u1 = rg.u1, g_lo = rg.g_lo, g_hi = rg.g_hi;
     unsigned char *sq = q4m_sm;                                    /* [g_hi - g_lo][128] quantized, lane order */
     float2 *sd = (float2 *)(q4m_sm + (size_t)(g_hi - g_lo) * 128); /* (d / 16, d * sum q) a group */
     const size_t rb = (size_t)K / 2;
@@ -72,7 +63,7 @@ __global__ void __launch_bounds__(Q4M_T, 1)
     const float *zp = Z + (sp - S);
     const size_t r8b = 8 * rb, r8s = (size_t)8 * ngr;
     int lleft = u1 - u0; /* units still to load */
-    auto load = [&](q4m_unit<G> &b) {
+    auto load = [&](q4r_unit<G, 1> &b) {
 #pragma unroll
         for (int j = 0; j < G; j++) b.wa[j] = q4m_ld<H>(wp + 64 * j), b.wb[j] = q4m_ld<H>(wp + r8b + 64 * j);
 #pragma unroll
@@ -89,7 +80,7 @@ __global__ void __launch_bounds__(Q4M_T, 1)
             }
         }
     };
-    q4m_unit<G> buf[D];
+    q4r_unit<G, 1> buf[D];
 #pragma unroll
     for (int d = 0; d < D; d++) load(buf[d]);
 
@@ -117,14 +108,10 @@ __global__ void __launch_bounds__(Q4M_T, 1)
     int ctile = (u0 % per_slice) / gb, crem = gb - (u0 % per_slice) % gb;
     int cgl = (u0 / per_slice) * gs + (gb - crem) * G - g_lo; /* the unit's first group in the block's copy */
     float acc_a = 0.f, acc_b = 0.f;
-    auto step = [&](q4m_unit<G> &b, bool last) {
+    auto step = [&](q4r_unit<G, 1> &b, bool last) {
         uint32_t lo[G][8], hi[G][8];
         float sa[G], sb[G], za[G], zb[G];
-#pragma unroll
-        for (int j = 0; j < G; j++) {
-            q4r_nibbles(b.wa[j], b.wb[j], lo[j], hi[j]);
-            sa[j] = b.sa[j], sb[j] = b.sb[j], za[j] = b.za[j], zb[j] = b.zb[j];
-        }
+        q4r_take(b, lo, hi, sa, sb, za, zb);
         load(b); /* the unit D ahead into the same slot */
 #pragma unroll
         for (int j = 0; j < G; j++) {

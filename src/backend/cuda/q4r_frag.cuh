@@ -1,7 +1,8 @@
 /* The pieces of tc_q4r.cu's products with the weights loaded straight into mma.sync m16n8k32 A fragments, shared with
  * its one-row benchmark (dev/cuda/q4mma_bench.cu): the MMAs on 8-bit operands, the weights' load, an int4 group's
  * nibbles (a lane's 16 bytes of rows gid and gid + 8: words 0-1 and 2-3 the A words of two MMAs each, lo nibbles as
- * bytes, hi nibbles masked in place = 16 x their value, u8) and MMAs, and the walk over a warp's units. */
+ * bytes, hi nibbles masked in place = 16 x their value, u8) and MMAs, a unit's slot, and the walk over a warp's
+ * units. */
 #ifndef G3_BACKEND_CUDA_Q4R_FRAG_CUH
 #define G3_BACKEND_CUDA_Q4R_FRAG_CUH
 
@@ -50,6 +51,24 @@ static __device__ __forceinline__ void q4r_nibbles(const uint4 &wa, const uint4 
     for (int e = 0; e < 8; e++) lo[e] = wv[e] & 0x0F0F0F0Fu, hi[e] = wv[e] & 0xF0F0F0F0u;
 }
 
+/* One unit's operands in flight: G groups of rows gid and gid + 8, C 16-byte chunks a lane and group (int4 1, int8 /
+ * fp8 2); int4's group scales and offsets (the per-channel types' scales are applied once a tile) */
+template <int G, int C> struct q4r_unit {
+    uint4 wa[G * C], wb[G * C];
+    float sa[G], sb[G], za[G], zb[G];
+};
+
+/* An int4 unit's A words and scales out of its slot (which the caller then refills) */
+template <int G>
+static __device__ __forceinline__ void q4r_take(const q4r_unit<G, 1> &b, uint32_t (&lo)[G][8], uint32_t (&hi)[G][8],
+                                                float (&sa)[G], float (&sb)[G], float (&za)[G], float (&zb)[G]) {
+#pragma unroll
+    for (int j = 0; j < G; j++) {
+        q4r_nibbles(b.wa[j], b.wb[j], lo[j], hi[j]);
+        sa[j] = b.sa[j], sb[j] = b.sb[j], za[j] = b.za[j], zb[j] = b.zb[j];
+    }
+}
+
 /* The group's four MMAs: cl += lo . B (words 0-1: b (x0, x1), words 2-3: (x2, x3)), ch += hi . B (y0..y3); the
  * caller's sums are 16 cl + ch */
 static __device__ __forceinline__ void q4r_group(int (&cl)[4], int (&ch)[4], const uint32_t (&lo)[8],
@@ -59,6 +78,23 @@ static __device__ __forceinline__ void q4r_group(int (&cl)[4], int (&ch)[4], con
     q4r_mma(cl, lo[4], lo[5], lo[6], lo[7], x2, x3);
     q4r_mma(ch, hi[0], hi[1], hi[2], hi[3], y0, y1);
     q4r_mma(ch, hi[4], hi[5], hi[6], hi[7], y2, y3);
+}
+
+/* The units a warp walks and the groups its block uses. Units are (slice, tile of 16 rows, block of the slice's gs /
+ * gb groups), slice-major, ntile tiles, ngr groups a row; the grid's warps (W a block) take equal contiguous ranges
+ * [u0, u1); the block's groups run from its first unit's slice to its last one's, [g_lo, g_hi). */
+struct q4r_range {
+    int u0, u1, g_lo, g_hi;
+};
+static __device__ __forceinline__ q4r_range q4r_split(int ntile, int gb, int gs, int ngr, int W) {
+    const int per_slice = ntile * gb;
+    const long long tot = (long long)per_slice * (ngr / gs), nw = (long long)gridDim.x * W;
+    const long long wi = (long long)blockIdx.x * W + (threadIdx.x >> 5);
+    q4r_range r;
+    r.u0 = (int)(wi * tot / nw), r.u1 = (int)((wi + 1) * tot / nw);
+    const int ub0 = (int)((long long)blockIdx.x * W * tot / nw), ub1 = (int)((long long)(blockIdx.x + 1) * W * tot / nw);
+    r.g_lo = (ub0 / per_slice) * gs, r.g_hi = ub1 > ub0 ? ((ub1 - 1) / per_slice + 1) * gs : r.g_lo;
+    return r;
 }
 
 /* The stream-K walk of a warp's units [u0, u1): step(slot, last) consumes the unit in slot d (and refills it with the

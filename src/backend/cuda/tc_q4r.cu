@@ -51,13 +51,6 @@ static __device__ __forceinline__ void b8_mma(T (&c)[4], uint32_t a0, uint32_t a
     else q8r_mma(c, a0, a1, a2, a3, b0, b1);
 }
 
-/* one unit's operands in flight: G groups of rows gid and gid + 8, C 16-byte chunks a lane and group (int4 1, int8 2);
- * int4's group scales and offsets (int8's channel scales are applied once a tile) */
-template <int G, int C> struct q4r_unit {
-    uint4 wa[G * C], wb[G * C];
-    float sa[G], sb[G], za[G], zb[G];
-};
-
 /* units: (slice, tile of 16 rows, block of G groups of the slice), slice-major; gs groups a slice. xq [mr][K] in QT's
  * value order (int4: il 1; int8: natural; fp8: e4m3 hi rows, then the lo rows), xd [mr][K/128]; y [m][n]. Shared
  * memory: the block's groups of the mr rows ([group][mr][128], units swizzled), then (d, d sum q) [group][8] of the
@@ -68,15 +61,10 @@ __global__ void __launch_bounds__(Q4R_T, 1)
           const int8_t *__restrict__ xq, const float2 *__restrict__ xd, int m, float *__restrict__ y, int n, int K,
           int gs) {
     extern __shared__ __align__(16) unsigned char q4r_sm[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, t = lane & 3;
+    const int lane = threadIdx.x & 31, gid = lane >> 2, t = lane & 3;
     const int ngr = K / 128, ntile = (n + 15) / 16, gb = gs / G, per_slice = ntile * gb;
-    const long long tot = (long long)per_slice * (ngr / gs), nw = (long long)gridDim.x * (Q4R_T / 32);
-    const long long wi = (long long)blockIdx.x * (Q4R_T / 32) + warp;
-    const int u0 = (int)(wi * tot / nw), u1 = (int)((wi + 1) * tot / nw);
-    const int ub0 = (int)((long long)blockIdx.x * (Q4R_T / 32) * tot / nw),
-              ub1 = (int)((long long)(blockIdx.x + 1) * (Q4R_T / 32) * tot / nw);
-    /* the block's groups: from its first unit's slice to its last one's */
-    const int g_lo = (ub0 / per_slice) * gs, g_hi = ub1 > ub0 ? ((ub1 - 1) / per_slice + 1) * gs : g_lo;
+    const q4r_range rg = q4r_split(ntile, gb, gs, ngr, Q4R_T / 32);
+    const int u0 = rg.u0, u1 = rg.u1, g_lo = rg.g_lo, g_hi = rg.g_hi;
     const int ng = g_hi - g_lo;
     constexpr bool F8 = QT == G3Q_FP8, I8 = QT == G3Q_INT8 || F8; /* I8: a byte a weight, a scale a channel */
     constexpr int C = I8 ? 2 : 1, GB = 64 * C; /* chunks a lane and group; bytes a row and group */
@@ -180,28 +168,24 @@ __global__ void __launch_bounds__(Q4R_T, 1)
                 acc[2] = fmaf(dd.x, f[2], acc[2]), acc[3] = fmaf(dd.z, f[3], acc[3]);
             }
         } else {
-        uint32_t lo[G][8], hi[G][8];
-        float sa[G], sb[G], za[G], zb[G];
+            uint32_t lo[G][8], hi[G][8];
+            float sa[G], sb[G], za[G], zb[G];
+            q4r_take(b, lo, hi, sa, sb, za, zb);
+            load(b); /* the unit D ahead into the same slot */
 #pragma unroll
-        for (int j = 0; j < G; j++) {
-            q4r_nibbles(b.wa[j], b.wb[j], lo[j], hi[j]);
-            sa[j] = b.sa[j], sb[j] = b.sb[j], za[j] = b.za[j], zb[j] = b.zb[j];
-        }
-        load(b); /* the unit D ahead into the same slot */
-#pragma unroll
-        for (int j = 0; j < G; j++) {
-            const unsigned char *gq = sq + (size_t)(cgl + j) * m * 128;
-            /* words: lo0 hi0 lo1 hi1 | lo2 hi2 lo3 hi3 (il 1: each 8 values as x0,x2,x4,x6,x1,x3,x5,x7) */
-            const uint4 xa = *(const uint4 *)(gq + xoff), xb = *(const uint4 *)(gq + xoff2);
-            const float4 dd = *(const float4 *)(sd + (cgl + j) * 8 + 2 * t); /* (d, d sum q) of act 2t, 2t+1 */
-            int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
-            q4r_group(cl, ch, lo[j], hi[j], xa.x, xa.z, xb.x, xb.z, xa.y, xa.w, xb.y, xb.w);
-            const float d0 = dd.x * (1.f / 16.f), d1 = dd.z * (1.f / 16.f);
-            acc[0] = fmaf(sa[j] * d0, (float)((cl[0] << 4) + ch[0]), fmaf(za[j], dd.y, acc[0]));
-            acc[1] = fmaf(sa[j] * d1, (float)((cl[1] << 4) + ch[1]), fmaf(za[j], dd.w, acc[1]));
-            acc[2] = fmaf(sb[j] * d0, (float)((cl[2] << 4) + ch[2]), fmaf(zb[j], dd.y, acc[2]));
-            acc[3] = fmaf(sb[j] * d1, (float)((cl[3] << 4) + ch[3]), fmaf(zb[j], dd.w, acc[3]));
-        }
+            for (int j = 0; j < G; j++) {
+                const unsigned char *gq = sq + (size_t)(cgl + j) * mr * 128;
+                /* words: lo0 hi0 lo1 hi1 | lo2 hi2 lo3 hi3 (il 1: each 8 values as x0,x2,x4,x6,x1,x3,x5,x7) */
+                const uint4 xa = *(const uint4 *)(gq + xoff), xb = *(const uint4 *)(gq + xoff2);
+                const float4 dd = *(const float4 *)(sd + (cgl + j) * 8 + 2 * t); /* (d, d sum q) of act 2t, 2t+1 */
+                int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
+                q4r_group(cl, ch, lo[j], hi[j], xa.x, xa.z, xb.x, xb.z, xa.y, xa.w, xb.y, xb.w);
+                const float d0 = dd.x * (1.f / 16.f), d1 = dd.z * (1.f / 16.f);
+                acc[0] = fmaf(sa[j] * d0, (float)((cl[0] << 4) + ch[0]), fmaf(za[j], dd.y, acc[0]));
+                acc[1] = fmaf(sa[j] * d1, (float)((cl[1] << 4) + ch[1]), fmaf(za[j], dd.w, acc[1]));
+                acc[2] = fmaf(sb[j] * d0, (float)((cl[2] << 4) + ch[2]), fmaf(zb[j], dd.y, acc[2]));
+                acc[3] = fmaf(sb[j] * d1, (float)((cl[3] << 4) + ch[3]), fmaf(zb[j], dd.w, acc[3]));
+            }
         }
         cgl += G;
         if (--crem == 0 || last) { /* the tile's (or the range's) last unit: its sums into y */
@@ -285,12 +269,9 @@ int g3c_q4r_taken(const g3_dmat *w, int m) {
 template <int QT, int D, int G>
 static cudaError_t q4r_launch(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                               cudaStream_t st) {
-    static int ok; /* once per instance: the largest shared memory any launch here takes */
-    if (!ok) {
-        cudaError_t e = cudaFuncSetAttribute(k_q4r<QT, D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10);
-        if (e != cudaSuccess) return e;
-        ok = 1;
-    }
+    static int bps; /* once per instance: the largest shared memory any launch here takes */
+    cudaError_t e = g3c_smem_setup(k_q4r<QT, D, G>, 200 << 10, Q4R_T, &bps);
+    if (e != cudaSuccess) return e;
     const size_t smem = q4r_smem(w, m, n_sm);
     if (smem > (200u << 10)) return cudaErrorInvalidValue;
     return g3c_launch(k_q4r<QT, D, G>, dim3(n_sm), dim3(Q4R_T), smem, st, (const uint8_t *)w->q, (const float *)w->s,
