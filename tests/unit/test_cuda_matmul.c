@@ -433,7 +433,8 @@ static void test_matmul_tq_small(void **state) {
     unsetenv("G3_CUDA_Q4R");
 }
 
-/* int4 in groups of 128, per-channel int8 and fp8 at 3..8 rows with the weights loaded straight into registers
+/* int4 in groups of 128, per-channel int8 and fp8 at 3..8 rows (fp8 matrices of k <= 5376 to 16; every format to 16
+ * / 32 with $G3_CUDA_Q4RMAX) with the weights loaded straight into registers
  * (tc_q4r.cu, the default there for matrices of >= $G3_CUDA_Q4RMIN MB, 0 here), against run_wgq's emulation (the same
  * activations quantized per 128, fp8's as e4m3 hi + lo parts, the resident weights dequantized; for fp8 also: the lo
  * parts count, and the staged kernel's result differs): every m (an activation row a B column, lanes past m
@@ -457,17 +458,39 @@ static void test_matmul_q4r(void **state) {
         run_wgq(qs[qi], 37, 1152, 3, 1);
         run_wgq(qs[qi], 264, 5376, 8, 1);
         run_wgq(qs[qi], 5376, 4096, 7, 1);
+        /* 9..16 rows ($G3_CUDA_Q4RMAX=16: every format, several K-slices too): two column tiles of 8 activation rows
+         * (the second's lanes past m repeating the last row) */
+        setenv("G3_CUDA_Q4RMAX", "16", 1);
+        for (int m = 9; m <= 16; m++) run_wgq(qs[qi], 264, 2560, m, 1);
+        run_wgq(qs[qi], qi == 2 ? 2048 : 37, 21504, 13, 1); /* fp8: 26 activation rows, slices of 28 groups */
+        run_wgq(qs[qi], 37, 1152, 10, 1);
+        run_wgq(qs[qi], 5376, 4096, 16, 1);
+        /* 17..32 rows with $G3_CUDA_Q4RMAX=32: four column tiles, slices sized to the shared memory */
+        setenv("G3_CUDA_Q4RMAX", "32", 1);
+        for (int m = 17; m <= 32; m += 15) run_wgq(qs[qi], 264, 2560, m, 1);
+        run_wgq(qs[qi], qi == 2 ? 2048 : 37, 21504, 27, 1);
         const long long c1 = g3_cuda_test_q4r_launches();
         printf("  %s: tc_q4r.cu launches: %lld\n", qs[qi], c1 - c0);
-        assert_true(c1 - c0 >= 11);
+        assert_true(c1 - c0 >= 25);
+        /* 9..16 rows given back by $G3_CUDA_Q4RMAX=8 */
+        setenv("G3_CUDA_Q4RMAX", "8", 1);
+        run_mm(qs[qi], 264, 2560, 12, 1, 0, 7.0e-3, 1e-2);
+        assert_true(g3_cuda_test_q4r_launches() == c1);
+        /* unset: beyond 8 rows only fp8 matrices of rows of <= 42 groups (k = 2560: 20 groups; 21504: 168) */
+        unsetenv("G3_CUDA_Q4RMAX");
+        run_mm(qs[qi], 264, 2560, 12, 1, 0, 7.0e-3, 1e-2);
+        const long long c2 = c1 + (qi == 2);
+        assert_true(g3_cuda_test_q4r_launches() == c2);
+        run_mm(qs[qi], 37, 21504, 12, 1, 0, 7.0e-3, 1e-2);
+        assert_true(g3_cuda_test_q4r_launches() == c2);
         /* the products elsewhere (fp8 at <= 8 rows then on tc_gemv.cu's bf16 hi + lo, not run_wgq's e4m3 form):
          * checked against W . x only, the counter not moving */
         setenv("G3_CUDA_Q4R", "0", 1);
         run_mm(qs[qi], 264, 2560, 5, 1, 0, 7.0e-3, 1e-2);
-        assert_true(g3_cuda_test_q4r_launches() == c1);
+        assert_true(g3_cuda_test_q4r_launches() == c2);
         unsetenv("G3_CUDA_Q4R"), unsetenv("G3_CUDA_Q4RMIN");
         run_mm(qs[qi], 264, 2560, 5, 1, 0, 7.0e-3, 1e-2); /* < 1 MB: below the default threshold */
-        assert_true(g3_cuda_test_q4r_launches() == c1);
+        assert_true(g3_cuda_test_q4r_launches() == c2);
     }
 }
 

@@ -466,18 +466,19 @@ static void test_tq_producers(void **state) {
     g3_model_free(m);
 }
 
-/* Every product of 3..8-row steps on tc_q4r.cu (weights straight into MMA registers; $G3_CUDA_Q4RMIN=0, so the
- * small matrices too) against the paths it replaces ($G3_CUDA_Q4R=0: tc_q8.cu for int4 / int8, tc_gemv.cu's bf16 hi +
- * lo activations for fp8), through the whole forward: the producers' activation layouts (the add-norms, GeGLU, the
- * attention's o input, fp8's e4m3 hi + lo rows), y's zeros on entry, the 270M shape's odd group count (hidden 640 = 5
- * groups of 128: one group a unit) and its head. 270M shape, 2 layers, random bf16 weights, a 30-token prompt in steps
- * of 5 and 8 rows. int4 / int8 take the same quantized activations both ways and differ in the sums' order, which
- * can flip the next product's activation rounding (~1e-3 of the largest logit, H200 session 39 runs 09-10: 2.6-5.7e-3); a
- * wrong byte, block scale or row would make the logits unrelated (order 1). Both runs are also compared with bf16
- * activations ($G3_CUDA_TCM=1 $G3_CUDA_WGF=0, the staged kernel): the new path may not be more than 2x further off
- * (fp8: within 1e-2, its e4m3 hi + lo parts keeping ~8 bits of each activation). The kernel's host-call counter
- * proves which kernel ran (a step replayed from a captured graph, e.g. the 8-row decode bucket's, is counted once, at
- * its capture). */
+/* Every product of 3..16-row steps on tc_q4r.cu (weights straight into MMA registers; $G3_CUDA_Q4RMIN=0, so the small
+ * matrices too, and $G3_CUDA_Q4RMAX=16, every format and k at 9..16 rows) against the paths it replaces
+ * ($G3_CUDA_Q4R=0: tc_q8.cu for int4 / int8, tc_gemv.cu's bf16 hi + lo activations for fp8 at <= 8 rows; at 9..16
+ * tc_wg4.cu, tc_q8.cu and tc_stage.cu), through the whole forward: the producers' activation layouts (the add-norms,
+ * GeGLU, the attention's o input, fp8's e4m3 hi + lo rows), y's zeros on entry, the 270M shape's odd group count
+ * (hidden 640 = 5 groups of 128: one group a unit) and its head. 270M shape, 2 layers, random bf16 weights, a 30-token
+ * prompt in steps of 5, 8 and 13 rows (13, 13, 4: one and two column tiles of 8 activation rows). int4 / int8 take the
+ * same quantized activations both ways and differ in the sums' order, which can flip the next product's activation
+ * rounding (~1e-3 of the largest logit, H200 session 39 runs 09-10: 2.6-5.7e-3); a wrong byte, block scale or row
+ * would make the logits unrelated (order 1). Both runs are also compared with bf16 activations ($G3_CUDA_TCM=1
+ * $G3_CUDA_WGF=0, the staged kernel): the new path may not be more than 2x further off (fp8: within 1e-2, its e4m3 hi
+ * + lo parts keeping ~8 bits of each activation). The kernel's host-call counter proves which kernel ran (a step
+ * replayed from a captured graph, e.g. the 8-row decode bucket's, is counted once, at its capture). */
 static void test_q4r_forward(void **state) {
     (void)state;
     const int n = 30;
@@ -486,8 +487,8 @@ static void test_q4r_forward(void **state) {
     const int V = m->cfg.vocab;
     static const char *const quants[] = {"int4", "int8", "fp8"};
     for (int qi = 0; qi < 3; qi++)
-        for (int chunk = 5; chunk <= 8; chunk += 3) {
-            const char *on_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_Q4RMIN", "0", NULL};
+        for (int chunk = 5; chunk <= 13; chunk += chunk == 5 ? 3 : 5) { /* 13: two column tiles */
+            const char *on_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_Q4RMIN", "0", "G3_CUDA_Q4RMAX", "16", NULL};
             const char *off_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_Q4R", "0", NULL};
             const char *ref_env[] = {"G3_CUDA_QUANT", quants[qi], "G3_CUDA_TCM", "1", "G3_CUDA_WGF", "0", NULL};
             const long long c0 = g3_cuda_test_q4r_launches();

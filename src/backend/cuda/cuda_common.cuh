@@ -281,10 +281,10 @@ int g3c_wg4_supported(const g3_dmat *w, int m);
 cudaError_t g3c_wg4_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                        cudaStream_t st);
 cudaError_t g3c_wg4_init(void);
-/* tc_q4r.cu: int4 (groups of 128), per-channel int8 and fp8 products of 1..8 rows on tensor cores with the weights
+/* tc_q4r.cu: int4 (groups of 128), per-channel int8 and fp8 products of 1..32 rows on tensor cores with the weights
  * loaded straight into registers (activations quantized as for g3c_tq_mm_pre: value order 1 / 0, fp8's e4m3 hi + lo
- * rows); g3c_tq_mm and g3c_tq_mm_pre take it where g3c_q4r_taken (large matrices; $G3_CUDA_Q4R=0: never), at the
- * rows they get (3..8 by default). */
+ * rows); g3c_tq_mm and g3c_tq_mm_pre take it first where g3c_q4r_taken (large matrices, up to $G3_CUDA_Q4RMAX rows,
+ * default 16; $G3_CUDA_Q4R=0: never), at the rows they get (3..16 by default). */
 int g3c_q4r_taken(const g3_dmat *w, int m);
 cudaError_t g3c_q4r_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                        cudaStream_t st);

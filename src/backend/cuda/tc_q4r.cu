@@ -1,11 +1,14 @@
-/* int4 products (groups of 128), per-channel int8 and fp8 (e4m3) products at 1..8 activation rows on the tensor cores
+/* int4 products (groups of 128), per-channel int8 and fp8 (e4m3) products at 1..32 activation rows on the tensor cores
  * (mma.sync m16n8k32) with the weights loaded straight into registers: y += x W^T, the activations already quantized
  * per row and block of 128 by their producer in the order the int8 tensor-core products read (tq_act.cuh: il 1 for
  * int4, 0 for int8; fp8: e4m3 hi + lo parts, the lo rows after the m hi rows, g3c_wgf_lo_row). Taken by g3c_tq_mm /
- * g3c_tq_mm_pre for int4 matrices of >= 20 MB and int8 / fp8 ones of >= 100 MB, at 3..8 rows by default
- * (g3c_tq_min_rows; fp8 from 3 rows through g3c_tq_small), instead of tc_q8.cu's one-tile kernel (int4, int8) or
- * tc_gemv.cu's bf16 hi + lo activations (fp8). $G3_CUDA_Q4R=0: never; $G3_CUDA_Q4RMIN=n: from n MB; fp8 also
- * follows $G3_CUDA_WGF=0 (no e4m3 MMAs).
+ * g3c_tq_mm_pre (before any other kernel) for int4 matrices of >= 20 MB and int8 / fp8 ones of >= 100 MB, at 3..8
+ * rows by default (g3c_tq_min_rows; fp8 from 3 rows through g3c_tq_small) instead of tc_q8.cu's one-tile kernel
+ * (int4, int8) or tc_gemv.cu's bf16 hi + lo activations (fp8), and fp8 matrices of k <= 5376 also at 9..16 rows
+ * instead of tc_stage.cu's staged bf16 kernel (q4r_max_env). $G3_CUDA_Q4R=0: never; $G3_CUDA_Q4RMIN=n: from n MB;
+ * $G3_CUDA_Q4RMAX=8|16|32: up to that many rows for every format and k; fp8 also follows $G3_CUDA_WGF=0 (no e4m3
+ * MMAs). Beyond 8 rows the MMAs' 8 columns hold NT column tiles of 8 activation rows (NT = 2 at 9..16, 4 at 17..32),
+ * each A fragment (the weights) taken by NT MMAs.
  *
  * Why: tc_q8.cu at 3..8 rows stages the weights through a cp.async ring in shared memory with a block barrier every
  * unit: the 27B int4 gate/up product at 8 rows read its 130 MB at ~2.2 TB/s (58.5 us a layer, session 35). Here a
@@ -33,7 +36,10 @@
  * gate/up are large enough). Under --profile at 8 rows (a 27B layer): int4 gate/up 59.7 -> 44.5 us, down 29.2 ->
  * 26.6, the head 330 -> 248; fp8 gate/up 83.9 -> 66.9, down 50.2 -> 39.1. At one row the same form streams no faster
  * than the persistent dp4a kernel of qgemv_p.cu once a matrix is not in L2 (dev/cuda/q4mma_bench.cu: 27B int4
- * gate/up x4 142 against 126 us), so that stays. Accuracy: W_deq . xq exactly up to float rounding, as tc_q8.cu; fp8
+ * gate/up x4 142 against 126 us), so that stays. Session 40 (bench/logs/2026-12-04-session40/, against
+ * $G3_CUDA_Q4RMAX=8, A/B/A/B): fp8 at 9 / 12 / 16 seqs (the 27B gate/up product and head here) 27B 806-808 / 1071 /
+ * 1422-1426 against 796-797 / 1057-1060 / 1403-1410, 4B +1-2%; the other formats and the down product stay where they
+ * were (q4r_max_env). Accuracy: W_deq . xq exactly up to float rounding, as tc_q8.cu; fp8
  * within 2e-7 of max|y| of the e4m3 hi + lo emulation (test_matmul_q4r: run_wgq). */
 #include <stdlib.h>
 #include <string.h>
@@ -53,9 +59,9 @@ static __device__ __forceinline__ void b8_mma(T (&c)[4], uint32_t a0, uint32_t a
 
 /* units: (slice, tile of 16 rows, block of G groups of the slice), slice-major; gs groups a slice. xq [mr][K] in QT's
  * value order (int4: il 1; int8: natural; fp8: e4m3 hi rows, then the lo rows), xd [mr][K/128]; y [m][n]. Shared
- * memory: the block's groups of the mr rows ([group][mr][128], units swizzled), then (d, d sum q) [group][8] of the
- * hi rows (rows >= m zero). */
-template <int QT, int D, int G>
+ * memory: the block's groups of the mr rows ([group][mr][128], units swizzled), then (d, d sum q) [group][8 NT] of
+ * the hi rows (rows >= m zero). NT column tiles of 8 activation rows. */
+template <int QT, int D, int G, int NT>
 __global__ void __launch_bounds__(Q4R_T, 1)
     k_q4r(const uint8_t *__restrict__ W, const float *__restrict__ S, const float *__restrict__ Z,
           const int8_t *__restrict__ xq, const float2 *__restrict__ xd, int m, float *__restrict__ y, int n, int K,
@@ -70,7 +76,7 @@ __global__ void __launch_bounds__(Q4R_T, 1)
     constexpr int C = I8 ? 2 : 1, GB = 64 * C; /* chunks a lane and group; bytes a row and group */
     const int mr = F8 ? 2 * m : m; /* activation rows: fp8's hi rows, then its lo rows (g3c_wgf_lo_row(m) = m) */
     unsigned char *sq = q4r_sm;                                  /* [ng][mr][128] */
-    float2 *sd = (float2 *)(q4r_sm + (size_t)ng * mr * 128);     /* [ng][8] */
+    float2 *sd = (float2 *)(q4r_sm + (size_t)ng * mr * 128);     /* [ng][8 NT] */
     const size_t rb = (size_t)K / 2 * C;
 
     /* load iterator: pointers to the chunks and scales of rows gid and gid + 8 (clamped to the last row: a partial
@@ -121,20 +127,28 @@ __global__ void __launch_bounds__(Q4R_T, 1)
         const uint4 q = __ldcg((const uint4 *)(xq + (size_t)r * K + (size_t)(g_lo + gl) * 128) + v);
         *(uint4 *)(sq + ((size_t)gl * mr + r) * 128 + 16 * (v ^ (r & 1))) = q;
     }
-    for (int i = threadIdx.x; i < ng * 8; i += Q4R_T) {
-        const int r = i & 7, gl = i >> 3;
+    for (int i = threadIdx.x; i < ng * 8 * NT; i += Q4R_T) {
+        const int r = i % (8 * NT), gl = i / (8 * NT);
         sd[i] = r < m ? __ldcg(xd + (size_t)r * ngr + g_lo + gl) : make_float2(0.f, 0.f);
     }
     __syncthreads();
     if (u0 >= u1) return;
 
-    const int ar = min(gid, m - 1); /* the activation row this lane's B column holds */
-    const int xoff = ar * 128 + 16 * ((2 * t) ^ (ar & 1)), xoff2 = ar * 128 + 16 * ((2 * t + 1) ^ (ar & 1));
-    const int al = ar + m; /* fp8: the lo row of the same activation row */
-    const int loff = al * 128 + 16 * ((2 * t) ^ (al & 1)), loff2 = al * 128 + 16 * ((2 * t + 1) ^ (al & 1));
+    /* column tile c (activation rows 8 c .. 8 c + 7): the activation row this lane's B column holds, its two 16-byte
+     * pieces in a group's copy, and fp8's lo row of the same activation row */
+    int xoff[NT], xoff2[NT], loff[NT], loff2[NT];
+#pragma unroll
+    for (int c = 0; c < NT; c++) {
+        const int ar = min(8 * c + gid, m - 1), al = ar + m;
+        xoff[c] = ar * 128 + 16 * ((2 * t) ^ (ar & 1)), xoff2[c] = ar * 128 + 16 * ((2 * t + 1) ^ (ar & 1));
+        loff[c] = al * 128 + 16 * ((2 * t) ^ (al & 1)), loff2[c] = al * 128 + 16 * ((2 * t + 1) ^ (al & 1));
+    }
     int ctile = (u0 % per_slice) / gb, crem = gb - (u0 % per_slice) % gb;
     int cgl = (u0 / per_slice) * gs + (gb - crem) * G - g_lo; /* the unit's first group in the block's copy */
-    float acc[4] = {0.f, 0.f, 0.f, 0.f}; /* (row gid, act 2t), (gid, 2t+1), (gid+8, 2t), (gid+8, 2t+1) */
+    /* per column tile c: (row gid, act 8c+2t), (gid, 8c+2t+1), (gid+8, 8c+2t), (gid+8, 8c+2t+1) */
+    float acc[NT][4];
+#pragma unroll
+    for (int c = 0; c < NT; c++) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.f;
     auto step = [&](q4r_unit<G, C> &b, bool last) {
         if constexpr (I8) { /* a byte a weight: the words are A fragments as loaded (int8 s8; fp8 e4m3, its hi and
                              * lo activation rows into the same float sums), values in natural order */
@@ -145,27 +159,30 @@ __global__ void __launch_bounds__(Q4R_T, 1)
 #pragma unroll
             for (int j = 0; j < G; j++) {
                 const unsigned char *gq = sq + (size_t)(cgl + j) * mr * 128;
-                const float4 dd = *(const float4 *)(sd + (cgl + j) * 8 + 2 * t);
                 const uint4 &p = wa[j * C], &q = wa[j * C + 1], &pb = wb[j * C], &qb = wb[j * C + 1];
-                float f[4];
                 auto mmas = [&](auto &c4, int o1, int o2) { /* the group's four MMAs against one activation row */
                     const uint4 xa = *(const uint4 *)(gq + o1), xb = *(const uint4 *)(gq + o2);
                     b8_mma<F8>(c4, p.x, pb.x, p.y, pb.y, xa.x, xa.y), b8_mma<F8>(c4, p.z, pb.z, p.w, pb.w, xa.z, xa.w);
                     b8_mma<F8>(c4, q.x, qb.x, q.y, qb.y, xb.x, xb.y), b8_mma<F8>(c4, q.z, qb.z, q.w, qb.w, xb.z, xb.w);
                 };
-                if constexpr (F8) {
-                    float c4[4] = {0.f, 0.f, 0.f, 0.f};
-                    mmas(c4, xoff, xoff2), mmas(c4, loff, loff2);
 #pragma unroll
-                    for (int i = 0; i < 4; i++) f[i] = c4[i];
-                } else {
-                    int c4[4] = {0, 0, 0, 0};
-                    mmas(c4, xoff, xoff2);
+                for (int c = 0; c < NT; c++) {
+                    const float4 dd = *(const float4 *)(sd + (cgl + j) * 8 * NT + 8 * c + 2 * t);
+                    float f[4];
+                    if constexpr (F8) {
+                        float c4[4] = {0.f, 0.f, 0.f, 0.f};
+                        mmas(c4, xoff[c], xoff2[c]), mmas(c4, loff[c], loff2[c]);
 #pragma unroll
-                    for (int i = 0; i < 4; i++) f[i] = (float)c4[i];
+                        for (int i = 0; i < 4; i++) f[i] = c4[i];
+                    } else {
+                        int c4[4] = {0, 0, 0, 0};
+                        mmas(c4, xoff[c], xoff2[c]);
+#pragma unroll
+                        for (int i = 0; i < 4; i++) f[i] = (float)c4[i];
+                    }
+                    acc[c][0] = fmaf(dd.x, f[0], acc[c][0]), acc[c][1] = fmaf(dd.z, f[1], acc[c][1]);
+                    acc[c][2] = fmaf(dd.x, f[2], acc[c][2]), acc[c][3] = fmaf(dd.z, f[3], acc[c][3]);
                 }
-                acc[0] = fmaf(dd.x, f[0], acc[0]), acc[1] = fmaf(dd.z, f[1], acc[1]);
-                acc[2] = fmaf(dd.x, f[2], acc[2]), acc[3] = fmaf(dd.z, f[3], acc[3]);
             }
         } else {
             uint32_t lo[G][8], hi[G][8];
@@ -175,41 +192,47 @@ __global__ void __launch_bounds__(Q4R_T, 1)
 #pragma unroll
             for (int j = 0; j < G; j++) {
                 const unsigned char *gq = sq + (size_t)(cgl + j) * mr * 128;
-                /* words: lo0 hi0 lo1 hi1 | lo2 hi2 lo3 hi3 (il 1: each 8 values as x0,x2,x4,x6,x1,x3,x5,x7) */
-                const uint4 xa = *(const uint4 *)(gq + xoff), xb = *(const uint4 *)(gq + xoff2);
-                const float4 dd = *(const float4 *)(sd + (cgl + j) * 8 + 2 * t); /* (d, d sum q) of act 2t, 2t+1 */
-                int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
-                q4r_group(cl, ch, lo[j], hi[j], xa.x, xa.z, xb.x, xb.z, xa.y, xa.w, xb.y, xb.w);
-                const float d0 = dd.x * (1.f / 16.f), d1 = dd.z * (1.f / 16.f);
-                acc[0] = fmaf(sa[j] * d0, (float)((cl[0] << 4) + ch[0]), fmaf(za[j], dd.y, acc[0]));
-                acc[1] = fmaf(sa[j] * d1, (float)((cl[1] << 4) + ch[1]), fmaf(za[j], dd.w, acc[1]));
-                acc[2] = fmaf(sb[j] * d0, (float)((cl[2] << 4) + ch[2]), fmaf(zb[j], dd.y, acc[2]));
-                acc[3] = fmaf(sb[j] * d1, (float)((cl[3] << 4) + ch[3]), fmaf(zb[j], dd.w, acc[3]));
+#pragma unroll
+                for (int c = 0; c < NT; c++) {
+                    /* words: lo0 hi0 lo1 hi1 | lo2 hi2 lo3 hi3 (il 1: each 8 values as x0,x2,x4,x6,x1,x3,x5,x7) */
+                    const uint4 xa = *(const uint4 *)(gq + xoff[c]), xb = *(const uint4 *)(gq + xoff2[c]);
+                    /* (d, d sum q) of acts 8c+2t, 8c+2t+1 */
+                    const float4 dd = *(const float4 *)(sd + (cgl + j) * 8 * NT + 8 * c + 2 * t);
+                    int cl[4] = {0, 0, 0, 0}, ch[4] = {0, 0, 0, 0};
+                    q4r_group(cl, ch, lo[j], hi[j], xa.x, xa.z, xb.x, xb.z, xa.y, xa.w, xb.y, xb.w);
+                    const float d0 = dd.x * (1.f / 16.f), d1 = dd.z * (1.f / 16.f);
+                    acc[c][0] = fmaf(sa[j] * d0, (float)((cl[0] << 4) + ch[0]), fmaf(za[j], dd.y, acc[c][0]));
+                    acc[c][1] = fmaf(sa[j] * d1, (float)((cl[1] << 4) + ch[1]), fmaf(za[j], dd.w, acc[c][1]));
+                    acc[c][2] = fmaf(sb[j] * d0, (float)((cl[2] << 4) + ch[2]), fmaf(zb[j], dd.y, acc[c][2]));
+                    acc[c][3] = fmaf(sb[j] * d1, (float)((cl[3] << 4) + ch[3]), fmaf(zb[j], dd.w, acc[c][3]));
+                }
             }
         }
         cgl += G;
         if (--crem == 0 || last) { /* the tile's (or the range's) last unit: its sums into y */
             const int row = ctile * 16 + gid;
-            float *y0 = y + (size_t)(2 * t) * n + row, *y1 = y0 + n;
-            if constexpr (I8) { /* the channel scales (int8, fp8) */
-                const float s0 = __ldg(S + min(row, n - 1)), s8 = __ldg(S + min(row + 8, n - 1));
-                acc[0] *= s0, acc[1] *= s0, acc[2] *= s8, acc[3] *= s8;
+            float s0 = 1.f, s8 = 1.f;
+            if constexpr (I8) /* the channel scales (int8, fp8) */
+                s0 = __ldg(S + min(row, n - 1)), s8 = __ldg(S + min(row + 8, n - 1));
+#pragma unroll
+            for (int c = 0; c < NT; c++) {
+                const int a0 = 8 * c + 2 * t;
+                float *y0 = y + (size_t)a0 * n + row, *y1 = y0 + n;
+                if (a0 < m) {
+                    if (row < n) atomicAdd(y0, acc[c][0] * s0);
+                    if (row + 8 < n) atomicAdd(y0 + 8, acc[c][2] * s8);
+                }
+                if (a0 + 1 < m) {
+                    if (row < n) atomicAdd(y1, acc[c][1] * s0);
+                    if (row + 8 < n) atomicAdd(y1 + 8, acc[c][3] * s8);
+                }
+                acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.f;
             }
-            if (2 * t < m) {
-                if (row < n) atomicAdd(y0, acc[0]);
-                if (row + 8 < n) atomicAdd(y0 + 8, acc[2]);
-            }
-            if (2 * t + 1 < m) {
-                if (row < n) atomicAdd(y1, acc[1]);
-                if (row + 8 < n) atomicAdd(y1 + 8, acc[3]);
-            }
-            acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
             q4r_next_tile(crem, gb, ctile, ntile, cgl, gs);
         }
     };
     q4r_units(buf, u0, u1, step);
 }
-
 static int q4r_env(void) { /* read at every call: the tests switch it */
     const char *e = getenv("G3_CUDA_Q4R");
     return e && *e ? atoi(e) : 1;
@@ -238,44 +261,76 @@ static int q4r_sms(void) { /* the device's SMs (the launch's blocks), read once 
     return n;
 }
 
-/* groups a slice: the fewest slices of <= 42 groups (5376 values) that divide the row */
-static int q4r_slice_groups(int ngr) {
+/* $G3_CUDA_Q4RMAX=n: the most rows taken here (8, 16 or 32), for every matrix that passes q4r_min_mb, read at every
+ * call. Unset: 8, and up to 16 for fp8 matrices of rows of <= 42 groups (k <= 5376). H200, session 40 (CUPTI on the
+ * replayed 27B 16-row step, a layer's effective kernel times): at 16 rows this kernel took the fp8 gate/up product
+ * 78.8 -> 69.4 us (from tc_stage.cu's staged bf16 kernel), but lost on fp8's down product (40.7 -> 46.9: 7 K-slices
+ * of 24 groups for 32 activation rows, 198 KB of shared memory, and the qkv product after it waited 9 us longer), on
+ * int4's gate/up (tc_wg4.cu, 44.9 -> 50.4) and was even on int8's (tc_q8.cu, a layer 150.2 -> 149.3 us); at 17..32
+ * rows (four column tiles) every format lost 6-38% (aggregate decode tok/s). */
+static int q4r_max_env(void) { /* 0: unset */
+    const char *e = getenv("G3_CUDA_Q4RMAX");
+    if (!e || !*e) return 0;
+    const int v = atoi(e);
+    return v <= 8 ? 8 : v <= 16 ? 16 : 32;
+}
+static int q4r_nt(int m) { return m <= 8 ? 1 : m <= 16 ? 2 : 4; } /* column tiles of 8 activation rows */
+static int q4r_act_rows(const g3_dmat *w, int m) { return w->qt == G3Q_FP8 ? 2 * m : m; } /* fp8: hi + lo rows */
+
+/* groups a slice: the fewest slices of <= 42 groups (5376 values) that divide the row, and few enough that two
+ * slices' activations of mr rows (and their (d, d sum q) for nt column tiles) fit in 200 KB of shared memory */
+static int q4r_slice_groups(int ngr, int mr, int nt) {
+    int cap = (200 << 10) / (2 * (mr * 128 + 64 * nt));
+    if (cap > 42) cap = 42;
     for (int s = 1; s <= ngr; s++)
-        if (ngr % s == 0 && ngr / s <= 42) return ngr / s;
+        if (ngr % s == 0 && ngr / s <= cap) return ngr / s;
     return 1;
 }
-static int q4r_unit_groups(const g3_dmat *w) { /* G: two groups a unit where they divide the slice (int4) */
-    return w->qt == G3Q_INT4 && q4r_slice_groups(w->k / 128) % 2 == 0 ? 2 : 1;
+static int q4r_gs(const g3_dmat *w, int m) { return q4r_slice_groups(w->k / 128, q4r_act_rows(w, m), q4r_nt(m)); }
+static int q4r_unit_groups(const g3_dmat *w, int m) { /* G: two groups a unit where they divide the slice (int4) */
+    return w->qt == G3Q_INT4 && q4r_gs(w, m) % 2 == 0 ? 2 : 1;
 }
 /* shared memory of a launch on n_sm blocks: the activations of the groups a block can touch (two slices, or all
  * groups where a block holds a slice's units or more) and their (d, d sum q) */
 static size_t q4r_smem(const g3_dmat *w, int m, int n_sm) {
-    const int ngr = w->k / 128, gs = q4r_slice_groups(ngr), G = q4r_unit_groups(w);
+    const int ngr = w->k / 128, gs = q4r_gs(w, m), G = q4r_unit_groups(w, m);
     const long long ntile = (w->n + 15) / 16, units = ntile * (ngr / G), per_block = (units + n_sm - 1) / n_sm;
     const int span = per_block >= ntile * (gs / G) ? ngr : (2 * gs < ngr ? 2 * gs : ngr);
-    const int mr = w->qt == G3Q_FP8 ? 2 * m : m;
-    return (size_t)span * mr * 128 + (size_t)span * 64;
+    return (size_t)span * q4r_act_rows(w, m) * 128 + (size_t)span * 64 * q4r_nt(m);
 }
 
 int g3c_q4r_taken(const g3_dmat *w, int m) {
     const int qt = w->qt, pc = w->g == w->k; /* per-channel scales */
     const int ok = (qt == G3Q_INT4 && w->g == 128) || (qt == G3Q_INT8 && pc) ||
                    (qt == G3Q_FP8 && g3c_wgf_supported(w, m)); /* fp8: unless $G3_CUDA_WGF=0 */
-    if (!q4r_env() || !ok || m < 1 || m > 8 || w->k % 128) return 0;
+    const int mx = q4r_max_env();
+    if (!q4r_env() || !ok || m < 1 || m > (mx ? mx : qt == G3Q_FP8 ? 16 : 8) || w->k % 128) return 0;
+    if (m > 8 && !mx && w->k > 42 * 128) return 0; /* by default rows of <= 42 groups beyond 8 rows */
     const double mb = (double)w->n * w->k / (qt == G3Q_INT4 ? 2e6 : 1e6);
     return mb >= q4r_min_mb(qt) && q4r_smem(w, m, q4r_sms()) <= (200u << 10);
 }
 
-template <int QT, int D, int G>
+template <int QT, int D, int G, int NT>
 static cudaError_t q4r_launch(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                               cudaStream_t st) {
     static int bps; /* once per instance: the largest shared memory any launch here takes */
-    cudaError_t e = g3c_smem_setup(k_q4r<QT, D, G>, 200 << 10, Q4R_T, &bps);
+    cudaError_t e = g3c_smem_setup(k_q4r<QT, D, G, NT>, 200 << 10, Q4R_T, &bps);
     if (e != cudaSuccess) return e;
     const size_t smem = q4r_smem(w, m, n_sm);
     if (smem > (200u << 10)) return cudaErrorInvalidValue;
-    return g3c_launch(k_q4r<QT, D, G>, dim3(n_sm), dim3(Q4R_T), smem, st, (const uint8_t *)w->q, (const float *)w->s,
-                      (const float *)w->z, xq, xd, m, y, w->n, w->k, q4r_slice_groups(w->k / 128));
+    return g3c_launch(k_q4r<QT, D, G, NT>, dim3(n_sm), dim3(Q4R_T), smem, st, (const uint8_t *)w->q,
+                      (const float *)w->s, (const float *)w->z, xq, xd, m, y, w->n, w->k, q4r_gs(w, m));
+}
+
+/* the instance for the format, unit groups and column tiles */
+template <int NT>
+static cudaError_t q4r_run(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
+                           cudaStream_t st) {
+    if (w->qt != G3Q_INT4) /* a byte a weight: int8, or fp8 on its activations' e4m3 hi + lo rows */
+        return w->qt == G3Q_FP8 ? q4r_launch<G3Q_FP8, 2, 1, NT>(w, xq, xd, m, y, n_sm, st)
+                                : q4r_launch<G3Q_INT8, 2, 1, NT>(w, xq, xd, m, y, n_sm, st);
+    return q4r_unit_groups(w, m) == 2 ? q4r_launch<G3Q_INT4, 2, 2, NT>(w, xq, xd, m, y, n_sm, st)
+                                      : q4r_launch<G3Q_INT4, 4, 1, NT>(w, xq, xd, m, y, n_sm, st);
 }
 
 static long long q4r_count;
@@ -285,9 +340,8 @@ cudaError_t g3c_q4r_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int
                        cudaStream_t st) {
     if (!g3c_q4r_taken(w, m)) return cudaErrorInvalidValue;
     q4r_count++;
-    if (w->qt != G3Q_INT4) /* a byte a weight: int8, or fp8 on its activations' e4m3 hi + lo rows */
-        return w->qt == G3Q_FP8 ? q4r_launch<G3Q_FP8, 2, 1>(w, xq, xd, m, y, n_sm, st)
-                                : q4r_launch<G3Q_INT8, 2, 1>(w, xq, xd, m, y, n_sm, st);
-    return q4r_unit_groups(w) == 2 ? q4r_launch<G3Q_INT4, 2, 2>(w, xq, xd, m, y, n_sm, st)
-                                   : q4r_launch<G3Q_INT4, 4, 1>(w, xq, xd, m, y, n_sm, st);
+    const int nt = q4r_nt(m);
+    return nt == 1 ? q4r_run<1>(w, xq, xd, m, y, n_sm, st)
+           : nt == 2 ? q4r_run<2>(w, xq, xd, m, y, n_sm, st)
+                     : q4r_run<4>(w, xq, xd, m, y, n_sm, st);
 }

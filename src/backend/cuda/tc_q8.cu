@@ -399,6 +399,7 @@ size_t g3c_tq_q8_bytes(int m, int k) { return (size_t)2 * m * k + (size_t)m * (k
 int g3c_tq_order(const g3_dmat *w, int m) {
     if (w->qt == G3Q_FP8) return G3C_TQ_FP8 + g3c_wgf_lo_row(m);
     if (w->qt != G3Q_INT4) return 0;
+    if (g3c_q4r_taken(w, m)) return 1; /* tc_q4r.cu before the wgmma kernels (9..16 rows, where it takes them) */
     return g3c_wgb_supported(w, m) ? 3 : g3c_wg4_supported(w, m) ? 2 : 1;
 }
 
@@ -423,11 +424,12 @@ static int tq_wg(const g3_dmat *w, int m) { return m >= g3c_wg_min_rows() && g3c
 
 cudaError_t g3c_tq_mm_pre(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                           cudaStream_t st) {
+    /* large matrices up to g3c_q4r_taken's rows: tc_q4r.cu (tc_q8.cu's value orders; fp8 on the e4m3 hi + lo rows) */
+    if (g3c_q4r_taken(w, m)) return g3c_q4r_mm(w, xq, xd, m, y, n_sm, st);
     if (tq_wg(w, m)) return g3c_wg_mm(w, xq, xd, m, y, n_sm, st);
     if (g3c_wgf_taken(w, m)) return g3c_wgf_mm(w, xq, xd, m, y, n_sm, st);
     if (g3c_wgb_supported(w, m)) return g3c_wgb_mm(w, (const __nv_bfloat16 *)xq, m, y, n_sm, st);
     if (g3c_wg4_supported(w, m)) return g3c_wg4_mm(w, xq, xd, m, y, n_sm, st);
-    if (g3c_q4r_taken(w, m)) return g3c_q4r_mm(w, xq, xd, m, y, n_sm, st); /* tc_q8.cu's value orders; fp8 */
     if (!g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     if (tq_variant(w) == 2) return g3c_tqg_mm(w, xq, xd, m, y, n_sm, st);
     tq_build();
@@ -445,15 +447,16 @@ cudaError_t g3c_tq_quant(const g3_dmat *w, const __nv_bfloat16 *xh, int m, int8_
 
 cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,
                       cudaStream_t st) {
-    const int wg = tq_wg(w, m), wgb = !wg && g3c_wgb_supported(w, m); /* up to 128 rows there, 64 for wg4 */
-    const int wg4 = !wg && !wgb && g3c_wg4_supported(w, m);
+    /* large int4 / int8 / fp8 matrices up to 16 rows by default: tc_q4r.cu (fp8 on the hi + lo rows quantized as for
+     * wgf) */
+    const int q4r = g3c_q4r_taken(w, m);
+    const int wg = !q4r && tq_wg(w, m), wgb = !q4r && !wg && g3c_wgb_supported(w, m); /* up to 128 rows, wg4 64 */
+    const int wg4 = !q4r && !wg && !wgb && g3c_wg4_supported(w, m);
     const int wgf = !wg && !wgb && !wg4 && g3c_wgf_supported(w, m); /* fp8: hi + lo e4m3 activations */
     const int wmo = wgf ? g3c_wgf_lo_row(m) : 0;
     if (!wg && !wgb && !wg4 && !wgf && !g3c_tq_supported(w, m)) return cudaErrorInvalidValue;
     tq_build();
-    const int tqg = !wg && !wgb && !wg4 && !wgf && tq_variant(w) == 2; /* GGUF groups of 16 / 32: tc_q8g.cu */
-    /* large int4 / int8 / fp8 matrices at <= 8 rows: tc_q4r.cu (fp8 on the hi + lo rows quantized for wgf) */
-    const int q4r = !wg && !wgb && !wg4 && !tqg && g3c_q4r_taken(w, m);
+    const int tqg = !q4r && !wg && !wgb && !wg4 && !wgf && tq_variant(w) == 2; /* GGUF groups of 16 / 32: tc_q8g.cu */
     tq_inst *ti = wg || wgb || wg4 || wgf || tqg || q4r ? NULL : tq_pick(w, m);
     cudaError_t e = ti ? tq_inst_setup(ti) : cudaSuccess; /* no-op after g3c_tq_init */
     if (e != cudaSuccess) return e;

@@ -300,6 +300,7 @@ int g3c_tq_taken(const g3_dmat *w, int m) {
     if (e && !strcmp(e, "0")) return 0;
     if (m <= 8) return g3c_tq_small(w, m); /* tc_q8.cu / tc_q8g.cu from g3c_tq_min_rows(w) */
     const int md = tcm_mode();
+    if ((md == 3 || md == 4) && g3c_q4r_taken(w, m)) return 1; /* tc_q4r.cu (9..16 rows by default) */
     if (g3c_wgf_taken(w, m)) return 1; /* fp8 on tc_wg.cu's e4m3 kernel: hi + lo parts by the producer */
     return (md == 3 || md == 4) && g3c_tcm_supported(w, m) && g3c_tq_supported(w, m);
 }
@@ -328,7 +329,7 @@ cudaError_t g3c_tcm_init(void) {
 cudaError_t g3c_tcm_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, cudaStream_t st) {
     if (!g3c_tcm_supported(w, m)) return cudaErrorInvalidValue;
     const int md = tcm_mode();
-    if ((md == 3 || md == 4) && g3c_tq_supported(w, m))
+    if ((md == 3 || md == 4) && (g3c_tq_supported(w, m) || g3c_q4r_taken(w, m))) /* fp8 on tc_q4r.cu too */
         return g3c_tq_mm(w, xh, m, y, n_sm, NULL, 0, st);
     tcm_build();
     tcm_inst *ti = &tcm_table[tcm_variant(w)][m <= 16 ? 0 : m <= 32 ? 1 : 2][tcm_mode() == 2];
