@@ -399,7 +399,7 @@ size_t g3c_tq_q8_bytes(int m, int k) { return (size_t)2 * m * k + (size_t)m * (k
 int g3c_tq_order(const g3_dmat *w, int m) {
     if (w->qt == G3Q_FP8) return G3C_TQ_FP8 + g3c_wgf_lo_row(m);
     if (w->qt != G3Q_INT4) return 0;
-    if (g3c_q4r_taken(w, m)) return 1; /* tc_q4r.cu before the wgmma kernels (9..16 rows, where it takes them) */
+    if (g3c_q4r_taken(w, m)) return 1; /* tc_q4r.cu before the wgmma kernels (at 9..16 rows with $G3_CUDA_Q4RMAX) */
     return g3c_wgb_supported(w, m) ? 3 : g3c_wg4_supported(w, m) ? 2 : 1;
 }
 
@@ -447,8 +447,8 @@ cudaError_t g3c_tq_quant(const g3_dmat *w, const __nv_bfloat16 *xh, int m, int8_
 
 cudaError_t g3c_tq_mm(const g3_dmat *w, const __nv_bfloat16 *xh, int m, float *y, int n_sm, void *q8, size_t q8_bytes,
                       cudaStream_t st) {
-    /* large int4 / int8 / fp8 matrices up to 16 rows by default: tc_q4r.cu (fp8 on the hi + lo rows quantized as for
-     * wgf) */
+    /* large int4 / int8 matrices up to 8 rows, fp8 ones (k <= 5376 beyond 8) up to 16 by default: tc_q4r.cu (fp8 on
+     * the hi + lo rows quantized as for wgf) */
     const int q4r = g3c_q4r_taken(w, m);
     const int wg = !q4r && tq_wg(w, m), wgb = !q4r && !wg && g3c_wgb_supported(w, m); /* up to 128 rows, wg4 64 */
     const int wg4 = !q4r && !wg && !wgb && g3c_wg4_supported(w, m);

@@ -300,7 +300,7 @@ int g3c_tq_taken(const g3_dmat *w, int m) {
     if (e && !strcmp(e, "0")) return 0;
     if (m <= 8) return g3c_tq_small(w, m); /* tc_q8.cu / tc_q8g.cu from g3c_tq_min_rows(w) */
     const int md = tcm_mode();
-    if ((md == 3 || md == 4) && g3c_q4r_taken(w, m)) return 1; /* tc_q4r.cu (9..16 rows by default) */
+    if ((md == 3 || md == 4) && g3c_q4r_taken(w, m)) return 1; /* tc_q4r.cu (by default fp8 at 9..16 rows) */
     if (g3c_wgf_taken(w, m)) return 1; /* fp8 on tc_wg.cu's e4m3 kernel: hi + lo parts by the producer */
     return (md == 3 || md == 4) && g3c_tcm_supported(w, m) && g3c_tq_supported(w, m);
 }
