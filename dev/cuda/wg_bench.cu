@@ -139,7 +139,7 @@ static __device__ __forceinline__ void x_stage(uint8_t *sm, float *ds, const int
         const int r = idx >> 3, c = idx & 7;
         g3c_cp16(dst + r * 128 + ((c ^ (r & 7)) << 4), xq + (size_t)r * K + st * 128 + c * 16);
     }
-    if ((int)threadIdx.x < m) wg_cp4(ds + slot * 64 + threadIdx.x, &xd[(size_t)threadIdx.x * (K / 128) + st].x);
+    if ((int)threadIdx.x < m) g3c_cp4(ds + slot * 64 + threadIdx.x, &xd[(size_t)threadIdx.x * (K / 128) + st].x);
 }
 /* the four k steps of one stage into ai (wgmma group committed, not waited for) */
 static __device__ __forceinline__ void x_mma(int (&ai)[64], const uint8_t *base) {

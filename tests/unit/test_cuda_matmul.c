@@ -352,7 +352,9 @@ static void run_tqg(uint32_t t, int n, int k, int m, int want) {
     free(raw), free(x), free(y), free(wd), free(xe), free(xe_hi);
 }
 
-/* n = 264: tiles of 256 (two tiles a warp) or 128 rows, the last partial; 37: odd (scalar atomics), a down
+/* The scale codes: Q8_0 / Q4_0 (and Q4_K up to 16 rows; beyond with $G3_CUDA_TQGKC=all) on the files' own codes by
+ * default (a call counter proves it), on the floats with $G3_CUDA_TQGKC=0, both against the same emulation. n = 264: tiles of 256 (two tiles a warp) or 128 rows, the
+ * last partial; 37: odd (scalar atomics), a down
  * projection's k split across blocks; k = 384: Q4_0's last stage half (256 + 128), Q8_0's three stages; every row
  * count of each tile variant (3..8, 9..16, 17..32, 33..64; below 9 instead of dp4a, from $G3_CUDA_TQGMIN rows);
  * two blocks per SM ($G3_CUDA_TQOCC=2, the int8 default) and
@@ -364,6 +366,7 @@ static void test_matmul_tqg(void **state) {
     const uint32_t types[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K};
     const int ms[] = {3, 5, 8, 9, 16, 17, 32, 33, 64};
     for (size_t ti = 0; ti < 4; ti++) {
+        const long long k0 = g3_cuda_test_tqg_kc_launches();
         for (size_t i = 0; i < 9; i++) run_tqg(types[ti], 264, 2816, ms[i], 1);
         run_tqg(types[ti], 37, 21504, 24, 1);
         const int kb = types[ti] == G3_DTYPE_Q4_K || types[ti] == G3_DTYPE_Q6_K ? 768 : 384; /* K: blocks of 256 */
@@ -374,6 +377,27 @@ static void test_matmul_tqg(void **state) {
             run_tqg(types[ti], 37, 5376, 40, 1);
             unsetenv("G3_CUDA_TQOCC");
         }
+        /* Q8_0 / Q4_0 / Q4_K read the files' scale codes (g3_dmat.kc, kd) by default, Q6_K its float scales; with
+         * $G3_CUDA_TQGKC=0 the same products on the floats (the emulation's dequantized weights come from those) */
+        const long long k1 = g3_cuda_test_tqg_kc_launches();
+        printf("  type %u: launches on the scale codes %lld\n", types[ti], k1 - k0);
+        if (types[ti] == G3_DTYPE_Q6_K) assert_true(k1 == k0);
+        else if (types[ti] == G3_DTYPE_Q4_K) assert_true(k1 - k0 >= 6); /* up to 16 rows (3, 5, 8, 9, 16, 12 x 2) */
+        else assert_true(k1 - k0 >= 11);
+        long long k2 = k1;
+        if (types[ti] == G3_DTYPE_Q4_K) { /* beyond 16 rows with $G3_CUDA_TQGKC=all */
+            setenv("G3_CUDA_TQGKC", "all", 1);
+            run_tqg(types[ti], 264, 2816, 33, 1);
+            run_tqg(types[ti], 37, 21504, 24, 1);
+            unsetenv("G3_CUDA_TQGKC");
+            k2 = g3_cuda_test_tqg_kc_launches();
+            assert_true(k2 == k1 + 2);
+        }
+        setenv("G3_CUDA_TQGKC", "0", 1);
+        run_tqg(types[ti], 264, 2816, 8, 1);
+        run_tqg(types[ti], 40, kb, 48, 1);
+        assert_true(g3_cuda_test_tqg_kc_launches() == k2);
+        unsetenv("G3_CUDA_TQGKC");
         setenv("G3_CUDA_TQG", "0", 1);
         run_tqg(types[ti], 264, 2816, 32, 0);
         assert_int_equal(g3_cuda_test_tqg(types[ti], 264, 2816, 5), 0);

@@ -51,11 +51,6 @@ template <int OQ, int GD> struct aop_lay {
     static __host__ __device__ constexpr size_t bytes(int rb) { return off_bar(rb) + 8; }
 };
 
-static __device__ __forceinline__ void aop_cp8(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(d), "l"(src) : "memory");
-}
-
 /* Requests block `rank`'s slice of kv head kh's columns (all NT threads; before the launch wait). */
 template <int OQ, int GD, int NT>
 static __device__ __forceinline__ void aop_fetch(const g3c_aop &op, int kh, int rank, unsigned char *sm) {
@@ -79,8 +74,8 @@ static __device__ __forceinline__ void aop_fetch(const g3c_aop &op, int kh, int 
         for (int t = threadIdx.x; t < nr * per; t += NT) {
             const int i = t / per, j = t % per;
             const size_t g = (size_t)(r0 + i) * gpr + (size_t)kh * L::NG + 2 * j;
-            aop_cp8(ss + (size_t)i * L::NG + 2 * j, op.s + g);
-            aop_cp8(sz + (size_t)i * L::NG + 2 * j, op.z + g);
+            g3c_cp8(ss + (size_t)i * L::NG + 2 * j, op.s + g);
+            g3c_cp8(sz + (size_t)i * L::NG + 2 * j, op.z + g);
         }
         g3c_cp_commit();
     }

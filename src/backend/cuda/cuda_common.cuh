@@ -311,6 +311,7 @@ int g3c_tq_small(const g3_dmat *w, int m);
 cudaError_t g3c_tqg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int m, float *y, int n_sm,
                        cudaStream_t st);
 cudaError_t g3c_tqg_init(void);
+long long g3c_tqg_kc_launches(void); /* tc_q8g.cu launches that read the files' scale codes (test hooks) */
 /* Activations quantized by their producer (tq_act.cuh) for the int8 tensor-core kernels (tc_q8.cu, tc_wg.cu,
  * tc_wg4.cu): g3c_tq_taken says whether the forward's product of m rows on w runs there (path TC, 9..64 rows,
  * $G3_CUDA_TQPRE != 0), g3c_tq_order which value order its activations need (tq_act.cuh's il); g3c_tq_mm_pre =

@@ -101,6 +101,15 @@ static __device__ __forceinline__ void g3c_cp16(void *dst, const void *src) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
 }
+/* 8 / 4 bytes global -> shared (cp.async.ca: the forms below 16 bytes) */
+static __device__ __forceinline__ void g3c_cp8(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(d), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void g3c_cp4(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+}
 static __device__ __forceinline__ void g3c_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 /* Bulk copies (cp.async.bulk, the copy engine of sm_90) completing on an mbarrier in shared memory: init with an

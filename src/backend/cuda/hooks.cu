@@ -129,6 +129,7 @@ extern "C" int g3_cuda_test_mm_path(uint32_t src_type, int n, int k, const char 
 }
 
 extern "C" long long g3_cuda_test_q4r_launches(void) { return g3c_q4r_launches(); }
+extern "C" long long g3_cuda_test_tqg_kc_launches(void) { return g3c_tqg_kc_launches(); }
 
 extern "C" int g3_cuda_test_qp_kslices(uint32_t src_type, int n, int k, const char *quant, int geglu, int *n_sm) {
     g3_dmat d;

@@ -68,18 +68,41 @@ template <int QT, int T> static __device__ __forceinline__ int tg_sidx(int zi, i
     return ((zi * T + tt) * 16 + r) * GPS + (GPS == 8 ? G ^ (((r >> 2) & 1) << 2) : G);
 }
 
-/* the groups' scales (and offsets) of unit (tile, stage) into the warp's scale slot; groups past the row as zeros */
-template <int QT, int T>
+/* KC: the scale slot holds the file's scale codes instead (g3_dmat.kc: [T][16][GPS] u16, then for Q4_K kd: [T][16]
+ * u32 at byte 32 T GPS) */
+template <int QT, int T> static __device__ __forceinline__ int tg_kd_off() { return 32 * T * tg_c<QT>::GPS; }
+
+/* the groups' scales (and offsets) of unit (tile, stage) into the warp's scale slot; groups past the row as zeros.
+ * KC 1 (Q4_K) / 2 (Q4_0, Q8_0): their codes (2 bytes a group, Q4_K's d and -dmin 4 bytes a row and stage of 8) */
+template <int QT, int T, int KC>
 static __device__ __forceinline__ void tg_load_s(const g3_dmat &w, int tile, int stage, int wi, int lane, float *ss) {
     constexpr int GPS = tg_c<QT>::GPS, CPR = GPS / 4, NCH = tg_c<QT>::ZS * T * 16 * CPR;
     const int n = w.n, ngr = w.k / tg_c<QT>::GS;
+    if constexpr (KC) { /* 8 bytes (4 codes) a chunk: rows' code offsets are multiples of 4 (k % 128 == 0) */
+        uint16_t *cs = (uint16_t *)ss;
 #pragma unroll
-    for (int q = lane; q < NCH; q += 32) {
-        const int ci = q % CPR, r = (q / CPR) % 16, tt = (q / (CPR * 16)) % T, zi = q / (CPR * 16 * T);
-        const int row = min(((tile * TG_WARPS + wi) * T + tt) * 16 + r, n - 1), grp = stage * GPS + 4 * ci;
-        float *d = ss + tg_sidx<QT, T>(zi, tt, r, 4 * ci);
-        if (grp < ngr) g3c_cp16(d, (zi ? w.z : w.s) + (size_t)row * ngr + grp);
-        else *(float4 *)d = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int q = lane; q < T * 16 * CPR; q += 32) {
+            const int ci = q % CPR, r = (q / CPR) % 16, tt = q / (CPR * 16);
+            const int row = min(((tile * TG_WARPS + wi) * T + tt) * 16 + r, n - 1), grp = stage * GPS + 4 * ci;
+            uint16_t *d = cs + (tt * 16 + r) * GPS + 4 * ci;
+            if (grp < ngr) g3c_cp8(d, w.kc + (size_t)row * ngr + grp);
+            else *(uint2 *)d = make_uint2(0, 0);
+        }
+        if constexpr (KC == 1) /* Q4_K: k % 256 == 0, a stage is one super-block of 8 groups */
+            for (int q = lane; q < T * 16; q += 32) {
+                const int r = q % 16, tt = q / 16;
+                const int row = min(((tile * TG_WARPS + wi) * T + tt) * 16 + r, n - 1);
+                g3c_cp4((unsigned char *)ss + tg_kd_off<QT, T>() + 4 * q, w.kd + ((size_t)row * ngr + stage * GPS) / 8);
+            }
+    } else {
+#pragma unroll
+        for (int q = lane; q < NCH; q += 32) {
+            const int ci = q % CPR, r = (q / CPR) % 16, tt = (q / (CPR * 16)) % T, zi = q / (CPR * 16 * T);
+            const int row = min(((tile * TG_WARPS + wi) * T + tt) * 16 + r, n - 1), grp = stage * GPS + 4 * ci;
+            float *d = ss + tg_sidx<QT, T>(zi, tt, r, 4 * ci);
+            if (grp < ngr) g3c_cp16(d, (zi ? w.z : w.s) + (size_t)row * ngr + grp);
+            else *(float4 *)d = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
     }
 }
 
@@ -117,7 +140,7 @@ static __device__ __forceinline__ void tg_sums(const uint4 *xs, float *gs, int m
 }
 
 /* T tiles of 16 rows per warp, NT tiles of 8 activation rows */
-template <int QT, int NT, int T, int MINB>
+template <int QT, int NT, int T, int MINB, int KC>
 __global__ void __launch_bounds__(TG_WARPS * 32, MINB)
     k_tqg(g3_dmat w, const int8_t *__restrict__ xq, const float2 *__restrict__ xd, int m, float *__restrict__ y, int S,
           long long L) {
@@ -139,11 +162,11 @@ __global__ void __launch_bounds__(TG_WARPS * 32, MINB)
     const int wpos = tg_pos<QT>(g, t); /* where this lane's chunks go in the ring */
     /* the weights and scales do not depend on the previous kernel: start their copies before waiting for it */
     if (u0 < u1)
-        tq_load_w<T>(w, wk.tl0, wk.st0, wi, lane, wpos, ring), tg_load_s<QT, T>(w, wk.tl0, wk.st0, wi, lane, sring);
+        tq_load_w<T>(w, wk.tl0, wk.st0, wi, lane, wpos, ring), tg_load_s<QT, T, KC>(w, wk.tl0, wk.st0, wi, lane, sring);
     g3c_cp_commit();
     if (u0 + 1 < u1)
         tq_load_w<T>(w, wk.tl1, wk.st1, wi, lane, wpos, ring + TG_WARPS * WSLOT),
-            tg_load_s<QT, T>(w, wk.tl1, wk.st1, wi, lane, sring + TG_WARPS * SSLOT);
+            tg_load_s<QT, T, KC>(w, wk.tl1, wk.st1, wi, lane, sring + TG_WARPS * SSLOT);
     g3c_cp_commit();
     g3c_pdl_wait();
     if (u0 >= u1) {
@@ -169,7 +192,7 @@ __global__ void __launch_bounds__(TG_WARPS * 32, MINB)
             const int ns = it == 0 ? 2 : it - 1;
             if (u + 2 < u1) {
                 tq_load_w<T>(w, wk.tl2, wk.st2, wi, lane, wpos, ring + ns * TG_WARPS * WSLOT);
-                tg_load_s<QT, T>(w, wk.tl2, wk.st2, wi, lane, sring + ns * TG_WARPS * SSLOT);
+                tg_load_s<QT, T, KC>(w, wk.tl2, wk.st2, wi, lane, sring + ns * TG_WARPS * SSLOT);
                 tg_stage_x<QT, NT>(xsb + ns * MP * UPR, dsb + ns * SEGS * MP, xq, xd, m, K, wk.st2);
             }
             g3c_cp_commit();
@@ -217,9 +240,27 @@ __global__ void __launch_bounds__(TG_WARPS * 32, MINB)
                         const uint2 va = ((const uint2 *)(wr + p))[t & 1], vb = ((const uint2 *)(wr + 32 + p))[t & 1];
                         a0 = va.x, a2 = va.y, a1 = vb.x, a3 = vb.y;
                     }
-                    const float sa = ss[tg_sidx<QT, T>(0, tt, g, G)], sb = ss[tg_sidx<QT, T>(0, tt, g + 8, G)];
-                    float za = 0.f, zb = 0.f;
-                    if constexpr (I4) za = ss[tg_sidx<QT, T>(1, tt, g, G)], zb = ss[tg_sidx<QT, T>(1, tt, g + 8, G)];
+                    float sa, sb, za = 0.f, zb = 0.f;
+                    if constexpr (KC) { /* the values g3_dmat.s and z hold, bit for bit (convert.cu) */
+                        const uint16_t *cs = (const uint16_t *)ss;
+                        const uint32_t ca = cs[(tt * 16 + g) * GPS + G], cb = cs[(tt * 16 + g + 8) * GPS + G];
+                        if constexpr (KC == 1) { /* Q4_K: s = d sc, z = -dmin m; kd = (d, -dmin) as two halves */
+                            const uint32_t *kd = (const uint32_t *)((const unsigned char *)ss + tg_kd_off<QT, T>());
+                            const uint32_t da = kd[tt * 16 + g], db = kd[tt * 16 + g + 8];
+                            __half2 ha, hb;
+                            memcpy(&ha, &da, 4), memcpy(&hb, &db, 4);
+                            sa = __low2float(ha) * (float)(ca & 0xFFu), za = __high2float(ha) * (float)(ca >> 8);
+                            sb = __low2float(hb) * (float)(cb & 0xFFu), zb = __high2float(hb) * (float)(cb >> 8);
+                        } else { /* Q4_0 / Q8_0: s = d; Q4_0's z = -8 d */
+                            sa = __half2float(__ushort_as_half((unsigned short)ca));
+                            sb = __half2float(__ushort_as_half((unsigned short)cb));
+                            if constexpr (I4) za = -8.f * sa, zb = -8.f * sb;
+                        }
+                    } else {
+                        sa = ss[tg_sidx<QT, T>(0, tt, g, G)], sb = ss[tg_sidx<QT, T>(0, tt, g + 8, G)];
+                        if constexpr (I4)
+                            za = ss[tg_sidx<QT, T>(1, tt, g, G)], zb = ss[tg_sidx<QT, T>(1, tt, g + 8, G)];
+                    }
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++) {
                         int c[4] = {0, 0, 0, 0};
@@ -262,19 +303,23 @@ __global__ void __launch_bounds__(TG_WARPS * 32, MINB)
 /* tg_table[occupancy][int8, int4, int8 in groups of 16][NT 1, 2, 4, 8]; occupancy 0: one block per SM, two tiles
  * per warp (one at NT = 8); 1: one tile per warp, two blocks per SM */
 static tq_inst tg_table[2][3][4];
+/* the same reading the files' scale codes (g3_dmat.kc): [occupancy][Q4_K, Q4_0, Q8_0][NT] */
+static tq_inst tg_kc_table[2][3][4];
 static int tg_ready;
+static long long tg_kc_count;
+long long g3c_tqg_kc_launches(void) { return tg_kc_count; }
 
-template <int QT, int NT, int OCC> static tq_inst tg_mk() {
+template <int QT, int NT, int OCC, int KC = 0> static tq_inst tg_mk() {
     constexpr int T = NT == 8 || OCC ? 1 : 2, MP = 8 * NT;
     constexpr int WSLOT = 2 * T * 2 * 32, SSLOT = tg_c<QT>::ZS * T * 16 * tg_c<QT>::GPS;
     const int smem = 3 * TG_WARPS * WSLOT * 16 + 3 * TG_WARPS * SSLOT * 4 + 3 * MP * tg_c<QT>::UPR * 16 +
                      3 * tg_c<QT>::SEGS * MP * 8 + (QT == G3Q_INT4 ? 3 * tg_c<QT>::GPS * MP * 4 : 0);
-    tq_inst r = {k_tqg<QT, NT, T, OCC ? 2 : 1>, smem, TG_WARPS * T * 16, 0};
+    tq_inst r = {k_tqg<QT, NT, T, OCC ? 2 : 1, KC>, smem, TG_WARPS * T * 16, 0};
     return r;
 }
-template <int QT, int OCC> static void tg_row(tq_inst *row) {
-    row[0] = tg_mk<QT, 1, OCC>(), row[1] = tg_mk<QT, 2, OCC>(), row[2] = tg_mk<QT, 4, OCC>();
-    row[3] = tg_mk<QT, 8, OCC>();
+template <int QT, int OCC, int KC = 0> static void tg_row(tq_inst *row) {
+    row[0] = tg_mk<QT, 1, OCC, KC>(), row[1] = tg_mk<QT, 2, OCC, KC>(), row[2] = tg_mk<QT, 4, OCC, KC>();
+    row[3] = tg_mk<QT, 8, OCC, KC>();
 }
 static void tg_build(void) {
     if (tg_ready) return;
@@ -284,6 +329,12 @@ static void tg_build(void) {
     tg_row<G3Q_INT8, 1>(tg_table[1][0]);
     tg_row<G3Q_INT4, 1>(tg_table[1][1]);
     tg_row<TG_Q8G16, 1>(tg_table[1][2]);
+    for (int o = 0; o < 2; o++) {
+        if (o == 0) tg_row<G3Q_INT4, 0, 1>(tg_kc_table[0][0]), tg_row<G3Q_INT4, 0, 2>(tg_kc_table[0][1]),
+            tg_row<G3Q_INT8, 0, 2>(tg_kc_table[0][2]);
+        else tg_row<G3Q_INT4, 1, 1>(tg_kc_table[1][0]), tg_row<G3Q_INT4, 1, 2>(tg_kc_table[1][1]),
+            tg_row<G3Q_INT8, 1, 2>(tg_kc_table[1][2]);
+    }
     tg_ready = 1;
 }
 
@@ -294,6 +345,22 @@ int g3c_tqg_supported(const g3_dmat *w) {
     if (w->k % 128 != 0 || w->n < 1) return 0;
     /* the scale copies are 16-byte cp.async from each row's groups (k / g a multiple of 4) */
     return ((uintptr_t)w->s & 15) == 0 && (w->qt != G3Q_INT4 || ((uintptr_t)w->z & 15) == 0);
+}
+
+/* Where the file's scale codes are resident (g3_dmat.kc, kd: kept unless $G3_CUDA_Q4KC=0 at create) the products
+ * read them instead of the float scales and offsets (g3_dmat.s, z), decoding them as they use them: Q4_K 2.5 bytes a
+ * group of 32 weights against 8 (0.58 bytes a weight instead of 0.75), Q4_0 2 (0.56), Q8_0 2 against 4 (1.06 instead
+ * of 1.13); Q4_K up to 16 rows ($G3_CUDA_TQGKC=all: at every row count), where its decode (two conversions and two
+ * products a group and row) costs less than the bytes it saves. $G3_CUDA_TQGKC=0: the floats always. Read at every
+ * call. H200, session 40 run 06 (27B tok/s, against TQGKC=0, `gemma3 bench --random-weights 27b --type T --backend
+ * cuda -p 16 -n 32 -r 1 -b ...`): Q4_K 4 / 8 / 16 / 32 seqs 522-524 / 1030 / 1721-1723 / 2361-2383 against 492 /
+ * 949-951 / 1721-1726 / 2398-2412; Q4_0 8 / 32 1184 / 2602 against 949 / 2517; Q8_0 851 / 2540 against 772 / 2474;
+ * Q4_K_M 925 / 2261 against 866 / 2279. The table row of tg_kc_table, or -1 for the floats. */
+static int tg_kc_variant(const g3_dmat *w, int m) {
+    const char *e = getenv("G3_CUDA_TQGKC");
+    if ((e && !strcmp(e, "0")) || !w->kc || w->g != 32) return -1;
+    if (w->qt == G3Q_INT4 && w->kd) return w->k % 256 == 0 && (m <= 16 || (e && !strcmp(e, "all"))) ? 0 : -1;
+    return w->qt == G3Q_INT4 ? 1 : w->qt == G3Q_INT8 ? 2 : -1;
 }
 
 /* $G3_CUDA_TQGMIN: fewest rows taken here (3..9, default 3): below 9 instead of the dp4a kernel of qgemv.cu */
@@ -307,6 +374,7 @@ cudaError_t g3c_tqg_init(void) {
     tg_build();
     for (int v = 0; v < 24; v++) {
         cudaError_t e = tq_inst_setup(&tg_table[v / 12][(v / 4) % 3][v % 4]);
+        if (e == cudaSuccess) e = tq_inst_setup(&tg_kc_table[v / 12][(v / 4) % 3][v % 4]);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
@@ -317,8 +385,10 @@ cudaError_t g3c_tqg_mm(const g3_dmat *w, const int8_t *xq, const float2 *xd, int
     if (!g3c_tqg_supported(w) || m < 1 || m > 64) return cudaErrorInvalidValue;
     tg_build();
     const int occ2 = tq_occ2(w, m);
-    const int f = w->qt == G3Q_INT4 ? 1 : w->g == 16 ? 2 : 0;
-    tq_inst *ti = &tg_table[occ2][f][m <= 8 ? 0 : m <= 16 ? 1 : m <= 32 ? 2 : 3];
+    const int f = w->qt == G3Q_INT4 ? 1 : w->g == 16 ? 2 : 0, nt = m <= 8 ? 0 : m <= 16 ? 1 : m <= 32 ? 2 : 3;
+    const int kc = tg_kc_variant(w, m);
+    tq_inst *ti = kc >= 0 ? &tg_kc_table[occ2][kc][nt] : &tg_table[occ2][f][nt];
+    tg_kc_count += kc >= 0;
     cudaError_t e = tq_inst_setup(ti); /* no-op after g3c_tqg_init */
     return e == cudaSuccess ? tq_inst_run(ti, w, xq, xd, m, y, n_sm, st) : e;
 }

@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
 #pragma unroll
         for (int i = 0; i < XI; i++)
             if (xm >> i & 1) g3c_cp16(dst + i * (NT / 8) * 128, xq + xoff(i) + st * 128);
-        if (xdp) wg_cp4(ds + slot * BM + tid, xdp + 2 * st);
+        if (xdp) g3c_cp4(ds + slot * BM + tid, xdp + 2 * st);
     };
     /* activation rows not present in every stage: zeros, never loaded */
     if constexpr (F8) {
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(WG_T * NWG, NWG == 1 ? 3 : 1)
      * 4762-4769, 4B int8 64 / 256 seqs 19230 / 27130 against 18910 / 26797 */
     if (sc_ok)
         for (int i = tid; i < 2 * BN; i += NT) {
-            if (tf * BN + i < n) wg_cp4(scs + i, w.s + tf * BN + i);
+            if (tf * BN + i < n) g3c_cp4(scs + i, w.s + tf * BN + i);
             else scs[i] = 0.f;
         }
     auto ch_scale = [&](int c) { return c < n ? (sc_ok ? scs[c - tf * BN] : __ldg(w.s + c)) : 0.f; }; /* c's scale */

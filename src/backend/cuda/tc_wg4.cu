@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(W4_T, MINB) k_wg4(g3_dmat w, const int8_t *__r
 #pragma unroll
             for (int i = tid; i < 2 * BN; i += W4_T) {
                 const int row = min(tile * BN + (i >> 1), n - 1);
-                wg_cp4(dsz + gi * 2 * BN + i, ((i & 1) ? w.z : w.s) + (size_t)row * ngr + grp);
+                g3c_cp4(dsz + gi * 2 * BN + i, ((i & 1) ? w.z : w.s) + (size_t)row * ngr + grp);
             }
         }
     };
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(W4_T, MINB) k_wg4(g3_dmat w, const int8_t *__r
         if (tid < m) /* m <= NP <= W4_T */
 #pragma unroll
             for (int gi = 0; gi < G; gi++)
-                wg_cp8(b + XB + WB + SCB + 8 * (gi * NP + tid), xd + (size_t)tid * nb + st * G + gi);
+                g3c_cp8(b + XB + WB + SCB + 8 * (gi * NP + tid), xd + (size_t)tid * nb + st * G + gi);
     };
     /* token rows m..NP-1 of every stage: zeros (activations and their d), never loaded */
     for (int idx = tid; idx < ST * G * (NP - m) * 8; idx += W4_T) {

@@ -136,10 +136,10 @@ __global__ void __launch_bounds__(WB_T, MINB) k_wgb(g3_dmat w, const __nv_bfloat
 #pragma unroll
         for (int tt = 0; tt < CT; tt++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) wg_cp8(dw + (tt * 2 + h) * WB_T, W + wo[tt][h] + 32u * st);
+            for (int h = 0; h < 2; h++) g3c_cp8(dw + (tt * 2 + h) * WB_T, W + wo[tt][h] + 32u * st);
         float *dsz = (float *)(b + XB + WB) + tid; /* [BN] (s, z) */
 #pragma unroll
-        for (int e = 0; e < 2 * BN / WB_T; e++) wg_cp4(dsz + e * WB_T, sp + so[e] + grp);
+        for (int e = 0; e < 2 * BN / WB_T; e++) g3c_cp4(dsz + e * WB_T, sp + so[e] + grp);
     };
     const int xr0 = tid >> 3, xc = tid & 7, xrows = m > xr0 ? (m - xr0 + 15) / 16 : 0;
     const uint32_t xdst = (uint32_t)xr0 * 128u + (uint32_t)((xc ^ (xr0 & 7)) << 4);
