@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "backend/cuda/qgemv_common.cuh"
+#include "backend/cuda/scale_codes.cuh"
 
 /* ---- persistent variant with the quantization inside (m <= 2, $G3_CUDA_QGEMVP) ----------------------------------- */
 /* shared memory of the activations: q (and q_lo), (d, sum) per 32, and with the add-norm prologue (pn 1, 2) x and (pn
@@ -368,17 +369,9 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
             if constexpr (KC) { /* the values g3_dmat.s and z hold, bit for bit */
                 float s2[R], z2[R];
 #pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const uint32_t c = __float_as_uint(sa[u][r]);
-                    if constexpr (KC == 1) { /* Q4_K: s = d sc, z = -dmin m */
-                        const uint32_t dm = __float_as_uint(za[u][r]);
-                        __half2 h;
-                        memcpy(&h, &dm, 4);
-                        s2[r] = __low2float(h) * (float)(c & 0xFFu), z2[r] = __high2float(h) * (float)(c >> 8);
-                    } else { /* Q4_0 / Q8_0: s = d, Q4_0's z = -8 d */
-                        s2[r] = __half2float(__ushort_as_half((unsigned short)c)), z2[r] = -8.f * s2[r];
-                    }
-                }
+                for (int r = 0; r < R; r++) /* Q4_K: za holds the (d, -dmin) bits */
+                    g3c_kc_scales<KC>(__float_as_uint(sa[u][r]), KC == 1 ? __float_as_uint(za[u][r]) : 0u, s2[r],
+                                      z2[r]);
                 q_chunk<QT, R, M, PC, HL, true>(wa[u], s2, z2, cc, K, xq, xl, xd, acc);
             } else {
                 q_chunk<QT, R, M, PC, HL, true>(wa[u], sa[u], za[u], cc, K, xq, xl, xd, acc);

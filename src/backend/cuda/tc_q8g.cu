@@ -33,6 +33,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/scale_codes.cuh"
 #include "backend/cuda/tc_frag.cuh"
 #include "backend/cuda/tq_inst.cuh"
 
@@ -243,19 +244,10 @@ __global__ void __launch_bounds__(TG_WARPS * 32, MINB)
                     float sa, sb, za = 0.f, zb = 0.f;
                     if constexpr (KC) { /* the values g3_dmat.s and z hold, bit for bit (convert.cu) */
                         const uint16_t *cs = (const uint16_t *)ss;
-                        const uint32_t ca = cs[(tt * 16 + g) * GPS + G], cb = cs[(tt * 16 + g + 8) * GPS + G];
-                        if constexpr (KC == 1) { /* Q4_K: s = d sc, z = -dmin m; kd = (d, -dmin) as two halves */
-                            const uint32_t *kd = (const uint32_t *)((const unsigned char *)ss + tg_kd_off<QT, T>());
-                            const uint32_t da = kd[tt * 16 + g], db = kd[tt * 16 + g + 8];
-                            __half2 ha, hb;
-                            memcpy(&ha, &da, 4), memcpy(&hb, &db, 4);
-                            sa = __low2float(ha) * (float)(ca & 0xFFu), za = __high2float(ha) * (float)(ca >> 8);
-                            sb = __low2float(hb) * (float)(cb & 0xFFu), zb = __high2float(hb) * (float)(cb >> 8);
-                        } else { /* Q4_0 / Q8_0: s = d; Q4_0's z = -8 d */
-                            sa = __half2float(__ushort_as_half((unsigned short)ca));
-                            sb = __half2float(__ushort_as_half((unsigned short)cb));
-                            if constexpr (I4) za = -8.f * sa, zb = -8.f * sb;
-                        }
+                        const uint32_t *kd = (const uint32_t *)((const unsigned char *)ss + tg_kd_off<QT, T>());
+                        const uint32_t da = KC == 1 ? kd[tt * 16 + g] : 0u, db = KC == 1 ? kd[tt * 16 + g + 8] : 0u;
+                        g3c_kc_scales<KC>(cs[(tt * 16 + g) * GPS + G], da, sa, za);
+                        g3c_kc_scales<KC>(cs[(tt * 16 + g + 8) * GPS + G], db, sb, zb);
                     } else {
                         sa = ss[tg_sidx<QT, T>(0, tt, g, G)], sb = ss[tg_sidx<QT, T>(0, tt, g + 8, G)];
                         if constexpr (I4)
@@ -321,6 +313,9 @@ template <int QT, int OCC, int KC = 0> static void tg_row(tq_inst *row) {
     row[0] = tg_mk<QT, 1, OCC, KC>(), row[1] = tg_mk<QT, 2, OCC, KC>(), row[2] = tg_mk<QT, 4, OCC, KC>();
     row[3] = tg_mk<QT, 8, OCC, KC>();
 }
+template <int OCC> static void tg_kc_rows(tq_inst (*t)[4]) { /* tg_kc_table[OCC]: Q4_K, Q4_0, Q8_0 */
+    tg_row<G3Q_INT4, OCC, 1>(t[0]), tg_row<G3Q_INT4, OCC, 2>(t[1]), tg_row<G3Q_INT8, OCC, 2>(t[2]);
+}
 static void tg_build(void) {
     if (tg_ready) return;
     tg_row<G3Q_INT8, 0>(tg_table[0][0]);
@@ -329,12 +324,7 @@ static void tg_build(void) {
     tg_row<G3Q_INT8, 1>(tg_table[1][0]);
     tg_row<G3Q_INT4, 1>(tg_table[1][1]);
     tg_row<TG_Q8G16, 1>(tg_table[1][2]);
-    for (int o = 0; o < 2; o++) {
-        if (o == 0) tg_row<G3Q_INT4, 0, 1>(tg_kc_table[0][0]), tg_row<G3Q_INT4, 0, 2>(tg_kc_table[0][1]),
-            tg_row<G3Q_INT8, 0, 2>(tg_kc_table[0][2]);
-        else tg_row<G3Q_INT4, 1, 1>(tg_kc_table[1][0]), tg_row<G3Q_INT4, 1, 2>(tg_kc_table[1][1]),
-            tg_row<G3Q_INT8, 1, 2>(tg_kc_table[1][2]);
-    }
+    tg_kc_rows<0>(tg_kc_table[0]), tg_kc_rows<1>(tg_kc_table[1]);
     tg_ready = 1;
 }
 
