@@ -59,6 +59,12 @@ struct g3_engine {
     g3_dev_sample *dev_row; /* [max_seqs] sampling rows for forward_sample (NULL: the backend has none) */
     g3_dev_adjust *dev_adj; /* [max_seqs * G3_DEV_ADJ_PER_ROW] their logit adjustments */
     int host_sampling;    /* $G3_HOST_SAMPLING=1 at create: never forward_sample (for comparisons) */
+    /* the overlapped decode (backend.h's forward_submit / forward_collect; opts.overlap, $G3_OVERLAP): a
+     * decode step submitted and not collected, and the one chained after it */
+    int overlap;
+    int fly_n;            /* rows (all out rows) of the step in flight; 0: none */
+    req **fly_req;        /* [max_seqs] their requests (NULL: finished since, the row's pick is dropped) */
+    req **nx_req;         /* [max_seqs] the rows of the step chained after it */
     int *cache_refs[2];   /* [n_blocks] scratch for the stats: references held by the prefix cache */
     g3_token_logprob top[64];
     g3_engine_stats stats;
@@ -160,6 +166,18 @@ g3_status g3_engine_create(g3_model *m, const g3_engine_opts *opts, g3_engine **
     }
     const char *hs = getenv("G3_HOST_SAMPLING");
     e->host_sampling = hs && !strcmp(hs, "1");
+    const char *ov = getenv("G3_OVERLAP");
+    const int want = ov && *ov ? atoi(ov) : o->overlap; /* 1 on, -1 / 0 from the variable off, 0 the backend's */
+    e->overlap = e->ops->forward_submit && e->ops->forward_collect &&
+                 (want > 0 || (want == 0 && !(ov && *ov) && e->ops->overlap_default));
+    if (e->overlap) {
+        e->fly_req = calloc((size_t)o->max_seqs, sizeof *e->fly_req);
+        e->nx_req = calloc((size_t)o->max_seqs, sizeof *e->nx_req);
+        if (!e->fly_req || !e->nx_req) {
+            g3_engine_free(e);
+            return g3_fail(err, G3_ERR_NOMEM, "out of memory for engine buffers");
+        }
+    }
     e->stats.kv_blocks_total = n_global + n_local;
     e->next_id = 1;
     *out = e;
@@ -188,6 +206,7 @@ void g3_engine_free(g3_engine *e) {
     free(e->logits);
     free(e->picked);
     free(e->dev_row), free(e->dev_adj);
+    free(e->fly_req), free(e->nx_req);
     free(e->cache_refs[0]), free(e->cache_refs[1]);
     free(e);
 }
@@ -387,8 +406,152 @@ static int device_sampling(const g3_engine *e, int n_out) {
     return 1;
 }
 
-g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active, g3_error *err) {
+/* The picks of the out rows of requests reqs[0..n) (NULL: a row whose request finished before its pick came back;
+ * cancelled ones are dropped too): each token appended and sent as an event, finished requests retired. drop[0..nd):
+ * rows of a step already submitted after this one, set to NULL where their request is retired here. on_device: the
+ * ids are in e->picked; else sampled on the host from e->logits. */
+static void take_tokens(g3_engine *e, req **reqs, int n, int on_device, g3_event_fn fn, void *ctx, req **drop, int nd) {
     const g3_config *c = &e->model->cfg;
+    for (int i = 0; i < n; i++) {
+        req *r = reqs[i];
+        if (!r || r->cancelled) continue;
+        float *lg = e->logits + (size_t)i * (size_t)c->vocab;
+        float lp = 0;
+        int n_top = 0;
+        int32_t tok = on_device ? e->picked[i] : g3_sampler_sample(r->sampler, lg, &lp, e->top, &n_top);
+        g3_sampler_accept(r->sampler, tok);
+        r->n_computed = r->n_tokens; /* every fed token now has its K/V */
+        r->tokens[r->n_tokens++] = tok;
+        e->stats.generated_tokens++;
+        g3_finish f = G3_FINISH_NONE;
+        if (!r->ignore_eos && is_stop_token(c, tok)) f = G3_FINISH_STOP;
+        else if (r->n_tokens - r->n_prompt >= r->max_tokens || r->n_tokens >= e->ctx) f = G3_FINISH_LENGTH;
+        g3_event ev = {.id = r->id, .user = r->user, .token = tok, .has_token = 1, .logprob = lp,
+                       .top = e->top, .n_top = r->n_logprobs ? n_top : 0, .finish = f,
+                       .n_prompt = r->n_prompt, .n_generated = r->n_tokens - r->n_prompt,
+                       .n_cached = r->n_cached};
+        if (fn) fn(&ev, ctx);
+        if (f != G3_FINISH_NONE) {
+            for (int j = 0; j < nd; j++)
+                if (drop[j] == r) drop[j] = NULL;
+            retire(e, r, 1);
+        }
+    }
+    /* sliding layers give back what no later query sees (a prompt's first keep_prompt tokens excepted) */
+    for (int s = 0; s < e->opts.max_seqs; s++) {
+        req *r = e->slots[s];
+        if (r) g3_kv_trim_window(&e->kv, s, r->n_computed, r->n_prompt < e->keep_prompt ? r->n_prompt : e->keep_prompt);
+    }
+}
+
+/* How a submitted step of out rows reqs[0..n) picks its tokens: 1 greedy (every row pure greedy), 2 the device's
+ * sampling chain (forward_sample's, for rows whose next draw does not depend on the token before it), 0 it cannot
+ * be submitted (host sampling, logprobs, penalties). */
+static int submit_mode(const g3_engine *e, req *const *reqs, int n) {
+    int greedy = 1, dev = e->ops->forward_sample && e->dev_row && !e->host_sampling;
+    for (int i = 0; i < n; i++) {
+        const req *r = reqs[i];
+        greedy = greedy && r->pure_greedy;
+        int k = g3_sampler_device_entries(r->sampler);
+        dev = dev && g3_sampler_history_free(r->sampler) && k >= 0 && k <= G3_DEV_ADJ_PER_ROW;
+    }
+    return greedy ? 1 : dev ? 2 : 0;
+}
+
+/* Submits the batch in e->b_* (n rows, all out rows, of requests e->b_out_req) as the overlapped step: mode as
+ * submit_mode; feed: each row's token is the previous step's pick of the same row. */
+static g3_status submit_step(g3_engine *e, int n, int mode, int feed, g3_error *err) {
+    for (int i = 0; i < n; i++) e->b_out[i] = i;
+    g3_batch b = {.n_rows = n, .token = e->b_token, .pos = e->b_pos, .seq = e->b_seq, .n_out = n,
+                  .out_rows = e->b_out, .bt_global = e->kv.table[0], .bt_local = e->kv.table[1]};
+    g3_dev_sampling ds = {0};
+    if (mode == 2) {
+        int n_adj = 0;
+        for (int i = 0; i < n; i++) {
+            int k = g3_sampler_device_row(e->b_out_req[i]->sampler, &e->dev_row[i], e->dev_adj + n_adj);
+            e->dev_row[i].adj0 = n_adj, n_adj += k;
+        }
+        ds = (g3_dev_sampling){.row = e->dev_row, .adj = e->dev_adj, .n_adj = n_adj};
+    }
+    return e->ops->forward_submit(e->be, &b, mode == 2 ? &ds : NULL, feed, err);
+}
+
+/* Maps position pos of r if the pool has room, evicting prefix-cache entries but preempting no one. */
+static int map_quietly(g3_engine *e, req *r, int pos) {
+    for (;;) {
+        int miss[2];
+        g3_kv_missing(&e->kv, r->slot, pos, pos, miss);
+        if (miss[0] <= e->kv.n_free[0] && miss[1] <= e->kv.n_free[1]) {
+            g3_error er = {0};
+            return g3_kv_map(&e->kv, r->slot, pos, pos, &er) == G3_OK;
+        }
+        if (!g3_pc_evict_one(&e->pc, &e->kv, NULL)) return 0;
+    }
+}
+
+/* Whether the step after the one in flight can be submitted before its picks are back: the same requests (every
+ * running one, none cancelled, none waiting that a free slot could admit), none finishing by length with the pick
+ * in flight, each next position mapped without preempting anyone. Returns submit_mode's mode (0: not), and then
+ * e->b_* hold that step (tokens: placeholders, fed on the device). */
+static int chain_mode(g3_engine *e) {
+    const int n = e->fly_n;
+    int running = 0, free_slot = 0;
+    for (int s = 0; s < e->opts.max_seqs; s++) running += e->slots[s] != NULL, free_slot |= e->slots[s] == NULL;
+    if (running != n || (e->queue_head && free_slot)) return 0;
+    for (int i = 0; i < n; i++) {
+        const req *r = e->fly_req[i];
+        if (!r || r->cancelled || r->n_tokens + 1 - r->n_prompt >= r->max_tokens || r->n_tokens + 1 >= e->ctx) return 0;
+    }
+    int mode = submit_mode(e, e->fly_req, n);
+    for (int i = 0; i < n && mode; i++)
+        if (!map_quietly(e, e->fly_req[i], e->fly_req[i]->n_tokens)) mode = 0;
+    for (int i = 0; i < n && mode; i++) {
+        req *r = e->fly_req[i];
+        e->b_token[i] = r->tokens[r->n_tokens - 1], e->b_pos[i] = r->n_tokens, e->b_seq[i] = r->slot;
+        e->b_out_req[i] = r;
+    }
+    return mode;
+}
+
+/* Collects the step in flight and takes its tokens (drop: take_tokens'). */
+static g3_status collect_step(g3_engine *e, g3_event_fn fn, void *ctx, req **drop, int nd, g3_error *err) {
+    const int n = e->fly_n;
+    e->fly_n = 0;
+    G3_TRY(e->ops->forward_collect(e->be, e->picked, err));
+    take_tokens(e, e->fly_req, n, 1, fn, ctx, drop, nd);
+    return G3_OK;
+}
+
+/* With a step in flight: submits the next one when chain_mode allows, then collects the one in flight, so that the
+ * device runs the next step while the host takes this one's tokens. *done: this call's step was that (chained). */
+static g3_status step_in_flight(g3_engine *e, g3_event_fn fn, void *ctx, int *done, g3_error *err) {
+    const int n = e->fly_n, mode = chain_mode(e);
+    *done = 0;
+    if (mode) G3_TRY(submit_step(e, n, mode, 1, err));
+    for (int i = 0; i < n; i++) e->nx_req[i] = mode ? e->fly_req[i] : NULL;
+    G3_TRY(collect_step(e, fn, ctx, e->nx_req, mode ? n : 0, err));
+    if (!mode) return G3_OK;
+    req **t = e->fly_req;
+    e->fly_req = e->nx_req, e->nx_req = t, e->fly_n = n;
+    e->stats.overlapped_steps++;
+    int alive = 0;
+    for (int i = 0; i < n; i++) alive += e->fly_req[i] != NULL;
+    /* every row finished with the picks just taken: the chained step is dropped now, so that nothing is in flight
+     * once nothing is active */
+    if (!alive) G3_TRY(collect_step(e, fn, ctx, NULL, 0, err));
+    *done = 1;
+    return G3_OK;
+}
+
+g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active, g3_error *err) {
+    if (e->fly_n) {
+        int done = 0;
+        G3_TRY(step_in_flight(e, fn, ctx, &done, err));
+        if (done) {
+            if (n_active) *n_active = e->stats.n_running + e->stats.n_waiting;
+            return G3_OK;
+        }
+    }
     /* cancelled running requests go first: their blocks are free for this very step */
     for (int s = 0; s < e->opts.max_seqs; s++) {
         req *r = e->slots[s];
@@ -449,6 +612,15 @@ g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active,
     }
     for (int s = 0; s < e->opts.max_seqs; s++)
         if (e->slots[s]) e->slots[s]->in_batch = 0;
+    if (n > 0 && e->overlap && n == n_out) { /* decode rows only: submitted, its tokens taken by the next call */
+        int mode = submit_mode(e, e->b_out_req, n);
+        if (mode) {
+            G3_TRY(submit_step(e, n, mode, 0, err));
+            memcpy(e->fly_req, e->b_out_req, sizeof(req *) * (size_t)n);
+            e->fly_n = n;
+            n = 0;
+        }
+    }
     if (n > 0) {
         /* out rows are increasing: decode rows come first, then each prefill's last row in batch order */
         g3_batch b = {.n_rows = n, .token = e->b_token, .pos = e->b_pos, .seq = e->b_seq, .n_out = n_out,
@@ -467,31 +639,7 @@ g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active,
             G3_TRY(e->ops->forward_sample(e->be, &b, &ds, e->picked, err));
         } else
             G3_TRY(e->ops->forward(e->be, &b, e->logits, err));
-        for (int i = 0; i < n_out; i++) {
-            req *r = e->b_out_req[i];
-            float *lg = e->logits + (size_t)i * (size_t)c->vocab;
-            float lp = 0;
-            int n_top = 0;
-            int32_t tok = on_device ? e->picked[i] : g3_sampler_sample(r->sampler, lg, &lp, e->top, &n_top);
-            g3_sampler_accept(r->sampler, tok);
-            r->n_computed = r->n_tokens; /* every fed token now has its K/V */
-            r->tokens[r->n_tokens++] = tok;
-            e->stats.generated_tokens++;
-            g3_finish f = G3_FINISH_NONE;
-            if (!r->ignore_eos && is_stop_token(c, tok)) f = G3_FINISH_STOP;
-            else if (r->n_tokens - r->n_prompt >= r->max_tokens || r->n_tokens >= e->ctx) f = G3_FINISH_LENGTH;
-            g3_event ev = {.id = r->id, .user = r->user, .token = tok, .has_token = 1, .logprob = lp,
-                           .top = e->top, .n_top = r->n_logprobs ? n_top : 0, .finish = f,
-                           .n_prompt = r->n_prompt, .n_generated = r->n_tokens - r->n_prompt,
-                           .n_cached = r->n_cached};
-            if (fn) fn(&ev, ctx);
-            if (f != G3_FINISH_NONE) retire(e, r, 1);
-        }
-        /* sliding layers give back what no later query sees (a prompt's first keep_prompt tokens excepted) */
-        for (int s = 0; s < e->opts.max_seqs; s++) {
-            req *r = e->slots[s];
-            if (r) g3_kv_trim_window(&e->kv, s, r->n_computed, r->n_prompt < e->keep_prompt ? r->n_prompt : e->keep_prompt);
-        }
+        take_tokens(e, e->b_out_req, n_out, on_device, fn, ctx, NULL, 0);
     }
     if (n_active) *n_active = e->stats.n_running + e->stats.n_waiting;
     return G3_OK;

@@ -342,6 +342,8 @@ int g3_sampler_device_entries(const g3_sampler *s) {
     return n;
 }
 
+int g3_sampler_history_free(const g3_sampler *s) { return s && !s->penalties && s->p.n_logprobs <= 0; }
+
 int g3_sampler_device_row(g3_sampler *s, g3_dev_sample *row, g3_dev_adjust *adj) {
     memset(row, 0, sizeof *row);
     row->temperature = s->p.temperature;

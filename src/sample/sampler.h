@@ -82,6 +82,10 @@ int g3_sampler_candidates(g3_sampler *s, float *logits, int32_t *ids, float *pro
  * stochastic token) and returns n. Call it once per token, instead of g3_sampler_sample. */
 int g3_sampler_device_entries(const g3_sampler *s);
 int g3_sampler_device_row(g3_sampler *s, g3_dev_sample *row, g3_dev_adjust *adj);
+/* Whether the next token's device row is the same whatever tokens are accepted before it (no penalties: the
+ * history is not read), so that it may be built before the previous token is known (the engine's overlapped
+ * decode). */
+int g3_sampler_history_free(const g3_sampler *s);
 /* Draws a uniform float in [0,1) from the sampler's seeded generator (exposed for tests). */
 float g3_sampler_uniform(g3_sampler *s);
 

@@ -99,6 +99,9 @@ void g3_metrics_render(g3_metrics *m, int ready, g3_buf *o) {
           m->engine.kv_blocks_cached);
     counter(o, "gemma3_preemptions_total", "sequences sent back to the queue for lack of KV blocks",
             (uint64_t)m->engine.n_preempted);
+    counter(o, "gemma3_decode_steps_overlapped_total",
+            "decode steps queued on the backend before the tokens of the step before them were back",
+            (uint64_t)m->engine.overlapped_steps);
     counter(o, "gemma3_engine_prompt_tokens_total", "prompt tokens processed by the engine (its own count)",
             (uint64_t)m->engine.prompt_tokens);
     counter(o, "gemma3_engine_cached_prompt_tokens_total", "prompt tokens the engine took from its prefix cache",

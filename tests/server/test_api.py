@@ -276,7 +276,8 @@ def register(r):
         for k in ["gemma3_requests_total", "gemma3_generation_tokens_total", "gemma3_prompt_tokens_total",
                   "gemma3_queue_length", "gemma3_requests_running", "gemma3_kv_blocks_used", "gemma3_kv_blocks_free", "gemma3_kv_blocks_cached",
                   "gemma3_time_to_first_token_seconds_count", "gemma3_inter_token_latency_seconds_count",
-                  'gemma3_time_to_first_token_seconds_bucket{le="+Inf"}', "gemma3_prompt_tokens_cached_total"]:
+                  'gemma3_time_to_first_token_seconds_bucket{le="+Inf"}', "gemma3_prompt_tokens_cached_total",
+                  "gemma3_decode_steps_overlapped_total"]:
             assert k in m, k
         assert m["gemma3_requests_total"] > 0 and m["gemma3_generation_tokens_total"] > 0
         assert m["gemma3_time_to_first_token_seconds_count"] > 0

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "gemma3.h"
+#include "model/model.h"
 #include "testutil.h"
 
 #define MAXR 64
@@ -261,6 +263,147 @@ static void test_bad_requests(void **state) {
     g3_model_free(m);
 }
 
+/* One scripted run for test_overlap: 3 slots, chunked prefill, 7 requests of different lengths; two more arrive once
+ * request 0 has 4 tokens and two more at 12, request 1 is cancelled once it has 5. stop: eos counts (the model's
+ * eos_id set by the caller). */
+static void overlap_run(g3_model *m, int overlap, int stop, collect *c, int64_t *n_overlapped) {
+    int V = g3_model_config(m)->vocab;
+    g3_engine_opts o;
+    g3_engine_opts_default(&o);
+    o.backend = "cpu", o.max_seqs = 3, o.ctx_size = 128, o.prefill_chunk = 16, o.overlap = overlap;
+    g3_engine *e;
+    g3_error err = {0};
+    if (g3_engine_create(m, &o, &e, &err) != G3_OK) fail_msg("engine: %s", err.msg);
+    memset(c, 0, sizeof *c);
+    static int32_t p[7][48];
+    for (int i = 0; i < 7; i++) make_prompt(p[i], 5 + 6 * i, 30 + i, V);
+    int submitted = 0;
+    for (; submitted < 3; submitted++) {
+        g3_request r = {.prompt = p[submitted], .n_prompt = 5 + 6 * submitted, .max_tokens = 30 - 3 * submitted,
+                        .ignore_eos = !stop};
+        g3_sampling_default(&r.sampling);
+        if (g3_engine_submit(e, &r, &c->ids[c->n_req++], &err) != G3_OK) fail_msg("submit: %s", err.msg);
+    }
+    int active = 1, guard = 0, cancelled = 0;
+    while (active) {
+        if (g3_engine_step(e, on_ev, c, &active, &err) != G3_OK) fail_msg("step: %s", err.msg);
+        assert_true(++guard < 10000);
+        int want = c->n[0] >= 12 || c->fin[0] ? 7 : c->n[0] >= 4 ? 5 : 3;
+        for (; submitted < want; submitted++) {
+            g3_request r = {.prompt = p[submitted], .n_prompt = 5 + 6 * submitted,
+                            .max_tokens = 30 - 3 * submitted, .ignore_eos = !stop};
+            g3_sampling_default(&r.sampling);
+            if (g3_engine_submit(e, &r, &c->ids[c->n_req++], &err) != G3_OK) fail_msg("submit: %s", err.msg);
+            active = 1;
+        }
+        if (!cancelled && c->n[1] >= 5) g3_engine_cancel(e, c->ids[1]), cancelled = 1, active = 1;
+    }
+    g3_engine_stats st;
+    g3_engine_get_stats(e, &st);
+    *n_overlapped = st.overlapped_steps;
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.n_running + st.n_waiting, 0);
+    g3_engine_free(e);
+}
+
+/* The overlapped decode (each decode step queued before the previous one's picks are back, the backend feeding
+ * them; on the CPU run synchronously through the same protocol, off by default): the same tokens and finishes as
+ * without, through arrivals, a cancellation, different lengths and stop tokens that end sequences while the next step
+ * is in flight; the default (0) is off on the CPU. */
+static void test_overlap(void **state) {
+    (void)state;
+    g3_model *m = tiny();
+    collect *on = calloc(1, sizeof *on), *off = calloc(1, sizeof *off);
+    for (int stop = 0; stop < 2; stop++) {
+        if (stop) { /* a token request 0 picks at its 7th step (greedy, as seen without stops) becomes eos */
+            m->cfg.eos_id = off->toks[0][6];
+        }
+        int64_t n_on = 0, n_off = 0;
+        overlap_run(m, 1, stop, on, &n_on);
+        overlap_run(m, -1, stop, off, &n_off);
+        assert_int_equal(on->n_req, 7);
+        assert_int_equal(off->n_req, 7);
+        int stops = 0;
+        for (int i = 0; i < 7; i++) {
+            assert_int_equal(on->n[i], off->n[i]);
+            assert_int_equal(on->fin[i], off->fin[i]);
+            assert_memory_equal(on->toks[i], off->toks[i], sizeof(int32_t) * (size_t)on->n[i]);
+            stops += on->fin[i] == G3_FINISH_STOP;
+            if (i != 1 && !stop) assert_int_equal(on->n[i], 30 - 3 * i);
+        }
+        assert_int_equal(on->fin[1], G3_FINISH_CANCELLED);
+        assert_int_equal(on->n[1], 5);
+        if (stop) {
+            assert_int_equal(on->fin[0], G3_FINISH_STOP);
+            assert_true(on->n[0] <= 7);
+            assert_int_equal(on->toks[0][on->n[0] - 1], m->cfg.eos_id);
+        }
+        assert_true(n_on > 10);
+        assert_int_equal(n_off, 0);
+        if (!stop) { /* the default on the CPU: off */
+            collect *d = calloc(1, sizeof *d);
+            int64_t n_def = -1;
+            overlap_run(m, 0, stop, d, &n_def);
+            assert_int_equal(n_def, 0);
+            for (int i = 0; i < 7; i++) assert_memory_equal(d->toks[i], off->toks[i], sizeof(int32_t) * (size_t)d->n[i]);
+            free(d);
+        }
+        printf("  %s: %lld decode steps overlapped, tokens and finishes identical to overlap off (%d stopped)\n",
+               stop ? "with stop tokens" : "by length", (long long)n_on, stops);
+    }
+    free(on);
+    free(off);
+    g3_model_free(m);
+}
+
+/* The backends' overlapped-decode protocol (backend.h) on the CPU backend: a fed step picks what the same step with its
+ * token given explicitly picks, and misuse (a third uncollected step, a collect with none, more fed rows than picked
+ * ids, a sampling chain the CPU lacks) is refused with a message. */
+static void test_submit_protocol(void **state) {
+    (void)state;
+    g3_model *m = tiny();
+    const g3_backend_ops *ops = g3_backend_find("cpu");
+    assert_non_null(ops->forward_submit);
+    assert_non_null(ops->forward_collect);
+    g3_backend_cfg cfg = {.n_threads = 1, .max_seqs = 2, .max_rows = 4, .kv_block = 16, .max_blocks_per_seq = 2,
+                          .n_blocks_global = 4, .n_blocks_local = 4};
+    g3_backend *b = NULL;
+    g3_error err = {0};
+    if (ops->create(m, &cfg, &b, &err) != G3_OK) fail_msg("create: %s", err.msg);
+    int32_t bt[2][2] = {{0, -1}, {1, -1}}; /* slot s: block s of each pool */
+    int32_t tok[2] = {2, 2}, pos[2] = {0, 0}, seq[2] = {0, 1}, out[2] = {0, 1}, ids[4] = {0};
+    g3_batch one = {.n_rows = 1, .token = tok, .pos = pos, .seq = seq, .n_out = 1, .out_rows = out,
+                    .bt_global = &bt[0][0], .bt_local = &bt[0][0]};
+    /* slot 0: token 2 at 0, then the fed pick at 1; slot 1: the same with the pick given */
+    assert_int_equal(ops->forward_submit(b, &one, NULL, 0, &err), G3_OK);
+    pos[0] = 1;
+    assert_int_equal(ops->forward_submit(b, &one, NULL, 1, &err), G3_OK);
+    assert_int_equal(ops->forward_submit(b, &one, NULL, 1, &err), G3_ERR_ARG); /* two in flight already */
+    assert_non_null(strstr(err.msg, "two steps"));
+    assert_int_equal(ops->forward_collect(b, &ids[0], &err), G3_OK);
+    assert_int_equal(ops->forward_collect(b, &ids[1], &err), G3_OK);
+    assert_int_equal(ops->forward_collect(b, &ids[3], &err), G3_ERR_ARG);
+    assert_non_null(strstr(err.msg, "no submitted step"));
+    seq[0] = 1, pos[0] = 0, tok[0] = 2;
+    assert_int_equal(ops->forward_submit(b, &one, NULL, 0, &err), G3_OK);
+    assert_int_equal(ops->forward_collect(b, &ids[2], &err), G3_OK);
+    pos[0] = 1, tok[0] = ids[0];
+    assert_int_equal(ops->forward_submit(b, &one, NULL, 0, &err), G3_OK);
+    assert_int_equal(ops->forward_collect(b, &ids[3], &err), G3_OK);
+    assert_int_equal(ids[2], ids[0]);
+    assert_int_equal(ids[3], ids[1]);
+    g3_batch two = one;
+    two.n_rows = 2, two.n_out = 2, pos[0] = pos[1] = 2, seq[0] = 0, seq[1] = 1;
+    assert_int_equal(ops->forward_submit(b, &two, NULL, 1, &err), G3_ERR_ARG); /* the last step picked one id */
+    assert_non_null(strstr(err.msg, "fed"));
+    g3_dev_sample row = {0};
+    g3_dev_sampling smp = {.row = &row};
+    assert_int_equal(ops->forward_submit(b, &one, &smp, 0, &err), G3_ERR_ARG);
+    printf("  fed step picked %d as the explicit one did; misuse refused\n", ids[1]);
+    ops->destroy(b);
+    g3_model_free(m);
+}
+
 /* Random-weight models of a released shape, cut to 2 layers, run and are deterministic. */
 static void test_random_shapes(void **state) {
     (void)state;
@@ -289,7 +432,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batching_equals_alone), cmocka_unit_test(test_sliding_blocks_released),
         cmocka_unit_test(test_preemption_and_cancel), cmocka_unit_test(test_prefix_reuse),  cmocka_unit_test(test_bad_requests),
-        cmocka_unit_test(test_random_shapes),
+        cmocka_unit_test(test_random_shapes), cmocka_unit_test(test_overlap),
+        cmocka_unit_test(test_submit_protocol),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "core/threadpool.h"
 #include "model/dtype.h"
+#include "sample/kernels.h"
 
 /* The matrices as the kernels read them: the model's (in the mmap) or a repacked copy (8 rows interleaved per
  * block, for the integer kernels) owned by the backend. */
@@ -41,6 +42,12 @@ struct g3_backend {
     void *act_scratch;
     float *scores;                /* [n_threads][ctx] attention scratch */
     int ctx;                      /* max_blocks_per_seq * kv_block */
+    /* forward_submit / forward_collect: run at submit (the CPU has nothing to overlap), ids kept until collected */
+    float *sub_logits;            /* [sub_cap rows][vocab] */
+    int sub_cap;
+    int32_t *sub_tok;             /* [max_rows] a fed step's tokens */
+    int32_t *sub_ids[2];          /* [max_rows] picked ids of the steps submitted and not collected */
+    int sub_n[2], sub_k, sub_cnt, sub_last;
 };
 
 static size_t max_act_scratch(const g3_model *m, int rows) {
@@ -73,6 +80,7 @@ static void cpu_destroy(g3_backend *b) {
     for (int i = 0; i < 2; i++) free(b->kv[i]), free(b->inv_freq[i]);
     free(b->h), free(b->x), free(b->q), free(b->k), free(b->v), free(b->att), free(b->tmp);
     free(b->gate), free(b->up), free(b->xo), free(b->act_scratch), free(b->scores);
+    free(b->sub_logits), free(b->sub_tok), free(b->sub_ids[0]), free(b->sub_ids[1]);
     free(b);
 }
 
@@ -347,6 +355,54 @@ static g3_status cpu_copy_block(g3_backend *b, int kind, int src, int dst, g3_er
     return G3_OK;
 }
 
+/* The overlapped decode's protocol (backend.h), run synchronously: the forward and its greedy pick happen at submit,
+ * collect hands the ids back in order. Nothing to overlap on the CPU (and each token would reach the client a step
+ * later), so it is off unless asked for (g3_engine_opts.overlap = 1): it lets the tests drive the engine's overlapped
+ * steps on any machine. */
+static g3_status cpu_forward_submit(g3_backend *b, const g3_batch *bt, const g3_dev_sampling *smp, int feed,
+                                    g3_error *err) {
+    const int V = b->m->cfg.vocab, R = b->cfg.max_rows;
+    if (smp) return g3_fail(err, G3_ERR_ARG, "cpu backend: no sampling chain of its own (greedy picks only)");
+    if (b->sub_cnt >= 2) return g3_fail(err, G3_ERR_ARG, "cpu backend: two steps submitted and not collected");
+    if (bt->n_out < 1 || bt->n_rows < 1 || bt->n_rows > R)
+        return g3_fail(err, G3_ERR_ARG, "cpu backend: a submitted step of %d rows picks %d tokens", bt->n_rows,
+                       bt->n_out);
+    if (feed && bt->n_rows > b->sub_last)
+        return g3_fail(err, G3_ERR_ARG, "cpu backend: %d rows fed from a step of %d picked ids", bt->n_rows, b->sub_last);
+    if (!b->sub_tok) {
+        b->sub_tok = malloc(sizeof(int32_t) * (size_t)R);
+        b->sub_ids[0] = malloc(sizeof(int32_t) * (size_t)R), b->sub_ids[1] = malloc(sizeof(int32_t) * (size_t)R);
+        if (!b->sub_tok || !b->sub_ids[0] || !b->sub_ids[1]) return g3_fail(err, G3_ERR_NOMEM, "out of memory");
+    }
+    if (bt->n_out > b->sub_cap) {
+        float *l = realloc(b->sub_logits, sizeof(float) * (size_t)bt->n_out * (size_t)V);
+        if (!l) return g3_fail(err, G3_ERR_NOMEM, "out of memory for %d rows of logits", bt->n_out);
+        b->sub_logits = l, b->sub_cap = bt->n_out;
+    }
+    g3_batch fb = *bt;
+    const int k = (b->sub_k + b->sub_cnt) & 1;
+    if (feed) { /* the previous step's ids (buffer k ^ 1 when it is still uncollected, else the one collected last) */
+        memcpy(b->sub_tok, b->sub_ids[k ^ 1], sizeof(int32_t) * (size_t)bt->n_rows);
+        fb.token = b->sub_tok;
+    }
+    G3_TRY(cpu_forward(b, &fb, b->sub_logits, err));
+    for (int i = 0; i < bt->n_out; i++) {
+        float mx;
+        b->sub_ids[k][i] = g3_smp_argmax(b->sub_logits + (size_t)i * V, V, &mx);
+    }
+    b->sub_n[k] = bt->n_out, b->sub_last = bt->n_out;
+    b->sub_cnt++;
+    return G3_OK;
+}
+
+static g3_status cpu_forward_collect(g3_backend *b, int32_t *tokens, g3_error *err) {
+    if (b->sub_cnt < 1) return g3_fail(err, G3_ERR_ARG, "cpu backend: no submitted step to collect");
+    const int k = b->sub_k;
+    memcpy(tokens, b->sub_ids[k], sizeof(int32_t) * (size_t)b->sub_n[k]);
+    b->sub_k ^= 1, b->sub_cnt--;
+    return G3_OK;
+}
+
 const g3_backend_ops g3_backend_cpu = {
     .name = "cpu",
     .create = cpu_create,
@@ -354,4 +410,7 @@ const g3_backend_ops g3_backend_cpu = {
     .forward = cpu_forward,
     .copy_block = cpu_copy_block,
     .block_bytes = cpu_block_bytes,
+    .forward_submit = cpu_forward_submit,
+    .forward_collect = cpu_forward_collect,
+    .overlap_default = 0, /* run at submit, a step's tokens would only come a step later: for the tests */
 };

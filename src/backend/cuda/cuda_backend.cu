@@ -43,7 +43,12 @@ static void cuda_destroy(g3_backend *b) {
                    b->hx, b->logy, b->logits, b->xh, b->oh, b->ah, b->hxh, b->wscratch, b->d_par, b->d_ids, b->d_srow,
                    b->d_sadj, b->cub_ws, b->tq8, b->tq8g, b->acnt, b->tcnt, b->q8, b->fa_useq};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
-    cudaFreeHost(b->h_par);
+    for (int k = 0; k < 2; k++) {
+        cudaFreeHost(b->h_parb[k]);
+        if (b->ev_par[k]) cudaEventDestroy(b->ev_par[k]);
+        if (b->ev_ids[k]) cudaEventDestroy(b->ev_ids[k]);
+    }
+    cudaFreeHost(b->h_ids), cudaFreeHost(b->h_srow), cudaFreeHost(b->h_sadj);
     free(b->seq_map);
     if (b->cub) cublasDestroy(b->cub);
     if (b->st) cudaStreamDestroy(b->st);
@@ -241,7 +246,13 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         CK(cudaMemsetAsync(b->logy, 0, (size_t)2 * b->HC * c->vocab * 4, b->st), "clearing buffers");
         CK(cudaMemsetAsync(b->acnt, 0, (size_t)R * c->n_kv_heads * 4, b->st), "clearing counters");
         CK(cudaMemsetAsync(b->tcnt, 0, (size_t)b->tcnt_n * 4, b->st), "clearing counters");
-        CK(cudaMallocHost((void **)&b->h_par, b->par_ints * 4), "pinned parameter buffer");
+        for (int k = 0; k < 2; k++) {
+            CK(cudaMallocHost((void **)&b->h_parb[k], b->par_ints * 4), "pinned parameter buffer");
+            CK(cudaEventCreateWithFlags(&b->ev_par[k], cudaEventDisableTiming), "events");
+            CK(cudaEventCreateWithFlags(&b->ev_ids[k], cudaEventDisableTiming), "events");
+        }
+        b->h_par = b->h_parb[0];
+        CK(cudaMallocHost((void **)&b->h_ids, (size_t)2 * R * 4), "pinned id buffer");
         b->seq_map = (int32_t *)malloc(sizeof(int32_t) * cfg->max_seqs);
         if (!b->seq_map) { rc = g3c_fail(err, G3_ERR_NOMEM, "cuda: out of memory"); goto fail; }
         for (int i = 0; i < cfg->max_seqs; i++) b->seq_map[i] = -1;
@@ -292,11 +303,17 @@ static int capture(g3_backend *b, int bk) {
     return 1;
 }
 
-/* Validates the batch, fills and uploads the parameter block, runs the step (graph or eager). */
-static g3_status run_step(g3_backend *b, const g3_batch *bt, g3_error *err) {
+/* Validates the batch, fills and uploads the parameter block, runs the step (graph or eager). feed: the rows' tokens
+ * are the ids d_ids holds (picked by the step before, which the stream ran first), copied over the uploaded ones. */
+static g3_status run_step(g3_backend *b, const g3_batch *bt, int feed, g3_error *err) {
     const int M = bt->n_rows, R = b->R, W = b->bc.max_blocks_per_seq;
     if (M < 1 || M > R) return g3c_fail(err, G3_ERR_ARG, "cuda: batch of %d rows (1..%d allowed)", M, R);
     if (bt->n_out < 0 || bt->n_out > M) return g3c_fail(err, G3_ERR_ARG, "cuda: n_out %d of %d rows", bt->n_out, M);
+    if (feed && M > b->last_nout)
+        return g3c_fail(err, G3_ERR_ARG, "cuda: %d rows fed from a step of %d picked ids", M, b->last_nout);
+    /* the other block: its upload (queued by the step before last) must have run before the host rewrites it */
+    b->par_k ^= 1, b->h_par = b->h_parb[b->par_k];
+    G3C_CK(cudaEventSynchronize(b->ev_par[b->par_k]), "parameter block");
     int32_t *h = b->h_par;
     int n_u = 0;
     g3_status rc = G3_OK;
@@ -336,6 +353,8 @@ static g3_status run_step(g3_backend *b, const g3_batch *bt, g3_error *err) {
     for (int r = M; r < mrun; r++) h[r] = 0, h[R + r] = 0, h[2 * R + r] = -1, h[3 * R + r] = r;
     G3C_CK(cudaMemcpyAsync(b->d_par, h, (off_bt(b) + (size_t)n_u * 2 * W) * 4, cudaMemcpyHostToDevice, b->st),
            "parameter upload");
+    G3C_CK(cudaEventRecord(b->ev_par[b->par_k], b->st), "parameter upload");
+    if (feed) G3C_CK(cudaMemcpyAsync(b->d_par, b->d_ids, (size_t)M * 4, cudaMemcpyDeviceToDevice, b->st), "token feed");
     if (bk >= 0 && !b->graph[bk] && !capture(b, bk)) bk = -1, mrun = M;
     if (bk >= 0) G3C_CK(cudaGraphLaunch(b->graph[bk], b->st), "graph launch");
     else G3C_CK(g3cb_record(b, mrun, bt->n_out), "forward");
@@ -343,7 +362,7 @@ static g3_status run_step(g3_backend *b, const g3_batch *bt, g3_error *err) {
 }
 
 static g3_status cuda_forward(g3_backend *b, const g3_batch *batch, float *logits, g3_error *err) {
-    G3_TRY(run_step(b, batch, err));
+    G3_TRY(run_step(b, batch, 0, err));
     if (batch->n_out > 0 && logits)
         G3C_CK(cudaMemcpyAsync(logits, b->logits, (size_t)batch->n_out * b->c.vocab * 4, cudaMemcpyDeviceToHost, b->st),
                "logits download");
@@ -352,7 +371,8 @@ static g3_status cuda_forward(g3_backend *b, const g3_batch *batch, float *logit
 }
 
 extern "C" g3_status g3_cuda_forward_argmax(g3_backend *b, const g3_batch *batch, int32_t *ids, g3_error *err) {
-    G3_TRY(run_step(b, batch, err));
+    G3_TRY(run_step(b, batch, 0, err));
+    b->last_nout = 0; /* d_ids now holds this step's ids: nothing to feed from */
     if (batch->n_out > 0) {
         G3C_CK((g3c_dnorm_enabled() ? g3c_argmax_dec : g3c_argmax)(b->logits, batch->n_out, b->c.vocab, b->d_ids,
                                                                    b->st), "argmax");
@@ -368,7 +388,8 @@ extern "C" g3_status g3_cuda_forward_sample(g3_backend *b, const g3_batch *batch
     if (batch->n_out > b->bc.max_seqs || smp->n_adj > b->bc.max_seqs * G3_DEV_ADJ_PER_ROW)
         return g3c_fail(err, G3_ERR_ARG, "cuda: %d sampled rows with %d adjustments (room for %d rows, %d each)",
                         batch->n_out, smp->n_adj, b->bc.max_seqs, G3_DEV_ADJ_PER_ROW);
-    G3_TRY(run_step(b, batch, err));
+    G3_TRY(run_step(b, batch, 0, err));
+    b->last_nout = 0;
     if (batch->n_out > 0) {
         G3C_CK(cudaMemcpyAsync(b->d_srow, smp->row, (size_t)batch->n_out * sizeof *smp->row, cudaMemcpyHostToDevice,
                                b->st), "sampling rows upload");
@@ -379,6 +400,55 @@ extern "C" g3_status g3_cuda_forward_sample(g3_backend *b, const g3_batch *batch
         G3C_CK(cudaMemcpyAsync(ids, b->d_ids, (size_t)batch->n_out * 4, cudaMemcpyDeviceToHost, b->st), "ids download");
     }
     G3C_CK(cudaStreamSynchronize(b->st), "forward");
+    return G3_OK;
+}
+
+/* The overlapped decode (backend.h): the step's pick and its ids' download queued behind it, an event after them;
+ * nothing waits. The sampling rows go up from pinned copies (an upload from pageable memory may wait for the stream). */
+static g3_status cuda_forward_submit(g3_backend *b, const g3_batch *batch, const g3_dev_sampling *smp, int feed,
+                                     g3_error *err) {
+    if (b->fly_cnt >= 2) return g3c_fail(err, G3_ERR_ARG, "cuda: two steps submitted and not collected");
+    if (batch->n_out < 1) return g3c_fail(err, G3_ERR_ARG, "cuda: a submitted step picks no token");
+    const int k = (b->fly_k + b->fly_cnt) & 1, S = b->bc.max_seqs, A = S * G3_DEV_ADJ_PER_ROW;
+    if (smp) {
+        if (batch->n_out > S || smp->n_adj > A)
+            return g3c_fail(err, G3_ERR_ARG, "cuda: %d sampled rows with %d adjustments (room for %d rows, %d each)",
+                            batch->n_out, smp->n_adj, S, G3_DEV_ADJ_PER_ROW);
+        if (!b->h_srow) {
+            G3C_CK(cudaMallocHost((void **)&b->h_srow, (size_t)2 * S * sizeof *b->h_srow), "pinned sampling rows");
+            G3C_CK(cudaMallocHost((void **)&b->h_sadj, (size_t)2 * A * sizeof *b->h_sadj), "pinned sampling rows");
+        }
+    }
+    G3_TRY(run_step(b, batch, feed, err));
+    if (smp) { /* buffer k's last reader was the step collected before this one: done */
+        g3_dev_sample *hr = b->h_srow + (size_t)k * S;
+        g3_dev_adjust *ha = b->h_sadj + (size_t)k * A;
+        memcpy(hr, smp->row, (size_t)batch->n_out * sizeof *hr);
+        if (smp->n_adj > 0) memcpy(ha, smp->adj, (size_t)smp->n_adj * sizeof *ha);
+        G3C_CK(cudaMemcpyAsync(b->d_srow, hr, (size_t)batch->n_out * sizeof *hr, cudaMemcpyHostToDevice, b->st),
+               "sampling rows upload");
+        if (smp->n_adj > 0)
+            G3C_CK(cudaMemcpyAsync(b->d_sadj, ha, (size_t)smp->n_adj * sizeof *ha, cudaMemcpyHostToDevice, b->st),
+                   "sampling adjustments upload");
+        G3C_CK(g3c_sample(b->logits, batch->n_out, b->c.vocab, b->d_srow, b->d_sadj, b->d_ids, b->st), "sampling");
+    } else {
+        G3C_CK((g3c_dnorm_enabled() ? g3c_argmax_dec : g3c_argmax)(b->logits, batch->n_out, b->c.vocab, b->d_ids,
+                                                                   b->st), "argmax");
+    }
+    G3C_CK(cudaMemcpyAsync(b->h_ids + (size_t)k * b->R, b->d_ids, (size_t)batch->n_out * 4, cudaMemcpyDeviceToHost,
+                           b->st), "ids download");
+    G3C_CK(cudaEventRecord(b->ev_ids[k], b->st), "ids download");
+    b->fly_nout[k] = batch->n_out, b->last_nout = batch->n_out;
+    b->fly_cnt++;
+    return G3_OK;
+}
+
+static g3_status cuda_forward_collect(g3_backend *b, int32_t *tokens, g3_error *err) {
+    if (b->fly_cnt < 1) return g3c_fail(err, G3_ERR_ARG, "cuda: no submitted step to collect");
+    const int k = b->fly_k;
+    b->fly_k ^= 1, b->fly_cnt--;
+    G3C_CK(cudaEventSynchronize(b->ev_ids[k]), "forward");
+    memcpy(tokens, b->h_ids + (size_t)k * b->R, (size_t)b->fly_nout[k] * 4);
     return G3_OK;
 }
 
@@ -424,7 +494,7 @@ extern "C" g3_status g3_cuda_profile(g3_backend *b, const g3_batch *batch, char 
     if (rc == G3_OK) {
         int save = b->graphs_on;
         b->graphs_on = 0, b->prof_ev = ev, b->prof_lbl = lbl, b->prof_n = 0;
-        rc = run_step(b, batch, err);
+        rc = run_step(b, batch, 0, err);
         if (rc == G3_OK && cudaStreamSynchronize(b->st) != cudaSuccess)
             rc = g3c_fail(err, G3_ERR_DEVICE, "cuda: profile step failed");
         b->graphs_on = save, b->prof_ev = NULL;
@@ -480,5 +550,7 @@ extern "C" int g3_cuda_device_count(void) {
 
 extern "C" const g3_backend_ops g3_backend_cuda = {
     "cuda", cuda_create, cuda_destroy, cuda_forward, cuda_copy_block, cuda_block_bytes, g3_cuda_forward_argmax,
-    g3_cuda_forward_sample, cuda_prepare,
+    g3_cuda_forward_sample, cuda_prepare, cuda_forward_submit, cuda_forward_collect,
+    0, /* overlap_default: written in session 41, which had no GPU; on by default once measured there
+        * (bench/logs/2026-12-04-session41/gpu_plan_s41a.txt) */
 };

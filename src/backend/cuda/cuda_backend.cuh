@@ -49,7 +49,19 @@ struct g3_backend {
                                                  * product quantizes them (g3c_wg_mm_geglu: its inputs are in tq8) */
     size_t q8_bytes;
     int HC;                                     /* head chunk rows */
-    int32_t *d_par, *h_par, *d_ids, *seq_map;
+    int32_t *d_par, *h_par, *d_ids, *seq_map;  /* h_par: the pinned parameter block of this step, h_parb[par_k] */
+    int32_t *h_parb[2];                         /* pinned parameter blocks, taken in turn by the steps, so that the
+                                                 * host fills one while the other's upload may still be queued */
+    cudaEvent_t ev_par[2];                      /* after each block's upload */
+    int par_k;
+    /* the overlapped decode (forward_submit / forward_collect): steps submitted and not collected, oldest first in
+     * buffer fly_k, each with its pinned ids [2][R] and (sampling) rows, an event after its ids' download */
+    int32_t *h_ids;
+    g3_dev_sample *h_srow;                      /* [2][max_seqs], pinned at the first submit that samples */
+    g3_dev_adjust *h_sadj;                      /* [2][max_seqs * G3_DEV_ADJ_PER_ROW] */
+    cudaEvent_t ev_ids[2];
+    int fly_k, fly_cnt, fly_nout[2];
+    int last_nout;                              /* out rows of the step submitted last (what feed may take) */
     g3_dev_sample *d_srow;                      /* [max_seqs] sampling rows of forward_sample (sample.cu) */
     g3_dev_adjust *d_sadj;                      /* [max_seqs * G3_DEV_ADJ_PER_ROW] their logit adjustments */
     unsigned *acnt, *tcnt;                      /* attention split counters [R][NKV]; GeGLU tile counters */
