@@ -135,8 +135,8 @@ typedef struct g3_engine_opts {
     int device;          /* GPU index for GPU backends (vulkan: `gemma3 info --devices` order); 0 = the first/best */
     int lazy_setup;      /* 1 = leave the per-batch-size setup (CUDA graph capture) to the first step of each size;
                             0 (default) = do it at create, so no request pays for it */
-    int overlap;         /* overlapped decode: the next decode step is queued on the device before this one's
-                            tokens come back (the device feeds them to it), so it never waits for the host between
+    int overlap;         /* overlapped decode: the next step is queued on the device before this one's tokens
+                            come back (the device feeds them to it), so it never waits for the host between
                             steps. 0 (default) = where the backend has it on by default (none yet: the CUDA
                             backend's awaits a measurement on a GPU; the CPU's runs synchronously, for tests),
                             1 = wherever the backend has it, -1 = off. $G3_OVERLAP=1 / 0 overrides. */
@@ -190,8 +190,8 @@ g3_status g3_engine_submit(g3_engine *e, const g3_request *r, g3_request_id *id,
 void g3_engine_cancel(g3_engine *e, g3_request_id id);
 /* Runs one scheduler step (a batch of decode rows plus a chunk of prefill); calls fn for every new token and
  * finish. Returns G3_OK with *n_active = running + waiting requests after the step. With the overlapped decode
- * (g3_engine_opts.overlap) a decode step's tokens come with the next call, which has already queued the step after
- * it; a call may then report no token. Keep calling while *n_active > 0. */
+ * (g3_engine_opts.overlap) a step's tokens come with the next call, which has already queued the step after it; a
+ * call may then report no token. Keep calling while *n_active > 0. */
 g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active, g3_error *err);
 
 /* Low-level: logits for a prompt in a fresh sequence (no sampling). all_positions=0 writes vocab floats, else

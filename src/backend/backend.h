@@ -69,12 +69,12 @@ typedef struct g3_backend_ops {
     /* Optional, both or neither (NULL = absent): the overlapped decode. forward_submit enqueues the forward of batch
      * with its out rows picked on the device (smp NULL: the greedy pick of forward_argmax; else forward_sample's chain
      * with smp, which the backend copies) and returns without waiting for it; forward_collect waits for the oldest
-     * submitted step and stores its n_out picked ids in tokens. At most two steps are submitted and not collected.
-     * feed: row r's token is the id picked for out row r of the step submitted just before (n_rows <= its n_out;
-     * batch->token[r] is ignored), so the host need not have it yet. Steps run in submission order, the synchronous
-     * calls above after every submitted one. */
-    g3_status (*forward_submit)(g3_backend *b, const g3_batch *batch, const g3_dev_sampling *smp, int feed,
-                                g3_error *err);
+     * submitted step and stores its n_out (>= 1) picked ids in tokens. At most two steps are submitted and not
+     * collected. feed (NULL: none): feed[r] >= 0 makes row r's token the id picked for out row feed[r] of the step
+     * submitted just before (batch->token[r], any valid id, is then ignored), so the host need not have it yet;
+     * -1 keeps batch->token[r]. Steps run in submission order, the synchronous calls above after every submitted one. */
+    g3_status (*forward_submit)(g3_backend *b, const g3_batch *batch, const g3_dev_sampling *smp,
+                                const int32_t *feed, g3_error *err);
     g3_status (*forward_collect)(g3_backend *b, int32_t *tokens, g3_error *err);
     /* 1: the engine overlaps decode steps through the two above unless told not to; 0: only when asked
      * (g3_engine_opts.overlap = 1, $G3_OVERLAP=1), for a backend whose overlapped steps have not been run on its

@@ -32,6 +32,7 @@ typedef struct req {
     int n_cached;         /* prompt tokens served from the prefix cache */
     int in_batch;         /* has rows in the step being built (never preempted then) */
     int pure_greedy;      /* argmax of the raw logits: the backend may pick on the device */
+    int fly_row;          /* its out row in the submitted step in flight (-1: none; the overlapped decode) */
     g3_sampler *sampler;
     int n_logprobs;
     void *user;
@@ -62,9 +63,11 @@ struct g3_engine {
     /* the overlapped decode (backend.h's forward_submit / forward_collect; opts.overlap, $G3_OVERLAP): a
      * decode step submitted and not collected, and the one chained after it */
     int overlap;
-    int fly_n;            /* rows (all out rows) of the step in flight; 0: none */
+    int fly_n;            /* out rows of the step in flight (>= 1); 0: none */
     req **fly_req;        /* [max_seqs] their requests (NULL: finished since, the row's pick is dropped) */
-    req **nx_req;         /* [max_seqs] the rows of the step chained after it */
+    req **nx_req;         /* [max_seqs] the out rows of the step chained after it */
+    int32_t *b_feed;      /* [max_rows] per row of the step being built: the out row of the step in flight whose pick
+                           * is its token, or -1 */
     int *cache_refs[2];   /* [n_blocks] scratch for the stats: references held by the prefix cache */
     g3_token_logprob top[64];
     g3_engine_stats stats;
@@ -125,11 +128,12 @@ g3_status g3_engine_create(g3_model *m, const g3_engine_opts *opts, g3_engine **
     e->b_seq = malloc(sizeof(int32_t) * (size_t)max_rows);
     e->b_out = malloc(sizeof(int32_t) * (size_t)max_rows);
     e->b_out_req = malloc(sizeof(req *) * (size_t)max_rows);
+    e->b_feed = malloc(sizeof(int32_t) * (size_t)max_rows);
     e->logits = malloc(sizeof(float) * (size_t)o->max_seqs * (size_t)c->vocab);
     e->picked = malloc(sizeof(int32_t) * (size_t)max_rows);
     e->cache_refs[0] = calloc((size_t)(n_global > 0 ? n_global : 1), sizeof(int));
     e->cache_refs[1] = calloc((size_t)(n_local > 0 ? n_local : 1), sizeof(int));
-    if (!e->picked || !e->cache_refs[0] || !e->cache_refs[1] || !e->slots || !e->b_token || !e->b_pos || !e->b_seq || !e->b_out || !e->b_out_req || !e->logits) {
+    if (!e->picked || !e->cache_refs[0] || !e->cache_refs[1] || !e->slots || !e->b_token || !e->b_pos || !e->b_seq || !e->b_out || !e->b_out_req || !e->b_feed || !e->logits) {
         g3_engine_free(e);
         return g3_fail(err, G3_ERR_NOMEM, "out of memory for engine buffers");
     }
@@ -206,7 +210,7 @@ void g3_engine_free(g3_engine *e) {
     free(e->logits);
     free(e->picked);
     free(e->dev_row), free(e->dev_adj);
-    free(e->fly_req), free(e->nx_req);
+    free(e->fly_req), free(e->nx_req), free(e->b_feed);
     free(e->cache_refs[0]), free(e->cache_refs[1]);
     free(e);
 }
@@ -259,6 +263,7 @@ g3_status g3_engine_submit(g3_engine *e, const g3_request *r, g3_request_id *id,
     q->n_logprobs = r->sampling.n_logprobs < 0 ? 0 : (r->sampling.n_logprobs > 64 ? 64 : r->sampling.n_logprobs);
     q->user = r->user;
     q->slot = -1;
+    q->fly_row = -1;
     const g3_sampling *sp = &r->sampling;
     q->pure_greedy = sp->temperature <= 0 && sp->n_logit_bias == 0 && sp->repetition_penalty == 1.0f &&
                      sp->presence_penalty == 0 && sp->frequency_penalty == 0 && sp->n_logprobs == 0;
@@ -408,8 +413,8 @@ static int device_sampling(const g3_engine *e, int n_out) {
 
 /* The picks of the out rows of requests reqs[0..n) (NULL: a row whose request finished before its pick came back;
  * cancelled ones are dropped too): each token appended and sent as an event, finished requests retired. drop[0..nd):
- * rows of a step already submitted after this one, set to NULL where their request is retired here. on_device: the
- * ids are in e->picked; else sampled on the host from e->logits. */
+ * the out rows of a step already submitted after this one, set to NULL where their request is retired here.
+ * on_device: the ids are in e->picked; else sampled on the host from e->logits. */
 static void take_tokens(g3_engine *e, req **reqs, int n, int on_device, g3_event_fn fn, void *ctx, req **drop, int nd) {
     const g3_config *c = &e->model->cfg;
     for (int i = 0; i < n; i++) {
@@ -444,115 +449,89 @@ static void take_tokens(g3_engine *e, req **reqs, int n, int on_device, g3_event
     }
 }
 
-/* How a submitted step of out rows reqs[0..n) picks its tokens: 1 greedy (every row pure greedy), 2 the device's
- * sampling chain (forward_sample's, for rows whose next draw does not depend on the token before it), 0 it cannot
- * be submitted (host sampling, logprobs, penalties). */
-static int submit_mode(const g3_engine *e, req *const *reqs, int n) {
-    int greedy = 1, dev = e->ops->forward_sample && e->dev_row && !e->host_sampling;
-    for (int i = 0; i < n; i++) {
-        const req *r = reqs[i];
-        greedy = greedy && r->pure_greedy;
-        int k = g3_sampler_device_entries(r->sampler);
-        dev = dev && g3_sampler_history_free(r->sampler) && k >= 0 && k <= G3_DEV_ADJ_PER_ROW;
-    }
-    return greedy ? 1 : dev ? 2 : 0;
+/* Whether r's tokens can be picked by a submitted step: greedy, or the device's sampling chain with a next draw that
+ * does not read the tokens before it (no penalties, no logprobs; backend.h's forward_sample). */
+static int pickable(const g3_engine *e, const req *r) {
+    if (r->pure_greedy) return 1;
+    int k = g3_sampler_device_entries(r->sampler);
+    return e->ops->forward_sample && e->dev_row && !e->host_sampling && g3_sampler_history_free(r->sampler) &&
+           k >= 0 && k <= G3_DEV_ADJ_PER_ROW;
 }
 
-/* Submits the batch in e->b_* (n rows, all out rows, of requests e->b_out_req) as the overlapped step: mode as
- * submit_mode; feed: each row's token is the previous step's pick of the same row. */
-static g3_status submit_step(g3_engine *e, int n, int mode, int feed, g3_error *err) {
-    for (int i = 0; i < n; i++) e->b_out[i] = i;
-    g3_batch b = {.n_rows = n, .token = e->b_token, .pos = e->b_pos, .seq = e->b_seq, .n_out = n,
+/* How a submitted step of out rows reqs[0..n) picks its tokens: 1 greedy (every row), 2 the device's sampling chain,
+ * 0 it cannot be submitted (a row sampled on the host). */
+static int submit_mode(const g3_engine *e, req *const *reqs, int n) {
+    int greedy = 1;
+    for (int i = 0; i < n; i++) {
+        if (!pickable(e, reqs[i])) return 0;
+        greedy = greedy && reqs[i]->pure_greedy;
+    }
+    return greedy ? 1 : 2;
+}
+
+/* Submits the batch in e->b_* (n rows, n_out out rows of requests e->b_out_req) as an overlapped step: mode as
+ * submit_mode; fed: rows with e->b_feed[r] >= 0 take the pick of that out row of the step in flight. */
+static g3_status submit_step(g3_engine *e, int n, int n_out, int mode, int fed, g3_error *err) {
+    g3_batch b = {.n_rows = n, .token = e->b_token, .pos = e->b_pos, .seq = e->b_seq, .n_out = n_out,
                   .out_rows = e->b_out, .bt_global = e->kv.table[0], .bt_local = e->kv.table[1]};
     g3_dev_sampling ds = {0};
     if (mode == 2) {
         int n_adj = 0;
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n_out; i++) {
             int k = g3_sampler_device_row(e->b_out_req[i]->sampler, &e->dev_row[i], e->dev_adj + n_adj);
             e->dev_row[i].adj0 = n_adj, n_adj += k;
         }
         ds = (g3_dev_sampling){.row = e->dev_row, .adj = e->dev_adj, .n_adj = n_adj};
     }
-    return e->ops->forward_submit(e->be, &b, mode == 2 ? &ds : NULL, feed, err);
+    return e->ops->forward_submit(e->be, &b, mode == 2 ? &ds : NULL, fed ? e->b_feed : NULL, err);
 }
 
-/* Maps position pos of r if the pool has room, evicting prefix-cache entries but preempting no one. */
-static int map_quietly(g3_engine *e, req *r, int pos) {
+/* Maps positions [from, to] of r if the pool has room, evicting prefix-cache entries but preempting no one. */
+static int map_quietly(g3_engine *e, req *r, int from, int to) {
     for (;;) {
         int miss[2];
-        g3_kv_missing(&e->kv, r->slot, pos, pos, miss);
+        g3_kv_missing(&e->kv, r->slot, from, to, miss);
         if (miss[0] <= e->kv.n_free[0] && miss[1] <= e->kv.n_free[1]) {
             g3_error er = {0};
-            return g3_kv_map(&e->kv, r->slot, pos, pos, &er) == G3_OK;
+            return g3_kv_map(&e->kv, r->slot, from, to, &er) == G3_OK;
         }
         if (!g3_pc_evict_one(&e->pc, &e->kv, NULL)) return 0;
     }
 }
 
-/* Whether the step after the one in flight can be submitted before its picks are back: the same requests (every
- * running one, none cancelled, none waiting that a free slot could admit), none finishing by length with the pick
- * in flight, each next position mapped without preempting anyone. Returns submit_mode's mode (0: not), and then
- * e->b_* hold that step (tokens: placeholders, fed on the device). */
-static int chain_mode(g3_engine *e) {
-    const int n = e->fly_n;
-    int running = 0, free_slot = 0;
-    for (int s = 0; s < e->opts.max_seqs; s++) running += e->slots[s] != NULL, free_slot |= e->slots[s] == NULL;
-    if (running != n || (e->queue_head && free_slot)) return 0;
-    for (int i = 0; i < n; i++) {
-        const req *r = e->fly_req[i];
-        if (!r || r->cancelled || r->n_tokens + 1 - r->n_prompt >= r->max_tokens || r->n_tokens + 1 >= e->ctx) return 0;
+/* Whether the next step can be built and submitted while the one in flight runs: no running request cancelled (its
+ * retirement waits for the picks), and every request that can have an out row in it, running or waiting, pickable
+ * on the device (so the step will be submitted, not run with its fed tokens unknown to the host). */
+static int chain_ok(const g3_engine *e) {
+    for (int s = 0; s < e->opts.max_seqs; s++) {
+        const req *r = e->slots[s];
+        if (r && (r->cancelled || !pickable(e, r))) return 0;
     }
-    int mode = submit_mode(e, e->fly_req, n);
-    for (int i = 0; i < n && mode; i++)
-        if (!map_quietly(e, e->fly_req[i], e->fly_req[i]->n_tokens)) mode = 0;
-    for (int i = 0; i < n && mode; i++) {
-        req *r = e->fly_req[i];
-        e->b_token[i] = r->tokens[r->n_tokens - 1], e->b_pos[i] = r->n_tokens, e->b_seq[i] = r->slot;
-        e->b_out_req[i] = r;
-    }
-    return mode;
+    for (const req *r = e->queue_head; r; r = r->next)
+        if (!r->cancelled && !pickable(e, r)) return 0;
+    return 1;
 }
 
 /* Collects the step in flight and takes its tokens (drop: take_tokens'). */
 static g3_status collect_step(g3_engine *e, g3_event_fn fn, void *ctx, req **drop, int nd, g3_error *err) {
     const int n = e->fly_n;
     e->fly_n = 0;
+    for (int i = 0; i < n; i++)
+        if (e->fly_req[i]) e->fly_req[i]->fly_row = -1;
     G3_TRY(e->ops->forward_collect(e->be, e->picked, err));
     take_tokens(e, e->fly_req, n, 1, fn, ctx, drop, nd);
     return G3_OK;
 }
 
-/* With a step in flight: submits the next one when chain_mode allows, then collects the one in flight, so that the
- * device runs the next step while the host takes this one's tokens. *done: this call's step was that (chained). */
-static g3_status step_in_flight(g3_engine *e, g3_event_fn fn, void *ctx, int *done, g3_error *err) {
-    const int n = e->fly_n, mode = chain_mode(e);
-    *done = 0;
-    if (mode) G3_TRY(submit_step(e, n, mode, 1, err));
-    for (int i = 0; i < n; i++) e->nx_req[i] = mode ? e->fly_req[i] : NULL;
-    G3_TRY(collect_step(e, fn, ctx, e->nx_req, mode ? n : 0, err));
-    if (!mode) return G3_OK;
-    req **t = e->fly_req;
-    e->fly_req = e->nx_req, e->nx_req = t, e->fly_n = n;
-    e->stats.overlapped_steps++;
-    int alive = 0;
-    for (int i = 0; i < n; i++) alive += e->fly_req[i] != NULL;
-    /* every row finished with the picks just taken: the chained step is dropped now, so that nothing is in flight
-     * once nothing is active */
-    if (!alive) G3_TRY(collect_step(e, fn, ctx, NULL, 0, err));
-    *done = 1;
-    return G3_OK;
-}
-
+/* One step. Synchronous: run the batch, take its tokens. Overlapped (e->overlap, every out row pickable on the
+ * device): the batch is submitted and its tokens are taken by the next call, which, if chain_ok, first builds and
+ * submits the step after it (the running sequences' rows then at the position of the pick in flight, their tokens fed
+ * on the device; rows whose sequence finishes by length with that pick, or whose position would need a preemption,
+ * wait for a later step), then collects. */
 g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active, g3_error *err) {
-    if (e->fly_n) {
-        int done = 0;
-        G3_TRY(step_in_flight(e, fn, ctx, &done, err));
-        if (done) {
-            if (n_active) *n_active = e->stats.n_running + e->stats.n_waiting;
-            return G3_OK;
-        }
-    }
-    /* cancelled running requests go first: their blocks are free for this very step */
+    const int chained = e->fly_n > 0 && chain_ok(e);
+    if (e->fly_n && !chained) G3_TRY(collect_step(e, fn, ctx, NULL, 0, err));
+    /* cancelled running requests go first: their blocks are free for this very step (none when chained) */
     for (int s = 0; s < e->opts.max_seqs; s++) {
         req *r = e->slots[s];
         if (r && r->cancelled) {
@@ -563,24 +542,34 @@ g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active,
     admit(e, fn, ctx);
     int max_rows = e->opts.prefill_chunk + e->opts.max_seqs;
     int n = 0, n_out = 0;
-    /* decode rows: every sequence with exactly one pending token (its last sampled one) */
+    /* decode rows: every sequence with exactly one pending token (its last sampled one); chained, the sequences of the
+     * step in flight at the position of its pick */
     for (int s = 0; s < e->opts.max_seqs; s++) {
         req *r = e->slots[s];
-        if (!r || r->n_tokens - r->n_computed != 1) continue;
-        int pos = r->n_tokens - 1;
-        g3_status rc = map_or_make_room(e, r, pos, pos, err);
-        if (rc == G3_ERR_FULL && e->stats.n_running > 1) { /* the others hold the pool: this one waits */
-            requeue(e, r);
-            continue;
+        const int fed = chained && r && r->fly_row >= 0;
+        if (!r || (!fed && r->n_tokens - r->n_computed != 1)) continue;
+        int pos = fed ? r->n_tokens : r->n_tokens - 1;
+        if (chained) {
+            if (fed && (pos + 1 - r->n_prompt >= r->max_tokens || pos + 1 >= e->ctx)) continue; /* ends with the pick */
+            if (!map_quietly(e, r, pos, pos)) continue;
+        } else {
+            g3_status rc = map_or_make_room(e, r, pos, pos, err);
+            if (rc == G3_ERR_FULL && e->stats.n_running > 1) { /* the others hold the pool: this one waits */
+                requeue(e, r);
+                continue;
+            }
+            if (rc) return rc;
         }
-        if (rc) return rc;
         r->in_batch = 1;
     }
     for (int s = 0; s < e->opts.max_seqs; s++) {
         req *r = e->slots[s];
         if (!r || !r->in_batch) continue;
-        int pos = r->n_tokens - 1;
-        e->b_token[n] = r->tokens[pos], e->b_pos[n] = pos, e->b_seq[n] = s;
+        const int fed = chained && r->fly_row >= 0;
+        int pos = fed ? r->n_tokens : r->n_tokens - 1;
+        /* fed: a placeholder token (any valid id); the device writes the pick over it */
+        e->b_token[n] = r->tokens[r->n_tokens - 1], e->b_pos[n] = pos, e->b_seq[n] = s;
+        e->b_feed[n] = fed ? r->fly_row : -1;
         e->b_out[n_out] = n, e->b_out_req[n_out++] = r;
         n++;
     }
@@ -596,13 +585,17 @@ g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active,
         int take = r->n_tokens - r->n_computed;
         if (take > budget) take = budget;
         if (take > max_rows - n) take = max_rows - n;
-        g3_status rc = map_or_make_room(e, r, r->n_computed, r->n_computed + take - 1, err);
-        if (rc == G3_ERR_FULL && (n > 0 || e->stats.n_running > 1)) break; /* others first; it goes on later */
-        if (rc) return rc;
+        if (chained) {
+            if (!map_quietly(e, r, r->n_computed, r->n_computed + take - 1)) break; /* no preemption in flight */
+        } else {
+            g3_status rc = map_or_make_room(e, r, r->n_computed, r->n_computed + take - 1, err);
+            if (rc == G3_ERR_FULL && (n > 0 || e->stats.n_running > 1)) break; /* others first; it goes on later */
+            if (rc) return rc;
+        }
         r->in_batch = 1;
         for (int i = 0; i < take; i++) {
             int pos = r->n_computed + i;
-            e->b_token[n] = r->tokens[pos], e->b_pos[n] = pos, e->b_seq[n] = r->slot;
+            e->b_token[n] = r->tokens[pos], e->b_pos[n] = pos, e->b_seq[n] = r->slot, e->b_feed[n] = -1;
             n++;
         }
         budget -= take;
@@ -612,14 +605,26 @@ g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active,
     }
     for (int s = 0; s < e->opts.max_seqs; s++)
         if (e->slots[s]) e->slots[s]->in_batch = 0;
-    if (n > 0 && e->overlap && n == n_out) { /* decode rows only: submitted, its tokens taken by the next call */
-        int mode = submit_mode(e, e->b_out_req, n);
-        if (mode) {
-            G3_TRY(submit_step(e, n, mode, 0, err));
-            memcpy(e->fly_req, e->b_out_req, sizeof(req *) * (size_t)n);
-            e->fly_n = n;
-            n = 0;
+    const int mode = n_out > 0 && e->overlap ? submit_mode(e, e->b_out_req, n_out) : 0;
+    if (mode) { /* submitted; its tokens are taken by the next call */
+        G3_TRY(submit_step(e, n, n_out, mode, chained, err));
+        req **nx = e->nx_req;
+        memcpy(nx, e->b_out_req, sizeof(req *) * (size_t)n_out);
+        if (chained) {
+            G3_TRY(collect_step(e, fn, ctx, nx, n_out, err));
+            e->stats.overlapped_steps++;
         }
+        e->nx_req = e->fly_req, e->fly_req = nx, e->fly_n = n_out;
+        int alive = 0;
+        for (int i = 0; i < n_out; i++)
+            if (nx[i]) nx[i]->fly_row = i, alive++;
+        if (!alive) /* every row's sequence finished with the picks just taken: nothing stays in flight for them */
+            G3_TRY(collect_step(e, fn, ctx, NULL, 0, err));
+        n = 0;
+    } else if (chained) { /* no out row (its rows all end with the step in flight, or wait): no fed row either */
+        if (n_out > 0) /* chain_ok's promise broken: the fed rows' tokens are not on the host */
+            return g3_fail(err, G3_ERR_UNSUPPORTED, "engine: a step built beside the one in flight cannot be submitted");
+        G3_TRY(collect_step(e, fn, ctx, NULL, 0, err));
     }
     if (n > 0) {
         /* out rows are increasing: decode rows come first, then each prefill's last row in batch order */

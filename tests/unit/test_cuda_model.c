@@ -279,17 +279,19 @@ static void test_device_sampling(void **state) {
     tu_ref_free(&r);
 }
 
-/* The overlapped decode (g3_engine_opts.overlap, $G3_OVERLAP=1): 4 sequences of different lengths, greedy (the argmax pick) and then
- * sampled (seeded top-p with a logit bias: the device's sampling chain), with each step queued before the previous
- * one's tokens are back (the tokens fed on the device): the same tokens as with $G3_OVERLAP=0, and steps were in fact
- * overlapped. */
+/* The overlapped decode (g3_engine_opts.overlap, $G3_OVERLAP=1): 4 sequences (prompts of different lengths, 20
+ * tokens each), greedy (the argmax pick) and then sampled (seeded top-p with a logit bias: the device's sampling
+ * chain), each step queued before the previous one's tokens are back (the tokens fed on the device, the prompts'
+ * step submitted too): the same tokens as with $G3_OVERLAP=0, and steps were in fact overlapped. The steps have the
+ * same rows either way (the products' paths depend on the row count: exact equality needs the same batches); arrivals,
+ * stops and sequences of different lengths are test_engine's test_overlap, on the CPU's batch-invariant products. */
 static void run_overlap(g3_model *m, const tu_ref_prompt *p, int sampled, gen_state *g, int64_t *overlapped) {
     g3_engine *e = make_engine(m, 512, 4);
     g3_error err = {0};
     const g3_logit_bias bias[] = {{p->gen[0], -2.0f}};
     memset(g, 0, sizeof *g);
     for (int i = 0; i < 4; i++) {
-        g3_request q = {.prompt = p->ids, .n_prompt = p->n - i, .max_tokens = 24 - 4 * i, .ignore_eos = 1,
+        g3_request q = {.prompt = p->ids, .n_prompt = p->n - i, .max_tokens = 20, .ignore_eos = 1,
                         .user = (void *)(intptr_t)i};
         g3_sampling_default(&q.sampling);
         if (sampled) {
@@ -305,7 +307,7 @@ static void run_overlap(g3_model *m, const tu_ref_prompt *p, int sampled, gen_st
     g3_engine_get_stats(e, &st);
     *overlapped = st.overlapped_steps;
     g3_engine_free(e);
-    for (int i = 0; i < 4; i++) assert_int_equal(g->n[i], 24 - 4 * i);
+    for (int i = 0; i < 4; i++) assert_int_equal(g->n[i], 20);
 }
 
 static void test_overlap(void **state) {
@@ -326,8 +328,8 @@ static void test_overlap(void **state) {
         setenv("G3_OVERLAP", "0", 1);
         run_overlap(m, &r.p[0], sampled, &off, &n_off);
         unsetenv("G3_OVERLAP");
-        for (int i = 0; i < 4; i++) assert_memory_equal(on.ids[i], off.ids[i], (size_t)on.n[i] * sizeof(int32_t));
-        assert_true(n_on >= 10);
+        for (int i = 0; i < 4; i++) assert_memory_equal(on.ids[i], off.ids[i], 20 * sizeof(int32_t));
+        assert_true(n_on >= 15);
         assert_int_equal(n_off, 0);
         printf("  tiny-gqa, 4 sequences %s: %lld steps overlapped, tokens identical to $G3_OVERLAP=0\n",
                sampled ? "sampled on the GPU" : "greedy", (long long)n_on);

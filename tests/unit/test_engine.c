@@ -265,42 +265,39 @@ static void test_bad_requests(void **state) {
 
 /* One scripted run for test_overlap: 3 slots, chunked prefill, 7 requests of different lengths; two more arrive once
  * request 0 has 4 tokens and two more at 12, request 1 is cancelled once it has 5. stop: eos counts (the model's
- * eos_id set by the caller). */
-static void overlap_run(g3_model *m, int overlap, int stop, collect *c, int64_t *n_overlapped) {
+ * eos_id set by the caller); n_blocks: the KV pool (0: enough for all). */
+static void overlap_run(g3_model *m, int overlap, int stop, int n_blocks, collect *c, int64_t *n_overlapped,
+                        int64_t *n_preempted) {
     int V = g3_model_config(m)->vocab;
     g3_engine_opts o;
     g3_engine_opts_default(&o);
     o.backend = "cpu", o.max_seqs = 3, o.ctx_size = 128, o.prefill_chunk = 16, o.overlap = overlap;
+    o.n_kv_blocks = n_blocks;
     g3_engine *e;
     g3_error err = {0};
     if (g3_engine_create(m, &o, &e, &err) != G3_OK) fail_msg("engine: %s", err.msg);
     memset(c, 0, sizeof *c);
     static int32_t p[7][48];
     for (int i = 0; i < 7; i++) make_prompt(p[i], 5 + 6 * i, 30 + i, V);
-    int submitted = 0;
-    for (; submitted < 3; submitted++) {
-        g3_request r = {.prompt = p[submitted], .n_prompt = 5 + 6 * submitted, .max_tokens = 30 - 3 * submitted,
-                        .ignore_eos = !stop};
-        g3_sampling_default(&r.sampling);
-        if (g3_engine_submit(e, &r, &c->ids[c->n_req++], &err) != G3_OK) fail_msg("submit: %s", err.msg);
-    }
-    int active = 1, guard = 0, cancelled = 0;
+    int submitted = 0, active = 1, guard = 0, cancelled = 0;
     while (active) {
-        if (g3_engine_step(e, on_ev, c, &active, &err) != G3_OK) fail_msg("step: %s", err.msg);
-        assert_true(++guard < 10000);
+        /* request i: prompt of 5 + 6 i tokens, 30 - 3 i generated; 3 at first, 5 once request 0 has 4, then 7 */
         int want = c->n[0] >= 12 || c->fin[0] ? 7 : c->n[0] >= 4 ? 5 : 3;
         for (; submitted < want; submitted++) {
             g3_request r = {.prompt = p[submitted], .n_prompt = 5 + 6 * submitted,
                             .max_tokens = 30 - 3 * submitted, .ignore_eos = !stop};
             g3_sampling_default(&r.sampling);
             if (g3_engine_submit(e, &r, &c->ids[c->n_req++], &err) != G3_OK) fail_msg("submit: %s", err.msg);
-            active = 1;
         }
+        if (g3_engine_step(e, on_ev, c, &active, &err) != G3_OK) fail_msg("step: %s", err.msg);
+        assert_true(++guard < 10000);
+        active |= submitted < 7;
         if (!cancelled && c->n[1] >= 5) g3_engine_cancel(e, c->ids[1]), cancelled = 1, active = 1;
     }
     g3_engine_stats st;
     g3_engine_get_stats(e, &st);
     *n_overlapped = st.overlapped_steps;
+    if (n_preempted) *n_preempted = st.n_preempted;
     assert_int_equal(st.kv_blocks_used, 0);
     assert_int_equal(st.n_running + st.n_waiting, 0);
     g3_engine_free(e);
@@ -319,8 +316,8 @@ static void test_overlap(void **state) {
             m->cfg.eos_id = off->toks[0][6];
         }
         int64_t n_on = 0, n_off = 0;
-        overlap_run(m, 1, stop, on, &n_on);
-        overlap_run(m, -1, stop, off, &n_off);
+        overlap_run(m, 1, stop, 0, on, &n_on, NULL);
+        overlap_run(m, -1, stop, 0, off, &n_off, NULL);
         assert_int_equal(on->n_req, 7);
         assert_int_equal(off->n_req, 7);
         int stops = 0;
@@ -343,7 +340,7 @@ static void test_overlap(void **state) {
         if (!stop) { /* the default on the CPU: off */
             collect *d = calloc(1, sizeof *d);
             int64_t n_def = -1;
-            overlap_run(m, 0, stop, d, &n_def);
+            overlap_run(m, 0, stop, 0, d, &n_def, NULL);
             assert_int_equal(n_def, 0);
             for (int i = 0; i < 7; i++) assert_memory_equal(d->toks[i], off->toks[i], sizeof(int32_t) * (size_t)d->n[i]);
             free(d);
@@ -351,6 +348,20 @@ static void test_overlap(void **state) {
         printf("  %s: %lld decode steps overlapped, tokens and finishes identical to overlap off (%d stopped)\n",
                stop ? "with stop tokens" : "by length", (long long)n_on, stops);
     }
+    /* a pool of 10 blocks for 3 sequences of up to 71 tokens: preemptions (outside chained steps) and rows that sit a
+     * chained step out for lack of a block */
+    int64_t n_on = 0, n_off = 0, pre_on = 0, pre_off = 0;
+    overlap_run(m, 1, 0, 10, on, &n_on, &pre_on);
+    overlap_run(m, -1, 0, 10, off, &n_off, &pre_off);
+    for (int i = 0; i < 7; i++) {
+        assert_int_equal(on->n[i], off->n[i]);
+        assert_int_equal(on->fin[i], off->fin[i]);
+        assert_memory_equal(on->toks[i], off->toks[i], sizeof(int32_t) * (size_t)on->n[i]);
+    }
+    assert_true(n_on > 0);
+    assert_true(pre_off > 0);
+    printf("  small KV pool: %lld decode steps overlapped, %lld / %lld preemptions (on / off), tokens and finishes "
+           "identical\n", (long long)n_on, (long long)pre_on, (long long)pre_off);
     free(on);
     free(off);
     g3_model_free(m);
@@ -371,34 +382,34 @@ static void test_submit_protocol(void **state) {
     g3_error err = {0};
     if (ops->create(m, &cfg, &b, &err) != G3_OK) fail_msg("create: %s", err.msg);
     int32_t bt[2][2] = {{0, -1}, {1, -1}}; /* slot s: block s of each pool */
-    int32_t tok[2] = {2, 2}, pos[2] = {0, 0}, seq[2] = {0, 1}, out[2] = {0, 1}, ids[4] = {0};
+    int32_t tok[2] = {2, 2}, pos[2] = {0, 0}, seq[2] = {0, 1}, out[2] = {0, 1}, ids[4] = {0}, feed[2] = {0, 1};
     g3_batch one = {.n_rows = 1, .token = tok, .pos = pos, .seq = seq, .n_out = 1, .out_rows = out,
                     .bt_global = &bt[0][0], .bt_local = &bt[0][0]};
     /* slot 0: token 2 at 0, then the fed pick at 1; slot 1: the same with the pick given */
-    assert_int_equal(ops->forward_submit(b, &one, NULL, 0, &err), G3_OK);
+    assert_int_equal(ops->forward_submit(b, &one, NULL, NULL, &err), G3_OK);
     pos[0] = 1;
-    assert_int_equal(ops->forward_submit(b, &one, NULL, 1, &err), G3_OK);
-    assert_int_equal(ops->forward_submit(b, &one, NULL, 1, &err), G3_ERR_ARG); /* two in flight already */
+    assert_int_equal(ops->forward_submit(b, &one, NULL, feed, &err), G3_OK);
+    assert_int_equal(ops->forward_submit(b, &one, NULL, feed, &err), G3_ERR_ARG); /* two in flight already */
     assert_non_null(strstr(err.msg, "two steps"));
     assert_int_equal(ops->forward_collect(b, &ids[0], &err), G3_OK);
     assert_int_equal(ops->forward_collect(b, &ids[1], &err), G3_OK);
     assert_int_equal(ops->forward_collect(b, &ids[3], &err), G3_ERR_ARG);
     assert_non_null(strstr(err.msg, "no submitted step"));
     seq[0] = 1, pos[0] = 0, tok[0] = 2;
-    assert_int_equal(ops->forward_submit(b, &one, NULL, 0, &err), G3_OK);
+    assert_int_equal(ops->forward_submit(b, &one, NULL, NULL, &err), G3_OK);
     assert_int_equal(ops->forward_collect(b, &ids[2], &err), G3_OK);
     pos[0] = 1, tok[0] = ids[0];
-    assert_int_equal(ops->forward_submit(b, &one, NULL, 0, &err), G3_OK);
+    assert_int_equal(ops->forward_submit(b, &one, NULL, NULL, &err), G3_OK);
     assert_int_equal(ops->forward_collect(b, &ids[3], &err), G3_OK);
     assert_int_equal(ids[2], ids[0]);
     assert_int_equal(ids[3], ids[1]);
     g3_batch two = one;
     two.n_rows = 2, two.n_out = 2, pos[0] = pos[1] = 2, seq[0] = 0, seq[1] = 1;
-    assert_int_equal(ops->forward_submit(b, &two, NULL, 1, &err), G3_ERR_ARG); /* the last step picked one id */
+    assert_int_equal(ops->forward_submit(b, &two, NULL, feed, &err), G3_ERR_ARG); /* the last step picked one id */
     assert_non_null(strstr(err.msg, "fed"));
     g3_dev_sample row = {0};
     g3_dev_sampling smp = {.row = &row};
-    assert_int_equal(ops->forward_submit(b, &one, &smp, 0, &err), G3_ERR_ARG);
+    assert_int_equal(ops->forward_submit(b, &one, &smp, NULL, &err), G3_ERR_ARG);
     printf("  fed step picked %d as the explicit one did; misuse refused\n", ids[1]);
     ops->destroy(b);
     g3_model_free(m);

@@ -359,16 +359,18 @@ static g3_status cpu_copy_block(g3_backend *b, int kind, int src, int dst, g3_er
  * collect hands the ids back in order. Nothing to overlap on the CPU (and each token would reach the client a step
  * later), so it is off unless asked for (g3_engine_opts.overlap = 1): it lets the tests drive the engine's overlapped
  * steps on any machine. */
-static g3_status cpu_forward_submit(g3_backend *b, const g3_batch *bt, const g3_dev_sampling *smp, int feed,
-                                    g3_error *err) {
+static g3_status cpu_forward_submit(g3_backend *b, const g3_batch *bt, const g3_dev_sampling *smp,
+                                    const int32_t *feed, g3_error *err) {
     const int V = b->m->cfg.vocab, R = b->cfg.max_rows;
     if (smp) return g3_fail(err, G3_ERR_ARG, "cpu backend: no sampling chain of its own (greedy picks only)");
     if (b->sub_cnt >= 2) return g3_fail(err, G3_ERR_ARG, "cpu backend: two steps submitted and not collected");
     if (bt->n_out < 1 || bt->n_rows < 1 || bt->n_rows > R)
         return g3_fail(err, G3_ERR_ARG, "cpu backend: a submitted step of %d rows picks %d tokens", bt->n_rows,
                        bt->n_out);
-    if (feed && bt->n_rows > b->sub_last)
-        return g3_fail(err, G3_ERR_ARG, "cpu backend: %d rows fed from a step of %d picked ids", bt->n_rows, b->sub_last);
+    for (int r = 0; feed && r < bt->n_rows; r++)
+        if (feed[r] >= b->sub_last)
+            return g3_fail(err, G3_ERR_ARG, "cpu backend: row %d fed from pick %d of a step of %d", r, feed[r],
+                           b->sub_last);
     if (!b->sub_tok) {
         b->sub_tok = malloc(sizeof(int32_t) * (size_t)R);
         b->sub_ids[0] = malloc(sizeof(int32_t) * (size_t)R), b->sub_ids[1] = malloc(sizeof(int32_t) * (size_t)R);
@@ -382,7 +384,7 @@ static g3_status cpu_forward_submit(g3_backend *b, const g3_batch *bt, const g3_
     g3_batch fb = *bt;
     const int k = (b->sub_k + b->sub_cnt) & 1;
     if (feed) { /* the previous step's ids (buffer k ^ 1 when it is still uncollected, else the one collected last) */
-        memcpy(b->sub_tok, b->sub_ids[k ^ 1], sizeof(int32_t) * (size_t)bt->n_rows);
+        for (int r = 0; r < bt->n_rows; r++) b->sub_tok[r] = feed[r] >= 0 ? b->sub_ids[k ^ 1][feed[r]] : bt->token[r];
         fb.token = b->sub_tok;
     }
     G3_TRY(cpu_forward(b, &fb, b->sub_logits, err));

@@ -303,14 +303,16 @@ static int capture(g3_backend *b, int bk) {
     return 1;
 }
 
-/* Validates the batch, fills and uploads the parameter block, runs the step (graph or eager). feed: the rows' tokens
- * are the ids d_ids holds (picked by the step before, which the stream ran first), copied over the uploaded ones. */
-static g3_status run_step(g3_backend *b, const g3_batch *bt, int feed, g3_error *err) {
+/* Validates the batch, fills and uploads the parameter block, runs the step (graph or eager). feed (NULL: none): row
+ * r's token is d_ids[feed[r]] where feed[r] >= 0 (the ids picked by the step before, which the stream ran first),
+ * copied over the uploaded one, a copy a run of consecutive rows. */
+static g3_status run_step(g3_backend *b, const g3_batch *bt, const int32_t *feed, g3_error *err) {
     const int M = bt->n_rows, R = b->R, W = b->bc.max_blocks_per_seq;
     if (M < 1 || M > R) return g3c_fail(err, G3_ERR_ARG, "cuda: batch of %d rows (1..%d allowed)", M, R);
     if (bt->n_out < 0 || bt->n_out > M) return g3c_fail(err, G3_ERR_ARG, "cuda: n_out %d of %d rows", bt->n_out, M);
-    if (feed && M > b->last_nout)
-        return g3c_fail(err, G3_ERR_ARG, "cuda: %d rows fed from a step of %d picked ids", M, b->last_nout);
+    for (int r = 0; feed && r < M; r++)
+        if (feed[r] >= b->last_nout)
+            return g3c_fail(err, G3_ERR_ARG, "cuda: row %d fed from pick %d of a step of %d", r, feed[r], b->last_nout);
     /* the other block: its upload (queued by the step before last) must have run before the host rewrites it */
     b->par_k ^= 1, b->h_par = b->h_parb[b->par_k];
     G3C_CK(cudaEventSynchronize(b->ev_par[b->par_k]), "parameter block");
@@ -354,7 +356,17 @@ static g3_status run_step(g3_backend *b, const g3_batch *bt, int feed, g3_error 
     G3C_CK(cudaMemcpyAsync(b->d_par, h, (off_bt(b) + (size_t)n_u * 2 * W) * 4, cudaMemcpyHostToDevice, b->st),
            "parameter upload");
     G3C_CK(cudaEventRecord(b->ev_par[b->par_k], b->st), "parameter upload");
-    if (feed) G3C_CK(cudaMemcpyAsync(b->d_par, b->d_ids, (size_t)M * 4, cudaMemcpyDeviceToDevice, b->st), "token feed");
+    for (int r = 0; feed && r < M;) { /* runs of rows fed from consecutive picks: one device copy each */
+        if (feed[r] < 0) {
+            r++;
+            continue;
+        }
+        int r1 = r + 1;
+        while (r1 < M && feed[r1] == feed[r] + (r1 - r)) r1++;
+        G3C_CK(cudaMemcpyAsync(b->d_par + r, b->d_ids + feed[r], (size_t)(r1 - r) * 4, cudaMemcpyDeviceToDevice, b->st),
+               "token feed");
+        r = r1;
+    }
     if (bk >= 0 && !b->graph[bk] && !capture(b, bk)) bk = -1, mrun = M;
     if (bk >= 0) G3C_CK(cudaGraphLaunch(b->graph[bk], b->st), "graph launch");
     else G3C_CK(g3cb_record(b, mrun, bt->n_out), "forward");
@@ -362,7 +374,7 @@ static g3_status run_step(g3_backend *b, const g3_batch *bt, int feed, g3_error 
 }
 
 static g3_status cuda_forward(g3_backend *b, const g3_batch *batch, float *logits, g3_error *err) {
-    G3_TRY(run_step(b, batch, 0, err));
+    G3_TRY(run_step(b, batch, NULL, err));
     if (batch->n_out > 0 && logits)
         G3C_CK(cudaMemcpyAsync(logits, b->logits, (size_t)batch->n_out * b->c.vocab * 4, cudaMemcpyDeviceToHost, b->st),
                "logits download");
@@ -371,7 +383,7 @@ static g3_status cuda_forward(g3_backend *b, const g3_batch *batch, float *logit
 }
 
 extern "C" g3_status g3_cuda_forward_argmax(g3_backend *b, const g3_batch *batch, int32_t *ids, g3_error *err) {
-    G3_TRY(run_step(b, batch, 0, err));
+    G3_TRY(run_step(b, batch, NULL, err));
     b->last_nout = 0; /* d_ids now holds this step's ids: nothing to feed from */
     if (batch->n_out > 0) {
         G3C_CK((g3c_dnorm_enabled() ? g3c_argmax_dec : g3c_argmax)(b->logits, batch->n_out, b->c.vocab, b->d_ids,
@@ -388,7 +400,7 @@ extern "C" g3_status g3_cuda_forward_sample(g3_backend *b, const g3_batch *batch
     if (batch->n_out > b->bc.max_seqs || smp->n_adj > b->bc.max_seqs * G3_DEV_ADJ_PER_ROW)
         return g3c_fail(err, G3_ERR_ARG, "cuda: %d sampled rows with %d adjustments (room for %d rows, %d each)",
                         batch->n_out, smp->n_adj, b->bc.max_seqs, G3_DEV_ADJ_PER_ROW);
-    G3_TRY(run_step(b, batch, 0, err));
+    G3_TRY(run_step(b, batch, NULL, err));
     b->last_nout = 0;
     if (batch->n_out > 0) {
         G3C_CK(cudaMemcpyAsync(b->d_srow, smp->row, (size_t)batch->n_out * sizeof *smp->row, cudaMemcpyHostToDevice,
@@ -405,8 +417,8 @@ extern "C" g3_status g3_cuda_forward_sample(g3_backend *b, const g3_batch *batch
 
 /* The overlapped decode (backend.h): the step's pick and its ids' download queued behind it, an event after them;
  * nothing waits. The sampling rows go up from pinned copies (an upload from pageable memory may wait for the stream). */
-static g3_status cuda_forward_submit(g3_backend *b, const g3_batch *batch, const g3_dev_sampling *smp, int feed,
-                                     g3_error *err) {
+static g3_status cuda_forward_submit(g3_backend *b, const g3_batch *batch, const g3_dev_sampling *smp,
+                                     const int32_t *feed, g3_error *err) {
     if (b->fly_cnt >= 2) return g3c_fail(err, G3_ERR_ARG, "cuda: two steps submitted and not collected");
     if (batch->n_out < 1) return g3c_fail(err, G3_ERR_ARG, "cuda: a submitted step picks no token");
     const int k = (b->fly_k + b->fly_cnt) & 1, S = b->bc.max_seqs, A = S * G3_DEV_ADJ_PER_ROW;
@@ -494,7 +506,7 @@ extern "C" g3_status g3_cuda_profile(g3_backend *b, const g3_batch *batch, char 
     if (rc == G3_OK) {
         int save = b->graphs_on;
         b->graphs_on = 0, b->prof_ev = ev, b->prof_lbl = lbl, b->prof_n = 0;
-        rc = run_step(b, batch, 0, err);
+        rc = run_step(b, batch, NULL, err);
         if (rc == G3_OK && cudaStreamSynchronize(b->st) != cudaSuccess)
             rc = g3c_fail(err, G3_ERR_DEVICE, "cuda: profile step failed");
         b->graphs_on = save, b->prof_ev = NULL;
