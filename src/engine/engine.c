@@ -4,7 +4,9 @@
  * Blocks are mapped as positions are reached. Waiting requests are admitted in order while a free slot and the
  * blocks of their first chunk exist (evicting prefix-cache entries if needed). If a running sequence cannot get a
  * block, cache entries go first, then the most recently admitted other sequence is preempted: its blocks are freed
- * and it goes back to the queue to recompute its tokens later (its generated tokens are kept, nothing is re-sent). */
+ * and it goes back to the queue to recompute its tokens later (its generated tokens are kept, nothing is re-sent).
+ * With the overlapped decode (g3_engine_opts.overlap, backends with forward_submit) a step is submitted and its tokens
+ * taken by the next call, after that call has submitted the step after it (g3_engine_step; docs/ARCHITECTURE.md). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
