@@ -35,6 +35,8 @@ typedef struct req {
     int in_batch;         /* has rows in the step being built (never preempted then) */
     int pure_greedy;      /* argmax of the raw logits: the backend may pick on the device */
     int fly_row;          /* its out row in the submitted step in flight (-1: none; the overlapped decode) */
+    int pickable;         /* its tokens can be picked by a submitted step: greedy, or the device's sampling chain with
+                           * a next draw that does not read the tokens before it (no penalties, no logprobs) */
     g3_sampler *sampler;
     int n_logprobs;
     void *user;
@@ -231,6 +233,13 @@ static void blocks_needed(const g3_engine *e, int total, int need[2]) {
     need[1] = e->kv.has_kind[1] ? (full < local ? full : local) : 0;
 }
 
+/* Whether a request's next token can be drawn by the backend's sampling chain (backend.h's forward_sample). */
+static int dev_sampleable(const g3_engine *e, const g3_sampler *s) {
+    if (!e->dev_row || e->host_sampling) return 0;
+    int n = g3_sampler_device_entries(s);
+    return n >= 0 && n <= G3_DEV_ADJ_PER_ROW;
+}
+
 g3_status g3_engine_submit(g3_engine *e, const g3_request *r, g3_request_id *id, g3_error *err) {
     const g3_config *c = &e->model->cfg;
     if (!r->prompt || r->n_prompt <= 0) return g3_fail(err, G3_ERR_ARG, "the prompt is empty");
@@ -269,6 +278,8 @@ g3_status g3_engine_submit(g3_engine *e, const g3_request *r, g3_request_id *id,
     const g3_sampling *sp = &r->sampling;
     q->pure_greedy = sp->temperature <= 0 && sp->n_logit_bias == 0 && sp->repetition_penalty == 1.0f &&
                      sp->presence_penalty == 0 && sp->frequency_penalty == 0 && sp->n_logprobs == 0;
+    /* history-free samplers need the same adjustment entries (their biases) at every token: fixed for the request */
+    q->pickable = q->pure_greedy || (g3_sampler_history_free(q->sampler) && dev_sampleable(e, q->sampler));
     q->id = e->next_id++;
     q->state = REQ_WAITING;
     if (e->queue_tail) e->queue_tail->next = q;
@@ -335,14 +346,14 @@ static int preempt_one(g3_engine *e, const req *keep) {
     return 1;
 }
 
-/* Maps positions [from, to] of r, making room by evicting cache entries and then preempting others. */
-static g3_status map_or_make_room(g3_engine *e, req *r, int from, int to, g3_error *err) {
+/* Maps positions [from, to] of r, making room by evicting cache entries and then (preempt) preempting others. */
+static g3_status map_or_make_room(g3_engine *e, req *r, int from, int to, int preempt, g3_error *err) {
     for (;;) {
         int miss[2];
         g3_kv_missing(&e->kv, r->slot, from, to, miss);
         if (miss[0] <= e->kv.n_free[0] && miss[1] <= e->kv.n_free[1]) return g3_kv_map(&e->kv, r->slot, from, to, err);
         if (g3_pc_evict_one(&e->pc, &e->kv, NULL)) continue;
-        if (!preempt_one(e, r))
+        if (!preempt || !preempt_one(e, r))
             return g3_fail(err, G3_ERR_FULL, "the KV pool (%d+%d blocks) cannot hold one sequence of %d tokens",
                            e->kv.n_blocks[0], e->kv.n_blocks[1], to + 1);
     }
@@ -406,11 +417,20 @@ static int is_stop_token(const g3_config *c, int32_t t) { return t == 1 || t == 
 /* Whether this step's out rows can all be sampled on the device (backend.h's forward_sample). */
 static int device_sampling(const g3_engine *e, int n_out) {
     if (!e->dev_row || e->host_sampling) return 0;
-    for (int i = 0; i < n_out; i++) {
-        int n = g3_sampler_device_entries(e->b_out_req[i]->sampler);
-        if (n < 0 || n > G3_DEV_ADJ_PER_ROW) return 0;
-    }
+    for (int i = 0; i < n_out; i++)
+        if (!dev_sampleable(e, e->b_out_req[i]->sampler)) return 0;
     return 1;
+}
+
+/* The device rows (settings, uniform, adjustments) of this step's n_out out rows, one token each (draws their
+ * uniforms). */
+static g3_dev_sampling dev_rows(g3_engine *e, int n_out) {
+    int n_adj = 0;
+    for (int i = 0; i < n_out; i++) {
+        int k = g3_sampler_device_row(e->b_out_req[i]->sampler, &e->dev_row[i], e->dev_adj + n_adj);
+        e->dev_row[i].adj0 = n_adj, n_adj += k;
+    }
+    return (g3_dev_sampling){.row = e->dev_row, .adj = e->dev_adj, .n_adj = n_adj};
 }
 
 /* The picks of the out rows of requests reqs[0..n) (NULL: a row whose request finished before its pick came back;
@@ -451,21 +471,12 @@ static void take_tokens(g3_engine *e, req **reqs, int n, int on_device, g3_event
     }
 }
 
-/* Whether r's tokens can be picked by a submitted step: greedy, or the device's sampling chain with a next draw that
- * does not read the tokens before it (no penalties, no logprobs; backend.h's forward_sample). */
-static int pickable(const g3_engine *e, const req *r) {
-    if (r->pure_greedy) return 1;
-    int k = g3_sampler_device_entries(r->sampler);
-    return e->ops->forward_sample && e->dev_row && !e->host_sampling && g3_sampler_history_free(r->sampler) &&
-           k >= 0 && k <= G3_DEV_ADJ_PER_ROW;
-}
-
 /* How a submitted step of out rows reqs[0..n) picks its tokens: 1 greedy (every row), 2 the device's sampling chain,
  * 0 it cannot be submitted (a row sampled on the host). */
-static int submit_mode(const g3_engine *e, req *const *reqs, int n) {
+static int submit_mode(req *const *reqs, int n) {
     int greedy = 1;
     for (int i = 0; i < n; i++) {
-        if (!pickable(e, reqs[i])) return 0;
+        if (!reqs[i]->pickable) return 0;
         greedy = greedy && reqs[i]->pure_greedy;
     }
     return greedy ? 1 : 2;
@@ -477,28 +488,8 @@ static g3_status submit_step(g3_engine *e, int n, int n_out, int mode, int fed, 
     g3_batch b = {.n_rows = n, .token = e->b_token, .pos = e->b_pos, .seq = e->b_seq, .n_out = n_out,
                   .out_rows = e->b_out, .bt_global = e->kv.table[0], .bt_local = e->kv.table[1]};
     g3_dev_sampling ds = {0};
-    if (mode == 2) {
-        int n_adj = 0;
-        for (int i = 0; i < n_out; i++) {
-            int k = g3_sampler_device_row(e->b_out_req[i]->sampler, &e->dev_row[i], e->dev_adj + n_adj);
-            e->dev_row[i].adj0 = n_adj, n_adj += k;
-        }
-        ds = (g3_dev_sampling){.row = e->dev_row, .adj = e->dev_adj, .n_adj = n_adj};
-    }
+    if (mode == 2) ds = dev_rows(e, n_out);
     return e->ops->forward_submit(e->be, &b, mode == 2 ? &ds : NULL, fed ? e->b_feed : NULL, err);
-}
-
-/* Maps positions [from, to] of r if the pool has room, evicting prefix-cache entries but preempting no one. */
-static int map_quietly(g3_engine *e, req *r, int from, int to) {
-    for (;;) {
-        int miss[2];
-        g3_kv_missing(&e->kv, r->slot, from, to, miss);
-        if (miss[0] <= e->kv.n_free[0] && miss[1] <= e->kv.n_free[1]) {
-            g3_error er = {0};
-            return g3_kv_map(&e->kv, r->slot, from, to, &er) == G3_OK;
-        }
-        if (!g3_pc_evict_one(&e->pc, &e->kv, NULL)) return 0;
-    }
 }
 
 /* Whether the next step can be built and submitted while the one in flight runs: no running request cancelled (its
@@ -507,10 +498,10 @@ static int map_quietly(g3_engine *e, req *r, int from, int to) {
 static int chain_ok(const g3_engine *e) {
     for (int s = 0; s < e->opts.max_seqs; s++) {
         const req *r = e->slots[s];
-        if (r && (r->cancelled || !pickable(e, r))) return 0;
+        if (r && (r->cancelled || !r->pickable)) return 0;
     }
     for (const req *r = e->queue_head; r; r = r->next)
-        if (!r->cancelled && !pickable(e, r)) return 0;
+        if (!r->cancelled && !r->pickable) return 0;
     return 1;
 }
 
@@ -551,17 +542,14 @@ g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active,
         const int fed = chained && r && r->fly_row >= 0;
         if (!r || (!fed && r->n_tokens - r->n_computed != 1)) continue;
         int pos = fed ? r->n_tokens : r->n_tokens - 1;
-        if (chained) {
-            if (fed && (pos + 1 - r->n_prompt >= r->max_tokens || pos + 1 >= e->ctx)) continue; /* ends with the pick */
-            if (!map_quietly(e, r, pos, pos)) continue;
-        } else {
-            g3_status rc = map_or_make_room(e, r, pos, pos, err);
-            if (rc == G3_ERR_FULL && e->stats.n_running > 1) { /* the others hold the pool: this one waits */
-                requeue(e, r);
-                continue;
-            }
-            if (rc) return rc;
+        if (fed && (pos + 1 - r->n_prompt >= r->max_tokens || pos + 1 >= e->ctx)) continue; /* ends with the pick */
+        /* chained: no preemption with a step in flight; a row without a block sits this step out */
+        g3_status rc = map_or_make_room(e, r, pos, pos, !chained, err);
+        if (rc == G3_ERR_FULL && (chained || e->stats.n_running > 1)) { /* the others hold the pool: this one waits */
+            if (!chained) requeue(e, r);
+            continue;
         }
+        if (rc) return rc;
         r->in_batch = 1;
     }
     for (int s = 0; s < e->opts.max_seqs; s++) {
@@ -587,13 +575,9 @@ g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active,
         int take = r->n_tokens - r->n_computed;
         if (take > budget) take = budget;
         if (take > max_rows - n) take = max_rows - n;
-        if (chained) {
-            if (!map_quietly(e, r, r->n_computed, r->n_computed + take - 1)) break; /* no preemption in flight */
-        } else {
-            g3_status rc = map_or_make_room(e, r, r->n_computed, r->n_computed + take - 1, err);
-            if (rc == G3_ERR_FULL && (n > 0 || e->stats.n_running > 1)) break; /* others first; it goes on later */
-            if (rc) return rc;
-        }
+        g3_status rc = map_or_make_room(e, r, r->n_computed, r->n_computed + take - 1, !chained, err);
+        if (rc == G3_ERR_FULL && (chained || n > 0 || e->stats.n_running > 1)) break; /* others first; later */
+        if (rc) return rc;
         r->in_batch = 1;
         for (int i = 0; i < take; i++) {
             int pos = r->n_computed + i;
@@ -607,7 +591,7 @@ g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active,
     }
     for (int s = 0; s < e->opts.max_seqs; s++)
         if (e->slots[s]) e->slots[s]->in_batch = 0;
-    const int mode = n_out > 0 && e->overlap ? submit_mode(e, e->b_out_req, n_out) : 0;
+    const int mode = n_out > 0 && e->overlap ? submit_mode(e->b_out_req, n_out) : 0;
     if (mode) { /* submitted; its tokens are taken by the next call */
         G3_TRY(submit_step(e, n, n_out, mode, chained, err));
         req **nx = e->nx_req;
@@ -637,12 +621,7 @@ g3_status g3_engine_step(g3_engine *e, g3_event_fn fn, void *ctx, int *n_active,
         if (on_device) G3_TRY(e->ops->forward_argmax(e->be, &b, e->picked, err));
         else if (device_sampling(e, n_out)) {
             on_device = 1;
-            int n_adj = 0;
-            for (int i = 0; i < n_out; i++) {
-                int k = g3_sampler_device_row(e->b_out_req[i]->sampler, &e->dev_row[i], e->dev_adj + n_adj);
-                e->dev_row[i].adj0 = n_adj, n_adj += k;
-            }
-            g3_dev_sampling ds = {.row = e->dev_row, .adj = e->dev_adj, .n_adj = n_adj};
+            g3_dev_sampling ds = dev_rows(e, n_out);
             G3_TRY(e->ops->forward_sample(e->be, &b, &ds, e->picked, err));
         } else
             G3_TRY(e->ops->forward(e->be, &b, e->logits, err));

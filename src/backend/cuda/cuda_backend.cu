@@ -382,37 +382,54 @@ static g3_status cuda_forward(g3_backend *b, const g3_batch *batch, float *logit
     return G3_OK;
 }
 
-extern "C" g3_status g3_cuda_forward_argmax(g3_backend *b, const g3_batch *batch, int32_t *ids, g3_error *err) {
+/* A sampled step's rows and adjustment entries against what the device buffers hold. */
+static g3_status sampling_fits(const g3_backend *b, int n_out, const g3_dev_sampling *smp, g3_error *err) {
+    if (n_out > b->bc.max_seqs || smp->n_adj > b->bc.max_seqs * G3_DEV_ADJ_PER_ROW)
+        return g3c_fail(err, G3_ERR_ARG, "cuda: %d sampled rows with %d adjustments (room for %d rows, %d each)", n_out,
+                        smp->n_adj, b->bc.max_seqs, G3_DEV_ADJ_PER_ROW);
+    return G3_OK;
+}
+
+/* Queues the pick of the step's n_out (>= 1) out rows into d_ids: the greedy argmax (rows NULL), or the sampling chain
+ * (sample.cu) with its settings rows[n_out] and adjustments adj[n_adj] uploaded from host memory first. */
+static g3_status queue_pick(g3_backend *b, int n_out, const g3_dev_sample *rows, const g3_dev_adjust *adj, int n_adj,
+                            g3_error *err) {
+    if (!rows) {
+        G3C_CK((g3c_dnorm_enabled() ? g3c_argmax_dec : g3c_argmax)(b->logits, n_out, b->c.vocab, b->d_ids, b->st),
+               "argmax");
+        return G3_OK;
+    }
+    G3C_CK(cudaMemcpyAsync(b->d_srow, rows, (size_t)n_out * sizeof *rows, cudaMemcpyHostToDevice, b->st),
+           "sampling rows upload");
+    if (n_adj > 0)
+        G3C_CK(cudaMemcpyAsync(b->d_sadj, adj, (size_t)n_adj * sizeof *adj, cudaMemcpyHostToDevice, b->st),
+               "sampling adjustments upload");
+    G3C_CK(g3c_sample(b->logits, n_out, b->c.vocab, b->d_srow, b->d_sadj, b->d_ids, b->st), "sampling");
+    return G3_OK;
+}
+
+/* The forward with its pick on the device (smp NULL: greedy; else the sampling chain, sample.cu: settings and
+ * adjustments up), token ids down, waited for. */
+static g3_status forward_pick(g3_backend *b, const g3_batch *batch, const g3_dev_sampling *smp, int32_t *ids,
+                              g3_error *err) {
+    if (smp) G3_TRY(sampling_fits(b, batch->n_out, smp, err));
     G3_TRY(run_step(b, batch, NULL, err));
     b->last_nout = 0; /* d_ids now holds this step's ids: nothing to feed from */
     if (batch->n_out > 0) {
-        G3C_CK((g3c_dnorm_enabled() ? g3c_argmax_dec : g3c_argmax)(b->logits, batch->n_out, b->c.vocab, b->d_ids,
-                                                                   b->st), "argmax");
+        G3_TRY(queue_pick(b, batch->n_out, smp ? smp->row : NULL, smp ? smp->adj : NULL, smp ? smp->n_adj : 0, err));
         G3C_CK(cudaMemcpyAsync(ids, b->d_ids, (size_t)batch->n_out * 4, cudaMemcpyDeviceToHost, b->st), "ids download");
     }
     G3C_CK(cudaStreamSynchronize(b->st), "forward");
     return G3_OK;
 }
 
-/* The forward with the sampling chain on the device (sample.cu): settings and adjustments up, token ids down. */
+extern "C" g3_status g3_cuda_forward_argmax(g3_backend *b, const g3_batch *batch, int32_t *ids, g3_error *err) {
+    return forward_pick(b, batch, NULL, ids, err);
+}
+
 extern "C" g3_status g3_cuda_forward_sample(g3_backend *b, const g3_batch *batch, const g3_dev_sampling *smp,
                                             int32_t *ids, g3_error *err) {
-    if (batch->n_out > b->bc.max_seqs || smp->n_adj > b->bc.max_seqs * G3_DEV_ADJ_PER_ROW)
-        return g3c_fail(err, G3_ERR_ARG, "cuda: %d sampled rows with %d adjustments (room for %d rows, %d each)",
-                        batch->n_out, smp->n_adj, b->bc.max_seqs, G3_DEV_ADJ_PER_ROW);
-    G3_TRY(run_step(b, batch, NULL, err));
-    b->last_nout = 0;
-    if (batch->n_out > 0) {
-        G3C_CK(cudaMemcpyAsync(b->d_srow, smp->row, (size_t)batch->n_out * sizeof *smp->row, cudaMemcpyHostToDevice,
-                               b->st), "sampling rows upload");
-        if (smp->n_adj > 0)
-            G3C_CK(cudaMemcpyAsync(b->d_sadj, smp->adj, (size_t)smp->n_adj * sizeof *smp->adj, cudaMemcpyHostToDevice,
-                                   b->st), "sampling adjustments upload");
-        G3C_CK(g3c_sample(b->logits, batch->n_out, b->c.vocab, b->d_srow, b->d_sadj, b->d_ids, b->st), "sampling");
-        G3C_CK(cudaMemcpyAsync(ids, b->d_ids, (size_t)batch->n_out * 4, cudaMemcpyDeviceToHost, b->st), "ids download");
-    }
-    G3C_CK(cudaStreamSynchronize(b->st), "forward");
-    return G3_OK;
+    return forward_pick(b, batch, smp, ids, err);
 }
 
 /* The overlapped decode (backend.h): the step's pick and its ids' download queued behind it, an event after them;
@@ -423,30 +440,21 @@ static g3_status cuda_forward_submit(g3_backend *b, const g3_batch *batch, const
     if (batch->n_out < 1) return g3c_fail(err, G3_ERR_ARG, "cuda: a submitted step picks no token");
     const int k = (b->fly_k + b->fly_cnt) & 1, S = b->bc.max_seqs, A = S * G3_DEV_ADJ_PER_ROW;
     if (smp) {
-        if (batch->n_out > S || smp->n_adj > A)
-            return g3c_fail(err, G3_ERR_ARG, "cuda: %d sampled rows with %d adjustments (room for %d rows, %d each)",
-                            batch->n_out, smp->n_adj, S, G3_DEV_ADJ_PER_ROW);
+        G3_TRY(sampling_fits(b, batch->n_out, smp, err));
         if (!b->h_srow) {
             G3C_CK(cudaMallocHost((void **)&b->h_srow, (size_t)2 * S * sizeof *b->h_srow), "pinned sampling rows");
             G3C_CK(cudaMallocHost((void **)&b->h_sadj, (size_t)2 * A * sizeof *b->h_sadj), "pinned sampling rows");
         }
     }
     G3_TRY(run_step(b, batch, feed, err));
+    g3_dev_sample *hr = NULL;
+    g3_dev_adjust *ha = NULL;
     if (smp) { /* buffer k's last reader was the step collected before this one: done */
-        g3_dev_sample *hr = b->h_srow + (size_t)k * S;
-        g3_dev_adjust *ha = b->h_sadj + (size_t)k * A;
+        hr = b->h_srow + (size_t)k * S, ha = b->h_sadj + (size_t)k * A;
         memcpy(hr, smp->row, (size_t)batch->n_out * sizeof *hr);
         if (smp->n_adj > 0) memcpy(ha, smp->adj, (size_t)smp->n_adj * sizeof *ha);
-        G3C_CK(cudaMemcpyAsync(b->d_srow, hr, (size_t)batch->n_out * sizeof *hr, cudaMemcpyHostToDevice, b->st),
-               "sampling rows upload");
-        if (smp->n_adj > 0)
-            G3C_CK(cudaMemcpyAsync(b->d_sadj, ha, (size_t)smp->n_adj * sizeof *ha, cudaMemcpyHostToDevice, b->st),
-                   "sampling adjustments upload");
-        G3C_CK(g3c_sample(b->logits, batch->n_out, b->c.vocab, b->d_srow, b->d_sadj, b->d_ids, b->st), "sampling");
-    } else {
-        G3C_CK((g3c_dnorm_enabled() ? g3c_argmax_dec : g3c_argmax)(b->logits, batch->n_out, b->c.vocab, b->d_ids,
-                                                                   b->st), "argmax");
     }
+    G3_TRY(queue_pick(b, batch->n_out, hr, ha, smp ? smp->n_adj : 0, err));
     G3C_CK(cudaMemcpyAsync(b->h_ids + (size_t)k * b->R, b->d_ids, (size_t)batch->n_out * 4, cudaMemcpyDeviceToHost,
                            b->st), "ids download");
     G3C_CK(cudaEventRecord(b->ev_ids[k], b->st), "ids download");
