@@ -1537,6 +1537,70 @@ static void test_qgemv_pn(void **state) {
     unsetenv("G3_CUDA_Q8F16"), unsetenv("G3_CUDA_QPRING");
 }
 
+/* The one-row gate/up and down products in one launch (g3c_qgemv_gd, qgemv_p.cu's k_qgemv_gd) against the same two
+ * products in two launches, whose arithmetic the tests above check against the host: the gate/up phase is the same
+ * code on the same inputs, so its GeGLU outputs a are equal bit for bit (a starts as NaNs, so an output the fused
+ * kernel failed to write shows); the down phase's K-slices add into y atomically in another order, so y within 2e-5 of
+ * max|y| (plus 1e-6 absolute); a down unit that read a slice of a before it was complete reads NaNs and fails the
+ * check. Three launches in a row: each must leave its counters at zero (a counter left over would let the next
+ * launch's down units start early, or wait out their timeout). The shapes cover the eight pairs of kernels built
+ * (int8 on dp4a with the residual plane through the ring, or on float16 products; int4 in groups of 128 with steps of
+ * 3 or 2 chunks; fp8 with and without the ring); where a shape does not take the fused kernel the test says so and
+ * fails, as the defaults choose it for these shapes. */
+static void run_qgemv_gd(const char *quant, int H, int F) {
+    const size_t ng = (size_t)2 * F * H, nd = (size_t)H * F;
+    float *wg = malloc(sizeof(float) * ng), *wd = malloc(sizeof(float) * nd);
+    float *x = malloc(sizeof(float) * H), *yin = malloc(sizeof(float) * H), *w1 = malloc(sizeof(float) * H);
+    float *w2 = malloc(sizeof(float) * H), *ar = malloc(sizeof(float) * F), *ao = malloc(sizeof(float) * F);
+    float *yr = malloc(sizeof(float) * H), *yo = malloc(sizeof(float) * 3 * H);
+    assert_non_null(wg), assert_non_null(wd), assert_non_null(yo);
+    for (size_t i = 0; i < ng; i++) wg[i] = frand() * 0.05f;
+    for (size_t i = 0; i < nd; i++) wd[i] = frand() * 0.02f;
+    for (int i = 0; i < H; i++) {
+        x[i] = frand() * (i % 97 == 5 ? 20.f : 1.f), yin[i] = frand() * 3.f;
+        w1[i] = 1.f + 0.5f * frand(), w2[i] = 1.f + 0.5f * frand();
+    }
+    int taken = 0, cnt_ok = 0;
+    g3_error err = {0};
+    if (g3_cuda_test_qgemv_gd(quant, H, F, wg, wd, x, yin, w1, w2, 1e-6f, 3, ar, yr, ao, yo, &taken, &cnt_ok, &err) !=
+        G3_OK)
+        fail_msg("qgemv_gd %s H %d F %d: %s", quant, H, F, err.msg);
+    if (!taken) fail_msg("qgemv_gd %s H %d F %d: the fused kernel was not taken", quant, H, F);
+    size_t adiff = 0;
+    for (int i = 0; i < F; i++)
+        if (memcmp(&ar[i], &ao[i], sizeof(float)) || isnan(ar[i])) adiff++;
+    double ymax = 0, yerr = 0;
+    for (int i = 0; i < H; i++) ymax = fmax(ymax, fabs(yr[i]));
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < H; i++) {
+            const double d = fabs((double)yo[(size_t)r * H + i] - yr[i]);
+            yerr = isnan(d) ? INFINITY : fmax(yerr, d);
+        }
+    printf("  qgemv_gd %-4s H=%-5d F=%-5d: a %zu of %d differ, y err %.2e of max %.3f (3 launches), counters %s\n", quant,
+           H, F, adiff, F, yerr, ymax, cnt_ok ? "clear" : "LEFT SET");
+    assert_true(ymax > 0);
+    assert_int_equal(adiff, 0);
+    assert_true(yerr <= 2e-5 * ymax + 1e-6);
+    assert_true(cnt_ok);
+    free(wg), free(wd), free(x), free(yin), free(w1), free(w2), free(ar), free(ao), free(yr), free(yo);
+}
+
+static void test_qgemv_gd(void **state) {
+    (void)state;
+    need_gpu();
+    unsetenv("G3_CUDA_Q8LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPRING");
+    unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_Q8F16"), unsetenv("G3_CUDA_QPRPRE"), unsetenv("G3_CUDA_QPKS");
+    unsetenv("G3_CUDA_QPD"), unsetenv("G3_CUDA_QPU");
+    run_qgemv_gd("int8", 4096, 10240); /* gate/up and down on dp4a with the plane, through the ring (27B's form) */
+    run_qgemv_gd("int8", 2560, 10240); /* 4B: gate/up on float16 products, down through the ring */
+    run_qgemv_gd("int8", 1152, 6912);  /* 1B: both on float16 products, no ring */
+    run_qgemv_gd("int4", 2560, 10240); /* the down product in steps of 3 chunks */
+    run_qgemv_gd("int4", 1152, 6912);  /* ... of 2 */
+    run_qgemv_gd("fp8", 4096, 10240);  /* both through the ring */
+    run_qgemv_gd("fp8", 2560, 10240);  /* the down product's only */
+    run_qgemv_gd("fp8", 1152, 6912);   /* no ring */
+}
+
 /* bf16 weights on every CUDA-core GEMV variant ($G3_CUDA_GEMVPF): exact float32 arithmetic as the first GEMV (same
  * order within a chunk; the persistent one adds partial sums of a row atomically, in any order), so the same 2e-5
  * of max|y| as the exact paths (tol_for). */
@@ -1590,6 +1654,7 @@ int main(void) {
         cmocka_unit_test_setup(test_qgemv, frand_restart),
         cmocka_unit_test_setup(test_qgemv_ring_policy, frand_restart),
         cmocka_unit_test_setup(test_qgemv_pn, frand_restart),
+        cmocka_unit_test_setup(test_qgemv_gd, frand_restart),
         cmocka_unit_test_setup(test_scale_codes, frand_restart),
         cmocka_unit_test_setup(test_gemv_pipelined, frand_restart),
 #else

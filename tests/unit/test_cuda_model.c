@@ -785,6 +785,54 @@ static void test_attn_o_fused(void **state) {
     assert_true(taken > 0);
 }
 
+/* One-row decode steps with the gate/up and down products in one launch (qgemv_p.cu's k_qgemv_gd, $G3_CUDA_QPGD=1)
+ * against their two launches (unset): the 27B shape (1 layer: int8 on dp4a with the residual plane through the ring,
+ * int4 in steps of 3, fp8 through the ring) and the 1B shape (2 layers: int8 on float16 products, int4 in steps of 2,
+ * fp8 without the ring), random bf16 weights, a 24-token prompt prefilled in one step, then a decode step of one row.
+ * The fused step's graph must have one node a layer fewer (the path taken: the defaults choose these kernels for these
+ * shapes on the H200) and the same logits up to the order of the down product's atomic additions (which way a later
+ * int8 activation near a rounding midpoint rounds: the tolerances of test_attn_o_fused), where a down slice read
+ * before the gate/up outputs it needs were written would make them unrelated. */
+static void test_gd_fused(void **state) {
+    (void)state;
+    enum { P = 24 };
+    int32_t prompt[P];
+    static const char *const sizes[] = {"27b", "1b"}, *const quants[] = {"int8", "int4", "fp8"};
+    static const int layers[] = {1, 2};
+    g3_backend_cfg bc = {.max_seqs = 1, .max_rows = P, .kv_block = 16, .max_blocks_per_seq = 2,
+                         .n_blocks_global = 2, .n_blocks_local = 2};
+    const int32_t bt[2] = {0, 1};
+    for (int si = 0; si < 2; si++) {
+        g3_model *m = random_shape(sizes[si], layers[si], 29, 7, prompt, P);
+        const int V = m->cfg.vocab;
+        float *pre = malloc(sizeof(float) * (size_t)V), *out[2];
+        out[0] = malloc(sizeof(float) * (size_t)V), out[1] = malloc(sizeof(float) * (size_t)V);
+        for (int qi = 0; qi < 3; qi++) {
+            int nodes[2];
+            setenv("G3_CUDA_QUANT", quants[qi], 1);
+            for (int v = 0; v < 2; v++) { /* 0: one launch ($G3_CUDA_QPGD=1), 1: two */
+                if (!v) setenv("G3_CUDA_QPGD", "1", 1);
+                g3_backend *b = NULL;
+                g3_error err = {0};
+                if (g3_backend_cuda.create(m, &bc, &b, &err) != G3_OK) fail_msg("create: %s", err.msg);
+                prefill_decode(b, prompt, 1, P, bt, pre, out[v]);
+                nodes[v] = g3_cuda_graph_nodes(b, 1);
+                g3_backend_cuda.destroy(b);
+                unsetenv("G3_CUDA_QPGD");
+            }
+            unsetenv("G3_CUDA_QUANT");
+            const double d = tu_rel_err_rows(out[0], out[1], 1, V);
+            printf("  %s shape, %d layer(s), %s, one row: gate/up + down in one launch against two: max relative logit "
+                   "difference %.2e, graph nodes %d against %d\n", sizes[si], layers[si], quants[qi], d, nodes[0],
+                   nodes[1]);
+            assert_int_equal(nodes[1] - nodes[0], layers[si]);
+            assert_true(d < (si == 1 ? 5e-3 : 1e-3));
+        }
+        free(pre), free(out[0]), free(out[1]);
+        g3_model_free(m);
+    }
+}
+
 /* The decode graphs captured when the backend is prepared (the engine does it at create): before any step every
  * bucket up to the prepared row count holds a graph and larger ones none; a decode step of 3 sequences (the 4-row
  * graph, one padded row) replaying a prepared graph gives the logits of the same step on a backend that captures on
@@ -947,6 +995,7 @@ int main(void) {
         cmocka_unit_test(test_attn_tq),
         cmocka_unit_test(test_prepared_graphs),
         cmocka_unit_test(test_attn_o_fused),
+        cmocka_unit_test(test_gd_fused),
         cmocka_unit_test(test_create_after_oom),
         cmocka_unit_test(test_v_split),
 #else

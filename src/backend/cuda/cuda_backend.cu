@@ -214,7 +214,8 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         b->acnt = (unsigned *)g3cb_dalloc((size_t)R * c->n_kv_heads * 4, &ok);
         b->fa_useq = (int32_t *)g3cb_dalloc((size_t)R * 4, &ok);
         b->tcnt_n = (2 * F + 15) / 16;
-        b->tcnt = (unsigned *)g3cb_dalloc((size_t)b->tcnt_n * 4, &ok);
+        b->tcnt = (unsigned *)g3cb_dalloc(((size_t)b->tcnt_n + G3C_GD_WORDS) * 4, &ok);
+        b->gdcnt = b->tcnt ? b->tcnt + b->tcnt_n : NULL; /* the fused gate/up + down product's (g3c_qgemv_gd) */
         {
             int kq = H > F ? H : F;
             if (NQ > kq) kq = NQ;
@@ -245,7 +246,7 @@ extern "C" g3_status g3_cuda_create(const g3_model *m, const g3_config *shape, c
         CK(cudaMemsetAsync(b->pnb, 0, pnb_floats * 4, b->st), "clearing buffers");
         CK(cudaMemsetAsync(b->logy, 0, (size_t)2 * b->HC * c->vocab * 4, b->st), "clearing buffers");
         CK(cudaMemsetAsync(b->acnt, 0, (size_t)R * c->n_kv_heads * 4, b->st), "clearing counters");
-        CK(cudaMemsetAsync(b->tcnt, 0, (size_t)b->tcnt_n * 4, b->st), "clearing counters");
+        CK(cudaMemsetAsync(b->tcnt, 0, ((size_t)b->tcnt_n + G3C_GD_WORDS) * 4, b->st), "clearing counters");
         for (int k = 0; k < 2; k++) {
             CK(cudaMallocHost((void **)&b->h_parb[k], b->par_ints * 4), "pinned parameter buffer");
             CK(cudaEventCreateWithFlags(&b->ev_par[k], cudaEventDisableTiming), "events");

@@ -65,6 +65,7 @@ struct g3_backend {
     g3_dev_sample *d_srow;                      /* [max_seqs] sampling rows of forward_sample (sample.cu) */
     g3_dev_adjust *d_sadj;                      /* [max_seqs * G3_DEV_ADJ_PER_ROW] their logit adjustments */
     unsigned *acnt, *tcnt;                      /* attention split counters [R][NKV]; GeGLU tile counters */
+    unsigned *gdcnt;                            /* [G3C_GD_WORDS] past tcnt's: g3c_qgemv_gd's counters */
     int attn_min_keys;                          /* $G3_CUDA_ATTN_MIN, default 32 */
     int distinct;                               /* this step's rows are all of different sequences (decode) */
     int32_t *fa_useq;                           /* [R] row plan of the prefill attention (attention_prefill.cu) */

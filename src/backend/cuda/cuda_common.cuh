@@ -205,6 +205,15 @@ int g3c_qgemvp_kslices(const g3_dmat *w, int geglu, int *n_sm); /* K-slices at 1
 int g3c_qgemvp_ring(const g3_dmat *w, int m, int geglu, int pn); /* 1: the product's weights go through the ring */
 int g3c_qgemvp_f16(const g3_dmat *w, int m, int geglu, int pn); /* 1: on float16 products (fp8, int8 by policy) */
 int g3c_qgemvp_kc(const g3_dmat *w, int m, int geglu, int pn);  /* 1: reads the GGUF scale codes (g3_dmat.kc) */
+/* The gate/up product with the add-norm prologue and GeGLU (g3c_qgemv_pn's, into a [m][lda]) and the down product of
+ * a (y [m][ldy] += a . dn, y zeroed by pre->zero) in one launch at one row, the down product's K-slices starting as
+ * the gate/up outputs they read are complete ($G3_CUDA_QPGD=1; qgemv_p.cu's k_qgemv_gd). cnt: G3C_GD_WORDS zeroed
+ * counters, reset by each launch for the next; word 10 set means a wait ran out (the outputs are wrong). */
+#define G3C_GD_WORDS 16
+int g3c_qgemv_gd_enabled(void);
+int g3c_qgemv_gd_ok(const g3_dmat *gu, const g3_dmat *dn, int m);
+cudaError_t g3c_qgemv_gd(const g3_dmat *gu, const g3c_qp_pre *pre, const g3_dmat *dn, int m, float *a, int lda,
+                         float *y, int ldy, unsigned *cnt, cudaStream_t st);
 cudaError_t g3c_qgemv_pn(const g3_dmat *w, const g3c_qp_pre *pre, int m, float *y, int ldy, int geglu,
                          cudaStream_t st);
 

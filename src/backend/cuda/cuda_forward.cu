@@ -66,6 +66,9 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
      * qkv writes yq (zeroed by QK-norm), o yo (zeroed by the next qkv product), down yd (zeroed by the next gate/up
      * product, or by the final add-norm) */
     const int pn = !rf && !b->fa_step && !dfuse && pnorm_ok(b, &mc, m);
+    /* one row with the prologues: the gate/up and down products in one launch where $G3_CUDA_QPGD=1 (qgemv_p.cu's
+     * k_qgemv_gd; not the default until measured on a GPU) */
+    const int gdf = pn && m == 1 && b->gdcnt && g3c_qgemv_gd_enabled();
     /* 9..64 rows (from g3c_tq_small_min() rows where the int8 tensor cores of tc_q8.cu / tc_q8g.cu take fewer): the
      * decode add-norms and GeGLU also quantize their outputs for the int8 tensor-core products that read them (one
      * launch less per product); tq_* below say which products take them, per layer */
@@ -97,6 +100,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
     for (int l = 0; l < c->n_layers; l++) {
         const layer_dev *L = &b->L[l];
         int gg = 0; /* the gate/up product writes the down product's activations (g3c_wg_mm_geglu) */
+        int gd = 0; /* the down product ran in the gate/up product's launch (g3c_qgemv_gd) */
         float *yqkv = pn ? yq : b->y;
         /* v in a product of its own (layer_dev.v): q and k as [ny][m][NQK], then v as [nyv][m][NK] */
         const int NQK = L->qkv.n, NK = c->n_kv_heads * D;
@@ -167,7 +171,9 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
             memset(&pq, 0, sizeof pq);
             pq.xi = b->x, pq.y = yo, pq.xo = x2, pq.w1 = L->post_attn, pq.w2 = L->pre_ffn, pq.eps = c->rms_eps;
             pq.zero = yd, pq.zero_n = m * H;
-            RUN(g3c_qgemv_pn(&L->gu, &pq, m, b->a, F, 1, b->st));
+            if ((gd = gdf && g3c_qgemv_gd_ok(&L->gu, &L->down, m)))
+                RUN(g3c_qgemv_gd(&L->gu, &pq, &L->down, m, b->a, F, yd, H, b->gdcnt, b->st));
+            else RUN(g3c_qgemv_pn(&L->gu, &pq, m, b->a, F, 1, b->st));
             fused = 1;
         } else {
             const int tq_gu = tqp && g3c_tq_taken(&L->gu, m);
@@ -193,7 +199,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
                 RUN(g3c_mm(&mc, &L->gu, b->xn, b->xh, m, b->y, &ny, b->a, b->ah, 1, &fused));
             }
         }
-        PROF("gate/up product");
+        PROF(gd ? "gate/up + down products" : "gate/up product");
         const int tq_dn = gg || (tqp && !fused && ny <= 2 && g3c_tq_taken(&L->down, m));
         /* the down product reads only the quantized copy: no float32 / bf16 copies (11 MB a layer at 27B, 64 rows) */
         if (tq_dn) {
@@ -203,13 +209,15 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
                  g3c_mm_path(&mc, &L->down, m) != G3C_PATH_QGEMV)
             RUN(g3c_to_bf16(b->a, m, F, b->ah, split, b->st));
         PROF("geglu");
-        if (tq_dn) {
+        if (gd) {
+            ny = 1;
+        } else if (tq_dn) {
             RUN(g3c_tq_mm_pre(&L->down, gg ? tq_xg : tq_x, gg ? tq_dg : tq_d, m, b->y, b->n_sm, b->st));
             ny = 1;
         } else {
             RUN(g3c_mm(&mc, &L->down, b->a, b->ah, m, pn ? yd : b->y, &ny, NULL, NULL, 0, &fused));
         }
-        PROF("down product");
+        if (!gd) PROF("down product");
         const float *next = l + 1 < c->n_layers ? b->L[l + 1].attn_norm : b->final_norm;
         if (pn) { /* the next qkv product adds and normalizes; after the last layer, the head's xn */
             if (l + 1 == c->n_layers) {

@@ -120,6 +120,10 @@ static __device__ __forceinline__ void g3c_mb_init(uint64_t *b, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(b)), "r"(count)
                  : "memory");
 }
+/* before the mbarrier's shared memory is used for anything else */
+static __device__ __forceinline__ void g3c_mb_inval(uint64_t *b) {
+    asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"((unsigned)__cvta_generic_to_shared(b)) : "memory");
+}
 static __device__ __forceinline__ void g3c_mb_init_fence() {
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }

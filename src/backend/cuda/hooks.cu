@@ -375,6 +375,69 @@ out:
     return rc;
 }
 
+extern "C" g3_status g3_cuda_test_qgemv_gd(const char *quant, int H, int F, const float *wgu, const float *wdn,
+                                           const float *x, const float *yin, const float *w1, const float *w2,
+                                           float eps, int reps, float *a_ref, float *y_ref, float *a_out, float *y_out,
+                                           int *taken, int *cnt_ok, g3_error *err) {
+    g3_status rc = G3_OK;
+    g3_dmat gu, dn;
+    memset(&gu, 0, sizeof gu), memset(&dn, 0, sizeof dn);
+    float *dbuf = NULL, *hz = NULL;
+    unsigned *cnt = NULL, hc[G3C_GD_WORDS];
+    cudaStream_t st = NULL;
+    int g1, g2, want = parse_q(quant);
+    const int qt1 = g3c_target_format(G3_DTYPE_F32, want, H, &g1), qt2 = g3c_target_format(G3_DTYPE_F32, want, F, &g2);
+    /* device: x, yin, xo, w1, w2 [H] each, a [F], y [H] */
+    const size_t off_a = 5 * (size_t)H, off_y = off_a + F, tot = off_y + H;
+    *taken = 0, *cnt_ok = 0;
+    if (want < 0 || qt1 < 0 || qt2 < 0 || H % 32 || F % 32 || reps < 1)
+        return g3c_fail(err, G3_ERR_ARG, "cuda test: qgemv_gd %s H %d F %d", quant, H, F);
+    CKE(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+    CKE(test_dmat(G3_DTYPE_F32, wgu, 2 * F, H, qt1, g1, &gu, st), "weights");
+    CKE(test_dmat(G3_DTYPE_F32, wdn, H, F, qt2, g2, &dn, st), "weights");
+    CKE(cudaMalloc((void **)&dbuf, tot * 4), "alloc");
+    CKE(cudaMalloc((void **)&cnt, sizeof hc), "alloc");
+    CKE(cudaMemset(cnt, 0, sizeof hc), "clear");
+    CKE(cudaMemcpy(dbuf, x, (size_t)H * 4, cudaMemcpyHostToDevice), "upload");
+    CKE(cudaMemcpy(dbuf + H, yin, (size_t)H * 4, cudaMemcpyHostToDevice), "upload");
+    CKE(cudaMemcpy(dbuf + 3 * (size_t)H, w1, (size_t)H * 4, cudaMemcpyHostToDevice), "upload");
+    CKE(cudaMemcpy(dbuf + 4 * (size_t)H, w2, (size_t)H * 4, cudaMemcpyHostToDevice), "upload");
+    hz = (float *)malloc((size_t)H * 4);
+    if (!hz) CKE(cudaErrorMemoryAllocation, "host memory");
+    for (int i = 0; i < H; i++) hz[i] = 1.f;
+    CKE(cudaDeviceSynchronize(), "upload");
+    if (!g3c_qgemv_gd_ok(&gu, &dn, 1)) goto out; /* *taken = 0: nothing run */
+    *taken = 1;
+    for (int r = -1; r < reps; r++) { /* -1: the two launches (g3c_qgemv_pn, then the down product) */
+        g3c_qp_pre pq;
+        memset(&pq, 0, sizeof pq);
+        pq.xi = dbuf, pq.y = dbuf + H, pq.xo = dbuf + 2 * H, pq.w1 = dbuf + 3 * H, pq.w2 = dbuf + 4 * H, pq.eps = eps;
+        pq.zero = dbuf + off_y, pq.zero_n = H; /* y: ones, which the gate/up product's prologue must clear */
+        CKE(cudaMemsetAsync(dbuf + off_a, 0xff, (size_t)F * 4, st), "poison"); /* a: NaNs until written */
+        CKE(cudaMemcpyAsync(dbuf + off_y, hz, (size_t)H * 4, cudaMemcpyHostToDevice, st), "upload");
+        if (r < 0) {
+            CKE(g3c_qgemv_pn(&gu, &pq, 1, dbuf + off_a, F, 1, st), "qgemv_pn");
+            CKE(g3c_qgemv(&dn, dbuf + off_a, F, 1, dbuf + off_y, H, 0, NULL, 0, st), "qgemv"); /* k_qgemv_p */
+        } else {
+            CKE(g3c_qgemv_gd(&gu, &pq, &dn, 1, dbuf + off_a, F, dbuf + off_y, H, cnt, st), "qgemv_gd");
+        }
+        CKE(cudaStreamSynchronize(st), "run");
+        CKE(cudaMemcpy(r < 0 ? a_ref : a_out, dbuf + off_a, (size_t)F * 4, cudaMemcpyDeviceToHost), "download");
+        CKE(cudaMemcpy(r < 0 ? y_ref : y_out + (size_t)r * H, dbuf + off_y, (size_t)H * 4, cudaMemcpyDeviceToHost),
+            "download");
+    }
+    CKE(cudaMemcpy(hc, cnt, sizeof hc, cudaMemcpyDeviceToHost), "download");
+    *cnt_ok = 1;
+    for (int i = 0; i < G3C_GD_WORDS; i++)
+        if (hc[i]) *cnt_ok = 0;
+out:
+    free(hz);
+    g3cb_free_dmat(&gu), g3cb_free_dmat(&dn);
+    cudaFree(dbuf), cudaFree(cnt);
+    if (st) cudaStreamDestroy(st);
+    return rc;
+}
+
 extern "C" g3_status g3_cuda_test_qgemv_pn(uint32_t src_type, const void *w, int n, int k, const char *quant,
                                            int geglu, const float *x, const float *yin, const float *w1,
                                            const float *w2, float eps, int m, float *y, float *xo, float *wdeq,

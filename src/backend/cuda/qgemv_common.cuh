@@ -23,11 +23,13 @@ static __device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
  * explicitly (no FMA contraction) so that a CPU reference can reproduce q and q_lo. The _at forms take item t as
  * (row i, item j8 of the row), for callers that have them without a division (the persistent kernel, M <= 2 rows: the
  * forms with t divide a 64-bit index by k / 8, twice an item). */
+/* CG: x through L2 only (written during the same launch by other blocks: qgemv_p.cu's k_qgemv_gd) */
+template <bool CG = false>
 static __device__ __forceinline__ void q8_load_at(const float *__restrict__ x, int ldx, int i, int j8, bool ok,
                                                   float (&v)[8]) {
     if (ok) {
         const float4 *p = (const float4 *)(x + (size_t)i * ldx + 8 * j8);
-        float4 a = p[0], b = p[1];
+        float4 a = CG ? __ldcg(p) : p[0], b = CG ? __ldcg(p + 1) : p[1];
         v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
     } else {
 #pragma unroll

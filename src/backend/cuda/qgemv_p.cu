@@ -181,10 +181,71 @@ static __device__ __forceinline__ void q8_load_pn(const float *sf, const float *
  * finds the products waiting on their loads, DRAM 70-73% busy). Measured on the H200 (session 20, runs 08-09, CUPTI
  * at 27B int8 one row): the down product 32.8 -> 29.2-29.6 us a layer; the gate/up product with its add-norm prologue
  * lost 1-12 us until the ring was aligned to 128 bytes by address (session 21). */
-template <int QT, int M, int U, bool PC, bool HL, bool PN, bool RG = false, int GS = -1, int KC = 0>
-__global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__restrict__ x, int ldx, int m,
-                                                     float *__restrict__ y, int ldy, int geglu, int gsh, int sk,
-                                                     int ks, g3c_qp_pre pre, int opt) {
+/* The gate/up product and the down product in one launch (k_qgemv_gd, $G3_CUDA_QPGD) share this body: GD 1 is the
+ * gate/up phase (it counts each K-slice's finished GeGLU outputs into gd.cnt), GD 2 the down phase (its wait is for
+ * its K-slice's count, not for the previous kernel, and it reads x, written during this launch, through L2). bid / nb:
+ * the block's index and the grid (a virtual index in the down phase), tid the thread's (unsigned, as blockIdx.x and
+ * threadIdx.x are: the same arithmetic as before the body was shared). */
+struct qp_gd {
+    unsigned *cnt; /* [0, 8) the K-slices' finished outputs, QP_GD_TICKET, QP_GD_DONE, QP_GD_FLAG (qp_gd_words) */
+    int slice;     /* GeGLU outputs (down K values) a slice */
+};
+#define QP_GD_TICKET 8 /* the down units taken */
+#define QP_GD_DONE 9   /* the blocks finished */
+#define QP_GD_FLAG 10  /* set when a down unit's wait ran out (QP_GD_TIMEOUT_NS): its outputs are wrong */
+#define QP_GD_TIMEOUT_NS 2000000000ull
+
+static __device__ __forceinline__ unsigned qp_ld_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+static __device__ __forceinline__ unsigned long long qp_globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+/* GD 1: a warp's row groups (GeGLU outputs) are gw + tw * j, ascending. qp_gd_last: the last of them in rg's K-slice
+ * (rg its first there), -1 past nrg; qp_gd_count, at that one: adds the warp's count in the slice to the slice's
+ * counter (its stores of y made visible first: lane 0 stores them at one row, a release add; each storing lane's fence
+ * at two) and returns the next slice's last. Off the step loop's common path: one compare a row group. */
+static __device__ __forceinline__ int qp_gd_last(const qp_gd &gd, int rg, int tw, int nrg) {
+    if (rg >= nrg) return -1;
+    const int end = min(nrg, (rg / gd.slice + 1) * gd.slice); /* past the slice */
+    return rg + (end - 1 - rg) / tw * tw;
+}
+template <int M>
+static __device__ __forceinline__ int qp_gd_count(const qp_gd &gd, int rg, int gw, int tw, int nrg, int lane) {
+    const int sl = rg / gd.slice, lo = sl * gd.slice, j0 = lo > gw ? (lo - gw + tw - 1) / tw : 0;
+    const unsigned n = (unsigned)((rg - gw) / tw - j0 + 1);
+    if (M > 1) __threadfence();
+    __syncwarp();
+    if (lane == 0) asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(gd.cnt + sl), "r"(n) : "memory");
+    return qp_gd_last(gd, rg + tw, tw, nrg);
+}
+/* GD 2: the block waits until slice 0 (every block of the gate/up phase past its prologue, so y's zeros are stored)
+ * and slice sl are complete */
+static __device__ __forceinline__ void qp_gd_wait(const qp_gd &gd, int sl) {
+    if (threadIdx.x == 0) {
+        const unsigned need = (unsigned)gd.slice;
+        const unsigned long long t0 = qp_globaltimer();
+        while (qp_ld_acquire(gd.cnt) < need || qp_ld_acquire(gd.cnt + sl) < need) {
+            __nanosleep(100);
+            if (qp_globaltimer() - t0 > QP_GD_TIMEOUT_NS) {
+                atomicExch(gd.cnt + QP_GD_FLAG, 1u);
+                break;
+            }
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+template <int QT, int M, int U, bool PC, bool HL, bool PN, bool RG = false, int GS = -1, int KC = 0, int GD = 0>
+static __device__ __forceinline__ void qp_body(g3_dmat w, const float *__restrict__ x, int ldx, int m,
+                                               float *__restrict__ y, int ldy, int geglu, int gsh, int sk, int ks,
+                                               g3c_qp_pre pre, int opt, unsigned bid, unsigned nb,
+                                               unsigned tid, qp_gd gd) {
     constexpr int R = 2, V = QT == G3Q_INT4 ? 32 : 16, NW = QP_T / 32, SB = 32 * U * 16; /* SB: bytes a row and step */
     /* fp8 and per-channel int8 by qp_q8f16's rule (G3C_QT_I8H): float16 activations, 2 bytes each (h16_quant) */
     constexpr bool F8 = qt_f16(QT), H2 = HL || F8;
@@ -196,8 +257,8 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
     __shared__ float pn_red[NW][M], pn_inv2[M];
     /* ks K-slices (sk only): block b takes slice b % ks of every row (K values from kof); the ks-th part of the grid
      * on that slice shares its (row group, step) units, and each block quantizes only its slice of x */
-    const int kb = blockIdx.x / ks, nkb = gridDim.x / ks, K = w.k / ks, kof = (blockIdx.x % ks) * K;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nch = K / V, ngr = w.k / w.g, gof = kof / w.g;
+    const int kb = bid / ks, nkb = nb / ks, K = w.k / ks, kof = (bid % ks) * K;
+    const int lane = tid & 31, warp = tid >> 5, nch = K / V, ngr = w.k / w.g, gof = kof / w.g;
     const int nrg = (w.n + R - 1) / R, spr = (nch + 32 * U - 1) / (32 * U), tw = nkb * NW;
     const size_t row_bytes = QT == G3Q_INT4 ? (size_t)w.k / 2 : (size_t)w.k;
     const size_t wof = QT == G3Q_INT4 ? (size_t)kof / 2 : (size_t)kof;
@@ -299,9 +360,12 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
         }
     };
     if constexpr (PN) qp_pre_load(pre, K, m, sf, sw, gw);
-    g3c_pdl_wait();
-    if (pre.zero)
-        for (int i = blockIdx.x * QP_T + threadIdx.x; i < pre.zero_n; i += gridDim.x * QP_T) pre.zero[i] = 0.f;
+    if constexpr (GD == 2) qp_gd_wait(gd, bid % ks);
+    else g3c_pdl_wait();
+    if (pre.zero) {
+        for (int i = bid * QP_T + tid; i < pre.zero_n; i += nb * QP_T) pre.zero[i] = 0.f;
+        if constexpr (GD == 1) __threadfence(); /* before this block's first count (qp_gd_wait's slice 0) */
+    }
     if constexpr (PN) {
         qp_add_norm<M>(pre, K, m, sf, sw, gw, pn_inv2, pn_red);
         fill_rest();
@@ -316,19 +380,19 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
             int ti[QI], tj[QI];
 #pragma unroll
             for (int j = 0; j < QI; j++) {
-                const int t = b0 + j * QP_T + threadIdx.x, r1 = M > 1 && t >= k8;
+                const int t = b0 + j * QP_T + tid, r1 = M > 1 && t >= k8;
                 ti[j] = t < tot ? r1 : 0, tj[j] = t < tot ? t - r1 * k8 : 0;
             }
 #pragma unroll
             for (int j = 0; j < QI; j++) {
-                const int t = b0 + j * QP_T + threadIdx.x;
+                const int t = b0 + j * QP_T + tid;
                 if (skip && b0 + j * QP_T >= tot) break;
                 if constexpr (PN) q8_load_pn(sf, sw + K, gw ? pre.w2 : NULL, pn_inv2, K, ti[j], tj[j], t < tot, v[j]);
-                else q8_load_at(x, ldx, ti[j], tj[j], t < tot, v[j]);
+                else q8_load_at<GD == 2>(x, ldx, ti[j], tj[j], t < tot, v[j]);
             }
 #pragma unroll
             for (int j = 0; j < QI; j++) {
-                const int t = b0 + j * QP_T + threadIdx.x;
+                const int t = b0 + j * QP_T + tid;
                 if (skip && b0 + j * QP_T >= tot) break;
                 if constexpr (F8) h16_quant_at(v[j], K, ti[j], tj[j], t < tot, sq, sd);
                 else q8_quant_at(v[j], K, ti[j], tj[j], t < tot, sq, sl, sd, QT == G3Q_INT4, HL);
@@ -348,6 +412,8 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
 #pragma unroll
         for (int i = 0; i < M; i++) acc[r][i] = 0.f;
     int slot = 0, ph = 0; /* RG: this step's ring slot and the parity of its mbarrier phase */
+    /* GD 1: the warp's last row group of its current K-slice (where it adds its count), or -1 */
+    int pub_at = GD == 1 ? qp_gd_last(gd, rg, tw, nrg) : -1;
     while (more(rg, left)) { /* warp-uniform */
         const int rn = s + 1 == spr ? rg + (sk ? 1 : tw) : rg, sn = s + 1 == spr ? 0 : s + 1;
         uint4 wb[U][R];
@@ -390,6 +456,8 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
 #pragma unroll
             for (int r = 0; r < R; r++) sc[r] = PC ? __ldg(w.s + min(rg * R + r, w.n - 1)) : 1.f;
             g3c_rowgroup_out<R, M>(acc, sc, lane, m, rg * R, w.n, sk, geglu, y, ldy);
+            if constexpr (GD == 1)
+                if (rg == pub_at) pub_at = qp_gd_count<M>(gd, rg, kb * NW + warp, tw, nrg, lane);
         }
         rg = rn, s = sn, left--;
 #pragma unroll
@@ -400,6 +468,17 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__r
                 sa[u][r] = sb[u][r], za[u][r] = zb[u][r];
             }
     }
+    if constexpr (GD == 1 && RG) /* the down phase lays out shared memory anew: these mbarriers are done with */
+        if (lane == 0)
+            for (int d = 0; d < qd; d++) g3c_mb_inval(mbar + warp * qd + d);
+}
+
+template <int QT, int M, int U, bool PC, bool HL, bool PN, bool RG = false, int GS = -1, int KC = 0>
+__global__ void __launch_bounds__(QP_T, 1) k_qgemv_p(g3_dmat w, const float *__restrict__ x, int ldx, int m,
+                                                     float *__restrict__ y, int ldy, int geglu, int gsh, int sk,
+                                                     int ks, g3c_qp_pre pre, int opt) {
+    qp_body<QT, M, U, PC, HL, PN, RG, GS, KC>(w, x, ldx, m, y, ldy, geglu, gsh, sk, ks, pre, opt, blockIdx.x,
+                                              gridDim.x, threadIdx.x, qp_gd{NULL, 1});
 }
 
 /* ---- persistent variant: dispatch ---- */
@@ -655,62 +734,256 @@ static int qp_opt(int m) {
     return (q && !strcmp(q, "0") ? 0 : 1) | qp_pn_w() << 1 | qp_ring_depth(m) << 2 | qp_ring_pre() << 5;
 }
 
+/* What one launch of k_qgemv_p runs for this matrix at m rows (one place for launch_p's choices and k_qgemv_gd's):
+ * the kernel's template arguments, K-slices and shared memory */
+struct qp_var {
+    int qt, M, u, pc, hl, pn, rg, gs, kc, ks, gsh;
+    size_t smem;
+};
+static qp_var qp_variant(const g3_dmat *w, int m, int geglu, int pn) {
+    qp_var v;
+    memset(&v, 0, sizeof v);
+    v.M = m <= 1 ? 1 : 2, v.pn = pn, v.ks = qp_kslices(w, geglu, pn), v.hl = m <= lo_rows(w);
+    if (qp_q8f16(w, geglu, pn)) v.qt = G3C_QT_I8H, v.pc = 1, v.hl = 0; /* float16 activations: no plane */
+    else if (w->qt == G3Q_FP8) v.qt = G3Q_FP8, v.pc = 1, v.hl = 0;
+    else if (w->qt == G3Q_INT4) v.qt = G3Q_INT4, v.pc = 0;
+    else v.qt = G3Q_INT8, v.pc = w->g == w->k;
+    const int h2 = v.hl || qt_f16(v.qt); /* activations of two bytes (the residual plane, or float16) */
+    v.gsh = v.pc ? 0 : log2_exact(w->g / (v.qt == G3Q_INT4 ? 32 : 16));
+    v.u = v.M == 1 ? 3 : 2, v.gs = -1;
+    /* int4 without its plane: groups of 128 (qp_ring_take's q4) */
+    if ((v.qt == G3Q_INT4 || (h2 && v.pc)) && qp_ring_take(w, v.M, v.ks, h2, pn)) {
+        const int u = qp_ring_u(w, v.M, v.ks, h2, pn);
+        v.rg = 1, v.gs = h2 ? -1 : 2;
+        if (v.M == 1 && !pn && !h2 && u == 2) v.u = 2;
+        v.smem = qp_smem_rg(v.M, w->k / v.ks, h2, qp_pn(pn), qp_ring_depth(v.M), u);
+        return v;
+    }
+    v.smem = qp_smem(v.M, w->k / v.ks, h2, qp_pn(pn));
+    if (v.qt == G3Q_INT4) { /* groups of 128 (4 chunks): the group arithmetic at compile time (qp_gs) */
+        if (v.gsh == 2 && qp_gs()) v.gs = 2;
+        if (!v.hl && qp_kc_take(w, 0)) v.kc = w->kd ? 1 : 2, v.gs = -1; /* Q4_K / Q4_0: the scale codes */
+    }
+    if (v.qt == G3Q_INT8 && !v.pc && v.hl && qp_kc_take(w, 1)) v.kc = 2; /* Q8_0: the fp16 scale codes */
+    return v;
+}
+static int qp_blocks(const g3_dmat *w, int ks) { /* the grid: ks groups of at most qp_n_sm / ks blocks */
+    const int per = qp_n_sm / ks, nrg = (w->n + 1) / 2, need = (nrg + QP_T / 32 - 1) / (QP_T / 32);
+    return ks * (need < per ? need : per);
+}
+
 template <int QT, int M, bool PC, bool HL, bool PN>
-static cudaError_t launch_p(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
-                            const g3c_qp_pre *pre, cudaStream_t st) {
-    constexpr bool H2 = HL || qt_f16(QT); /* activations of two bytes (the residual plane, or float16) */
-    const int V = QT == G3Q_INT4 ? 32 : 16, gsh = PC ? 0 : log2_exact(w->g / V);
-    const int ks = qp_kslices(w, geglu, PN), per = qp_n_sm / ks;
-    const int nrg = (w->n + 1) / 2, need = (nrg + QP_T / 32 - 1) / (QP_T / 32);
-    const int blocks = ks * (need < per ? need : per);
+static cudaError_t launch_p(const g3_dmat *w, const qp_var &v, const float *x, int ldx, int m, float *y, int ldy,
+                            int geglu, const g3c_qp_pre *pre, cudaStream_t st) {
+    constexpr bool H2 = HL || qt_f16(QT);
+    const int ks = v.ks, blocks = qp_blocks(w, ks);
     g3c_qp_pre none;
     memset(&none, 0, sizeof none);
     if constexpr (QT == G3Q_INT4 || (H2 && PC))
-        if (qp_ring_take(w, M, ks, H2, PN)) { /* int4 without its plane: groups of 128 (qp_ring_take's q4) */
-            const int u = qp_ring_u(w, M, ks, H2, PN);
+        if (v.rg) {
             auto kr = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, true, H2 ? -1 : 2>;
             if constexpr (M == 1 && !PN && !H2)
-                if (u == 2) kr = k_qgemv_p<QT, 1, 2, PC, HL, false, true, 2>;
-            return g3c_launch(kr, dim3(blocks), dim3(QP_T), qp_smem_rg(M, w->k / ks, H2, qp_pn(PN), qp_ring_depth(M), u),
-                              st, *w, x, ldx, m, y, ldy, geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none,
-                              qp_opt(M));
+                if (v.u == 2) kr = k_qgemv_p<QT, 1, 2, PC, HL, false, true, 2>;
+            return g3c_launch(kr, dim3(blocks), dim3(QP_T), v.smem, st, *w, x, ldx, m, y, ldy, geglu, v.gsh,
+                              geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
         }
     auto kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN>;
-    if constexpr (QT == G3Q_INT4) { /* groups of 128 (4 chunks): the group arithmetic at compile time (qp_gs) */
-        if (gsh == 2 && qp_gs()) kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, false, 2>;
-        if constexpr (!HL) /* Q4_K / Q4_0: the scale codes instead of s and z */
-            if (qp_kc_take(w, 0))
-                kern = w->kd ? k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, false, PN, false, -1, 1>
-                             : k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, false, PN, false, -1, 2>;
+    if constexpr (QT == G3Q_INT4) {
+        if (v.gs == 2) kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, HL, PN, false, 2>;
+        if constexpr (!HL)
+            if (v.kc)
+                kern = v.kc == 1 ? k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, false, PN, false, -1, 1>
+                                 : k_qgemv_p<QT, M, M == 1 ? 3 : 2, PC, false, PN, false, -1, 2>;
     }
-    if constexpr (QT == G3Q_INT8 && !PC && HL) /* Q8_0: the fp16 scale codes */
-        if (qp_kc_take(w, 1)) kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, false, true, PN, false, -1, 2>;
-    return g3c_launch(kern, dim3(blocks), dim3(QP_T), qp_smem(M, w->k / ks, H2, qp_pn(PN)), st, *w, x, ldx, m, y, ldy,
-                      geglu, gsh, geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
+    if constexpr (QT == G3Q_INT8 && !PC && HL)
+        if (v.kc) kern = k_qgemv_p<QT, M, M == 1 ? 3 : 2, false, true, PN, false, -1, 2>;
+    return g3c_launch(kern, dim3(blocks), dim3(QP_T), v.smem, st, *w, x, ldx, m, y, ldy, geglu, v.gsh,
+                      geglu ? 0 : 1, ks, pre ? *pre : none, qp_opt(M));
 }
 
-template <bool HL, bool PN>
-static cudaError_t launch_pq(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
-                             const g3c_qp_pre *pre, cudaStream_t st) {
-    if (qp_q8f16(w, geglu, PN))
-        return m <= 1 ? launch_p<G3C_QT_I8H, 1, true, false, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
-                      : launch_p<G3C_QT_I8H, 2, true, false, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
-    if (w->qt == G3Q_FP8) /* no residual plane: float16 activations */
-        return m <= 1 ? launch_p<G3Q_FP8, 1, true, false, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
-                      : launch_p<G3Q_FP8, 2, true, false, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
-    if (w->qt == G3Q_INT4)
-        return m <= 1 ? launch_p<G3Q_INT4, 1, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
-                      : launch_p<G3Q_INT4, 2, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
-    if (w->g == w->k)
-        return m <= 1 ? launch_p<G3Q_INT8, 1, true, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
-                      : launch_p<G3Q_INT8, 2, true, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
-    return m <= 1 ? launch_p<G3Q_INT8, 1, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st)
-                  : launch_p<G3Q_INT8, 2, false, HL, PN>(w, x, ldx, m, y, ldy, geglu, pre, st);
+/* launch_p for the variant qp_variant chose */
+template <bool PN>
+static cudaError_t launch_v(const g3_dmat *w, const qp_var &v, const float *x, int ldx, int m, float *y, int ldy,
+                            int geglu, const g3c_qp_pre *pre, cudaStream_t st) {
+#define QP_LV(QT, PC, HL)                                                                                              \
+    return v.M == 1 ? launch_p<QT, 1, PC, HL, PN>(w, v, x, ldx, m, y, ldy, geglu, pre, st)                              \
+                    : launch_p<QT, 2, PC, HL, PN>(w, v, x, ldx, m, y, ldy, geglu, pre, st)
+    switch (v.qt) {
+    case G3C_QT_I8H: QP_LV(G3C_QT_I8H, true, false);
+    case G3Q_FP8: QP_LV(G3Q_FP8, true, false);
+    case G3Q_INT4:
+        if (v.hl) QP_LV(G3Q_INT4, false, true);
+        QP_LV(G3Q_INT4, false, false);
+    default:
+        if (v.pc) {
+            if (v.hl) QP_LV(G3Q_INT8, true, true);
+            QP_LV(G3Q_INT8, true, false);
+        }
+        if (v.hl) QP_LV(G3Q_INT8, false, true);
+        QP_LV(G3Q_INT8, false, false);
+    }
+#undef QP_LV
 }
 
 static int qp_usable(const g3_dmat *w, int m, int geglu, int pn) {
     return m >= 1 && m <= 2 && g3c_qgemv_supported(w, m) && g3c_qgemvp_enabled() && (!geglu || w->n % 2 == 0) &&
            qp_smem(m, w->k, 1, pn) <= QP_SMEM_MAX;
+}
+
+/* ---- the gate/up and down products in one launch (one row, $G3_CUDA_QPGD) ---------------------------------------- */
+/* k_qgemv_gd: every block runs its share of the gate/up product with the add-norm prologue and GeGLU (GD 1: each warp
+ * counts its finished outputs into its K-slice's counter of the down product), then takes a down unit (block vb of
+ * the down product's K-sliced grid) in the order the blocks get there, slice-major, so the first blocks done take
+ * slice 0, which is complete long before the last outputs of slice ks - 1: the down product's weights start streaming
+ * while the gate/up product's tail still runs, where the kernel boundary left the DRAM idle between the last gate/up
+ * block and the down product's first loads. The wait is the down unit's own (qp_gd_wait); no block waits at its end.
+ * No deadlock: the down units wait only for gate/up work, which waits for nothing, and the grid is at most one block an
+ * SM (launch bounds and shared memory), all resident. The last block out resets the counters for the next launch. */
+static __device__ __forceinline__ int qp_opaque(int v) { /* v, computed where it stands (no code motion) */
+    asm volatile("mov.b32 %0, %0;" : "+r"(v));
+    return v;
+}
+template <int QT_, int M_, int U_, bool PC_, bool HL_, bool PN_, bool RG_, int GS_, int KC_> struct qp_k {
+    static constexpr int QT = QT_, M = M_, U = U_, GS = GS_, KC = KC_;
+    static constexpr bool PC = PC_, HL = HL_, PN = PN_, RG = RG_;
+};
+template <class G, class D>
+__global__ void __launch_bounds__(QP_T, 1) k_qgemv_gd(g3_dmat wg, g3_dmat wd, int m, float *a, int lda, float *y,
+                                                      int ldy, int gsh_g, int gsh_d, int ks, int nb_d,
+                                                      g3c_qp_pre pre, int opt_g, int opt_d, qp_gd gd) {
+    __shared__ int vb_s;
+    qp_body<G::QT, G::M, G::U, G::PC, G::HL, G::PN, G::RG, G::GS, G::KC, 1>(
+        wg, pre.xi, wg.k, m, a, lda, 1, gsh_g, 0, 1, pre, opt_g, blockIdx.x, gridDim.x, threadIdx.x, gd);
+    __syncthreads(); /* the block's warps are done with the gate/up phase's shared memory */
+    if (threadIdx.x == 0) {
+        const int t = (int)atomicAdd(gd.cnt + QP_GD_TICKET, 1u), nkb = nb_d / ks;
+        vb_s = t < nb_d ? (t % nkb) * ks + t / nkb : -1; /* block vb takes slice vb % ks (qp_body) */
+    }
+    __syncthreads();
+    const int vb = vb_s;
+    if (vb >= 0) {
+        /* the thread index and the down product's shape read anew, here: otherwise the compiler computes what
+         * derives from them at the kernel's start and keeps it live through the gate/up phase's loop (spills in the
+         * int4 kernels) */
+        unsigned tid;
+        asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+        g3_dmat w = wd;
+        w.n = qp_opaque(w.n), w.k = qp_opaque(w.k), w.g = qp_opaque(w.g);
+        const g3c_qp_pre none = {};
+        qp_body<D::QT, D::M, D::U, D::PC, D::HL, D::PN, D::RG, D::GS, D::KC, 2>(
+            w, a, qp_opaque(lda), qp_opaque(m), y, qp_opaque(ldy), 0, qp_opaque(gsh_d), 1, qp_opaque(ks), none,
+            qp_opaque(opt_d), (unsigned)vb, (unsigned)qp_opaque(nb_d), tid, gd);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        if (atomicAdd(gd.cnt + QP_GD_DONE, 1u) == gridDim.x - 1) {
+            for (int i = 0; i < ks; i++) atomicExch(gd.cnt + i, 0u);
+            atomicExch(gd.cnt + QP_GD_TICKET, 0u);
+            atomicExch(gd.cnt + QP_GD_DONE, 0u);
+        }
+    }
+}
+typedef void (*qp_gd_fn)(g3_dmat, g3_dmat, int, float *, int, float *, int, int, int, int, int, g3c_qp_pre, int, int,
+                         qp_gd);
+/* the pairs built: the one-row variants the 27B / 4B / 1B shapes' gate/up and down products take by default (int4 in
+ * groups of 128, per-channel int8 with the residual plane or on float16 products, fp8) */
+struct qp_gd_pair {
+    int g[9], d[9]; /* qt, M, u, pc, hl, pn, rg, gs, kc */
+    qp_gd_fn fn;
+};
+template <class G, class D> static qp_gd_pair qp_gd_make() {
+    return {{G::QT, G::M, G::U, G::PC, G::HL, G::PN, G::RG, G::GS, G::KC},
+            {D::QT, D::M, D::U, D::PC, D::HL, D::PN, D::RG, D::GS, D::KC},
+            k_qgemv_gd<G, D>};
+}
+typedef qp_k<G3Q_INT4, 1, 3, false, false, true, false, 2, 0> qp_g_i4;
+typedef qp_k<G3C_QT_I8H, 1, 3, true, false, true, false, -1, 0> qp_g_i8h;
+typedef qp_k<G3Q_INT8, 1, 3, true, true, true, true, -1, 0> qp_g_i8r;
+typedef qp_k<G3Q_FP8, 1, 3, true, false, true, true, -1, 0> qp_g_f8r;
+typedef qp_k<G3Q_FP8, 1, 3, true, false, true, false, -1, 0> qp_g_f8;
+static const qp_gd_pair *qp_gd_pairs(int *n) {
+    static qp_gd_pair p[8];
+    static int np = 0;
+    if (!np) {
+        p[0] = qp_gd_make<qp_g_i4, qp_k<G3Q_INT4, 1, 3, false, false, false, true, 2, 0>>();
+        p[1] = qp_gd_make<qp_g_i4, qp_k<G3Q_INT4, 1, 2, false, false, false, true, 2, 0>>();
+        p[2] = qp_gd_make<qp_g_i8r, qp_k<G3Q_INT8, 1, 3, true, true, false, true, -1, 0>>();
+        p[3] = qp_gd_make<qp_g_i8h, qp_k<G3Q_INT8, 1, 3, true, true, false, true, -1, 0>>();
+        p[4] = qp_gd_make<qp_g_i8h, qp_k<G3C_QT_I8H, 1, 3, true, false, false, false, -1, 0>>();
+        p[5] = qp_gd_make<qp_g_f8r, qp_k<G3Q_FP8, 1, 3, true, false, false, true, -1, 0>>();
+        p[6] = qp_gd_make<qp_g_f8, qp_k<G3Q_FP8, 1, 3, true, false, false, true, -1, 0>>();
+        p[7] = qp_gd_make<qp_g_f8, qp_k<G3Q_FP8, 1, 3, true, false, false, false, -1, 0>>();
+        np = 8;
+    }
+    *n = np;
+    return p;
+}
+static int qp_var_is(const qp_var &v, const int (&k)[9]) {
+    return v.qt == k[0] && v.M == k[1] && v.u == k[2] && v.pc == k[3] && v.hl == k[4] && v.pn == k[5] &&
+           v.rg == k[6] && v.gs == k[7] && v.kc == k[8];
+}
+/* the fused kernel for this pair of products at m rows, NULL where none is built or the shapes do not fit */
+static qp_gd_fn qp_gd_pick(const g3_dmat *gu, const g3_dmat *dn, int m, qp_var *vg, qp_var *vd, int *nb_d) {
+    if (m != 1 || gu->n != 2 * dn->k || !qp_usable(gu, m, 1, 1) || !qp_usable(dn, m, 0, 0)) return NULL;
+    *vg = qp_variant(gu, m, 1, 1), *vd = qp_variant(dn, m, 0, 0);
+    if (vd->ks < 2 || vd->ks > 8 || dn->k % vd->ks) return NULL; /* one slice: the wait would be a grid barrier */
+    /* every warp's first row group in slice 0, so that slice 0 complete means every block has cleared its part of y
+     * (qp_gd_wait) */
+    if (dn->k / vd->ks < qp_blocks(gu, 1) * (QP_T / 32)) return NULL;
+    *nb_d = qp_blocks(dn, vd->ks);
+    if (*nb_d > qp_blocks(gu, 1)) return NULL; /* a down unit for every block at most */
+    int n;
+    const qp_gd_pair *p = qp_gd_pairs(&n);
+    for (int i = 0; i < n; i++)
+        if (qp_var_is(*vg, p[i].g) && qp_var_is(*vd, p[i].d)) return p[i].fn;
+    return NULL;
+}
+
+int g3c_qgemv_gd_enabled(void) { /* $G3_CUDA_QPGD=1; read at every call */
+    const char *e = getenv("G3_CUDA_QPGD");
+    return e && !strcmp(e, "1");
+}
+
+static cudaError_t qp_gd_init(void) { /* the fused kernels' shared memory, once (g3c_qgemv_init first) */
+    static int done = 0;
+    cudaError_t e = g3c_qgemv_init();
+    if (e != cudaSuccess || done) return e;
+    if (qp_n_sm <= 0 || !qp_ring_ok) return cudaErrorNotSupported;
+    int n;
+    const qp_gd_pair *p = qp_gd_pairs(&n);
+    for (int i = 0; i < n && e == cudaSuccess; i++)
+        e = cudaFuncSetAttribute(p[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, QP_SMEM_RG);
+    if (e == cudaSuccess) done = 1;
+    return e;
+}
+
+int g3c_qgemv_gd_ok(const g3_dmat *gu, const g3_dmat *dn, int m) {
+    if (qp_gd_init() != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    qp_var vg, vd;
+    int nb;
+    return qp_gd_pick(gu, dn, m, &vg, &vd, &nb) != NULL;
+}
+
+cudaError_t g3c_qgemv_gd(const g3_dmat *gu, const g3c_qp_pre *pre, const g3_dmat *dn, int m, float *a, int lda,
+                         float *y, int ldy, unsigned *cnt, cudaStream_t st) {
+    if (!pre || !pre->y || !pre->xo || !pre->xi || !cnt || lda < dn->k) return cudaErrorInvalidValue;
+    const uintptr_t al = (uintptr_t)pre->xi | (uintptr_t)pre->y | (uintptr_t)pre->xo | (uintptr_t)pre->w1 |
+                         (uintptr_t)pre->w2 | (uintptr_t)a | (uintptr_t)(lda * 4);
+    if (al & 15) return cudaErrorInvalidValue;
+    cudaError_t e = qp_gd_init();
+    if (e != cudaSuccess) return e;
+    qp_var vg, vd;
+    int nb_d;
+    const qp_gd_fn fn = qp_gd_pick(gu, dn, m, &vg, &vd, &nb_d);
+    if (!fn) return cudaErrorNotSupported;
+    qp_gd gd = {cnt, dn->k / vd.ks};
+    e = g3c_launch(fn, dim3(qp_blocks(gu, 1)), dim3(QP_T), vg.smem > vd.smem ? vg.smem : vd.smem, st, *gu, *dn, m, a,
+                   lda, y, ldy, vg.gsh, vd.gsh, vd.ks, nb_d, *pre, qp_opt(m), qp_opt(m), gd);
+    return e == cudaSuccess ? cudaGetLastError() : e;
 }
 
 int g3c_pnorm_mode(void) { /* $G3_CUDA_PNORM: 0 the separate add-norm kernel, 1 the prologue, unset -1 (auto) */
@@ -723,11 +996,10 @@ int g3c_qgemv_pn_supported(const g3_dmat *w, int m, int geglu) { return qp_usabl
 /* The one launch of the persistent kernel: the residual plane up to lo_rows(w), the add-norm prologue when pre->y. */
 static cudaError_t qp_launch(const g3_dmat *w, const float *x, int ldx, int m, float *y, int ldy, int geglu,
                              const g3c_qp_pre *pre, cudaStream_t st) {
-    const int hl = m <= lo_rows(w), pn = pre && pre->y;
-    cudaError_t e = pn ? (hl ? launch_pq<true, true>(w, x, ldx, m, y, ldy, geglu, pre, st)
-                             : launch_pq<false, true>(w, x, ldx, m, y, ldy, geglu, pre, st))
-                       : (hl ? launch_pq<true, false>(w, x, ldx, m, y, ldy, geglu, pre, st)
-                             : launch_pq<false, false>(w, x, ldx, m, y, ldy, geglu, pre, st));
+    const int pn = pre && pre->y;
+    const qp_var v = qp_variant(w, m, geglu, pn);
+    cudaError_t e = pn ? launch_v<true>(w, v, x, ldx, m, y, ldy, geglu, pre, st)
+                       : launch_v<false>(w, v, x, ldx, m, y, ldy, geglu, pre, st);
     return e == cudaSuccess ? cudaGetLastError() : e;
 }
 
