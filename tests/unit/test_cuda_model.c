@@ -730,107 +730,83 @@ static void test_attn_tq(void **state) {
     g3_model_free(m);
 }
 
-/* One-row decode steps with the o product inside the attention launch (attn_oproj.cuh, $G3_CUDA_AOFUSE=1) against
- * the o product in a launch of its own (=0): the 27B shape (1 layer; 2 heads of 128 a kv head) and the 270M shape (2
- * layers; 4 heads of 256), random bf16 weights resident as int8, int4 and fp8, a 24-token prompt prefilled in one step,
- * then a decode step of one row. Both quantize the same activations in the same blocks of 32 (the 270M int8 product on
- * its own takes float16 activations instead, ~1e-3 off), so the logits agree to the order of the additions, where a
- * wrong row, column slice, scale or group would make them unrelated; where the fused step's graph has one node a
- * layer fewer the path was taken (at least one case must take it). The order of o's additions into y decides which
- * way a later product's int8 activation near a rounding midpoint rounds: at the 270M shape int4 came out 1.6-1.8e-3
- * apart in 4 of 9 runs on the H200 (both ways of filling the one-row ring, session 38 runs 03-04), 4e-8..2e-7 in the
- * others; hence 5e-3 for that shape's two layers, where a wrong product gives differences of order 1. */
-static void test_attn_o_fused(void **state) {
-    (void)state;
+/* A one-row decode step with a switch on against off: the 27B shape (1 layer) and `small` (2 layers), random bf16
+ * weights resident as int8, int4 and fp8, a 24-token prompt prefilled in one step, then a decode step of one row with
+ * env = on and env = off (NULL: unset). Per case the logits agree within 1e-3 relative (5e-3 for the small shape's two
+ * layers: test_attn_o_fused says why), and the graph of the step with the switch on has one node a layer fewer
+ * (`always`), or that or the same graph (the path declined). Returns how many cases took the path. */
+static int one_row_switch(const char *small, uint64_t seed, unsigned add, const char *env, const char *on,
+                          const char *off, const char *what, int always) {
     enum { P = 24 };
     int32_t prompt[P];
-    static const char *const sizes[] = {"27b", "270m"}, *const quants[] = {"int8", "int4", "fp8"};
+    const char *const sizes[] = {"27b", small}, *const quants[] = {"int8", "int4", "fp8"};
     static const int layers[] = {1, 2};
     g3_backend_cfg bc = {.max_seqs = 1, .max_rows = P, .kv_block = 16, .max_blocks_per_seq = 2,
                          .n_blocks_global = 2, .n_blocks_local = 2};
     const int32_t bt[2] = {0, 1};
     int taken = 0;
     for (int si = 0; si < 2; si++) {
-        g3_model *m = random_shape(sizes[si], layers[si], 23, 9, prompt, P);
+        g3_model *m = random_shape(sizes[si], layers[si], seed, add, prompt, P);
         const int V = m->cfg.vocab;
         float *pre = malloc(sizeof(float) * (size_t)V), *out[2];
         out[0] = malloc(sizeof(float) * (size_t)V), out[1] = malloc(sizeof(float) * (size_t)V);
         for (int qi = 0; qi < 3; qi++) {
             int nodes[2];
             setenv("G3_CUDA_QUANT", quants[qi], 1);
-            for (int v = 0; v < 2; v++) { /* 0: fused ($G3_CUDA_AOFUSE=1), 1: =0 */
-                setenv("G3_CUDA_AOFUSE", v ? "0" : "1", 1);
+            for (int v = 0; v < 2; v++) { /* 0: on, 1: off */
+                const char *val = v ? off : on;
+                if (val) setenv(env, val, 1);
+                else unsetenv(env);
                 g3_backend *b = NULL;
                 g3_error err = {0};
                 if (g3_backend_cuda.create(m, &bc, &b, &err) != G3_OK) fail_msg("create: %s", err.msg);
                 prefill_decode(b, prompt, 1, P, bt, pre, out[v]);
                 nodes[v] = g3_cuda_graph_nodes(b, 1);
                 g3_backend_cuda.destroy(b);
-                unsetenv("G3_CUDA_AOFUSE");
+                unsetenv(env);
             }
             unsetenv("G3_CUDA_QUANT");
             const double d = tu_rel_err_rows(out[0], out[1], 1, V);
-            printf("  %s shape, %d layer(s), %s, one row: o product fused into the attention against its own launch: "
-                   "max relative logit difference %.2e, graph nodes %d against %d\n", sizes[si], layers[si],
-                   quants[qi], d, nodes[0], nodes[1]);
-            /* taken (a node a layer fewer) or declined for this matrix (the same graph) */
-            assert_true(nodes[1] - nodes[0] == layers[si] || nodes[1] == nodes[0]);
+            printf("  %s shape, %d layer(s), %s, one row: %s: max relative logit difference %.2e, graph nodes %d "
+                   "against %d\n", sizes[si], layers[si], quants[qi], what, d, nodes[0], nodes[1]);
+            if (always) assert_int_equal(nodes[1] - nodes[0], layers[si]);
+            else assert_true(nodes[1] - nodes[0] == layers[si] || nodes[1] == nodes[0]);
             taken += nodes[1] != nodes[0];
             assert_true(d < (si == 1 ? 5e-3 : 1e-3));
         }
         free(pre), free(out[0]), free(out[1]);
         g3_model_free(m);
     }
+    return taken;
+}
+
+/* One-row decode steps with the o product inside the attention launch (attn_oproj.cuh, $G3_CUDA_AOFUSE=1) against
+ * the o product in a launch of its own (=0): the 27B shape (1 layer; 2 heads of 128 a kv head) and the 270M shape (2
+ * layers; 4 heads of 256) (one_row_switch). Both quantize the same activations in the same blocks of 32 (the 270M int8
+ * product on its own takes float16 activations instead, ~1e-3 off), so the logits agree to the order of the
+ * additions, where a wrong row, column slice, scale or group would make them unrelated; where the fused step's graph
+ * has one node a layer fewer the path was taken (at least one case must take it). The order of o's additions into y
+ * decides which way a later product's int8 activation near a rounding midpoint rounds: at the 270M shape int4 came
+ * out 1.6-1.8e-3 apart in 4 of 9 runs on the H200 (both ways of filling the one-row ring, session 38 runs 03-04),
+ * 4e-8..2e-7 in the others; hence 5e-3 for that shape's two layers, where a wrong product gives differences of order
+ * 1. */
+static void test_attn_o_fused(void **state) {
+    (void)state;
     /* the occupancy check may decline the largest slices (27B int8 / fp8 on the H200, session 36), not all */
-    assert_true(taken > 0);
+    assert_true(one_row_switch("270m", 23, 9, "G3_CUDA_AOFUSE", "1", "0",
+                               "o product fused into the attention against its own launch", 0) > 0);
 }
 
 /* One-row decode steps with the gate/up and down products in one launch (qgemv_p.cu's k_qgemv_gd, $G3_CUDA_QPGD=1)
- * against their two launches (unset): the 27B shape (1 layer: int8 on dp4a with the residual plane through the ring,
- * int4 in steps of 3, fp8 through the ring) and the 1B shape (2 layers: int8 on float16 products, int4 in steps of 2,
- * fp8 without the ring), random bf16 weights, a 24-token prompt prefilled in one step, then a decode step of one row.
- * The fused step's graph must have one node a layer fewer (the path taken: the defaults choose these kernels for these
- * shapes on the H200) and the same logits up to the order of the down product's atomic additions (which way a later
- * int8 activation near a rounding midpoint rounds: the tolerances of test_attn_o_fused), where a down slice read
- * before the gate/up outputs it needs were written would make them unrelated. */
+ * against their two launches (unset), one_row_switch's: the 27B shape (1 layer: int8 on dp4a with the residual plane
+ * through the ring, int4 in steps of 3, fp8 through the ring) and the 1B shape (2 layers: int8 on float16 products,
+ * int4 in steps of 2, fp8 without the ring). The fused step's graph must have one node a layer fewer in every case
+ * (the defaults choose these kernels for these shapes on the H200) and the same logits up to the order of the down
+ * product's atomic additions, where a down slice read before the gate/up outputs it needs were written would make
+ * them unrelated. */
 static void test_gd_fused(void **state) {
     (void)state;
-    enum { P = 24 };
-    int32_t prompt[P];
-    static const char *const sizes[] = {"27b", "1b"}, *const quants[] = {"int8", "int4", "fp8"};
-    static const int layers[] = {1, 2};
-    g3_backend_cfg bc = {.max_seqs = 1, .max_rows = P, .kv_block = 16, .max_blocks_per_seq = 2,
-                         .n_blocks_global = 2, .n_blocks_local = 2};
-    const int32_t bt[2] = {0, 1};
-    for (int si = 0; si < 2; si++) {
-        g3_model *m = random_shape(sizes[si], layers[si], 29, 7, prompt, P);
-        const int V = m->cfg.vocab;
-        float *pre = malloc(sizeof(float) * (size_t)V), *out[2];
-        out[0] = malloc(sizeof(float) * (size_t)V), out[1] = malloc(sizeof(float) * (size_t)V);
-        for (int qi = 0; qi < 3; qi++) {
-            int nodes[2];
-            setenv("G3_CUDA_QUANT", quants[qi], 1);
-            for (int v = 0; v < 2; v++) { /* 0: one launch ($G3_CUDA_QPGD=1), 1: two */
-                if (!v) setenv("G3_CUDA_QPGD", "1", 1);
-                g3_backend *b = NULL;
-                g3_error err = {0};
-                if (g3_backend_cuda.create(m, &bc, &b, &err) != G3_OK) fail_msg("create: %s", err.msg);
-                prefill_decode(b, prompt, 1, P, bt, pre, out[v]);
-                nodes[v] = g3_cuda_graph_nodes(b, 1);
-                g3_backend_cuda.destroy(b);
-                unsetenv("G3_CUDA_QPGD");
-            }
-            unsetenv("G3_CUDA_QUANT");
-            const double d = tu_rel_err_rows(out[0], out[1], 1, V);
-            printf("  %s shape, %d layer(s), %s, one row: gate/up + down in one launch against two: max relative logit "
-                   "difference %.2e, graph nodes %d against %d\n", sizes[si], layers[si], quants[qi], d, nodes[0],
-                   nodes[1]);
-            assert_int_equal(nodes[1] - nodes[0], layers[si]);
-            assert_true(d < (si == 1 ? 5e-3 : 1e-3));
-        }
-        free(pre), free(out[0]), free(out[1]);
-        g3_model_free(m);
-    }
+    one_row_switch("1b", 29, 7, "G3_CUDA_QPGD", "1", NULL, "gate/up + down in one launch against two", 1);
 }
 
 /* The decode graphs captured when the backend is prepared (the engine does it at create): before any step every
