@@ -839,14 +839,22 @@ static int qp_usable(const g3_dmat *w, int m, int geglu, int pn) {
  * block and the down product's first loads. The wait is the down unit's own (qp_gd_wait); no block waits at its end.
  * No deadlock: the down units wait only for gate/up work, which waits for nothing, and the grid is at most one block an
  * SM (launch bounds and shared memory), all resident. The last block out resets the counters for the next launch. */
-static __device__ __forceinline__ int qp_opaque(int v) { /* v, computed where it stands (no code motion) */
-    asm volatile("mov.b32 %0, %0;" : "+r"(v));
-    return v;
-}
 template <int QT_, int M_, int U_, bool PC_, bool HL_, bool PN_, bool RG_, int GS_, int KC_> struct qp_k {
     static constexpr int QT = QT_, M = M_, U = U_, GS = GS_, KC = KC_;
     static constexpr bool PC = PC_, HL = HL_, PN = PN_, RG = RG_;
 };
+/* The down phase, a call of its own: inlined, the compiler computed what derives from the down product's shape and
+ * the thread index at the kernel's start and kept it live through the gate/up phase's loop (in the int4 pairs, whose
+ * gate/up product is at 128 registers alone, three scale registers a step went through local memory); through the
+ * call, the kernel has no spills and no local memory in its loops (sm_90a: the 64 bytes of stack are the arguments) */
+template <class D>
+static __device__ __noinline__ void qp_gd_down(const g3_dmat &wd, float *a, int lda, int m, float *y, int ldy,
+                                               int gsh_d, int ks, int opt_d, unsigned vb, unsigned nb_d,
+                                               const qp_gd &gd) {
+    const g3c_qp_pre none = {};
+    qp_body<D::QT, D::M, D::U, D::PC, D::HL, D::PN, D::RG, D::GS, D::KC, 2>(wd, a, lda, m, y, ldy, 0, gsh_d, 1, ks,
+                                                                           none, opt_d, vb, nb_d, threadIdx.x, gd);
+}
 template <class G, class D>
 __global__ void __launch_bounds__(QP_T, 1) k_qgemv_gd(g3_dmat wg, g3_dmat wd, int m, float *a, int lda, float *y,
                                                       int ldy, int gsh_g, int gsh_d, int ks, int nb_d,
@@ -862,17 +870,7 @@ __global__ void __launch_bounds__(QP_T, 1) k_qgemv_gd(g3_dmat wg, g3_dmat wd, in
     __syncthreads();
     const int vb = vb_s;
     if (vb >= 0) {
-        /* the thread index and the down product's shape read anew, here: otherwise the compiler computes what
-         * derives from them at the kernel's start and keeps it live through the gate/up phase's loop (spills in the
-         * int4 kernels) */
-        unsigned tid;
-        asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
-        g3_dmat w = wd;
-        w.n = qp_opaque(w.n), w.k = qp_opaque(w.k), w.g = qp_opaque(w.g);
-        const g3c_qp_pre none = {};
-        qp_body<D::QT, D::M, D::U, D::PC, D::HL, D::PN, D::RG, D::GS, D::KC, 2>(
-            w, a, qp_opaque(lda), qp_opaque(m), y, qp_opaque(ldy), 0, qp_opaque(gsh_d), 1, qp_opaque(ks), none,
-            qp_opaque(opt_d), (unsigned)vb, (unsigned)qp_opaque(nb_d), tid, gd);
+        qp_gd_down<D>(wd, a, lda, m, y, ldy, gsh_d, ks, opt_d, (unsigned)vb, (unsigned)nb_d, gd);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
