@@ -1601,6 +1601,48 @@ static void test_qgemv_gd(void **state) {
     run_qgemv_gd("fp8", 1152, 6912);   /* no ring */
 }
 
+/* int4 in groups of 128 with the half2 (s, z) pairs ($G3_CUDA_Q4SZ=1 as the weights are built, g3_dmat.sz): the
+ * one-row products that read them instead of s and z, every variant of k_qgemv_p they take (the ring at steps of 3 and 2
+ * chunks, K-slices, GeGLU, the add-norm prologue; 1 and 2 rows) and the fused gate/up + down launch, against the host
+ * arithmetic on the dequantized weights (run_qgemv's, run_qgemv_pn's and run_qgemv_gd's checks: the pairs hold the
+ * values of s and z, which the quantization rounds to float16). The policy first: the pairs are taken where they were
+ * built and $G3_CUDA_Q4SZ is not 0 at the call, for int4 in groups of 128 without the residual plane only. */
+static void test_qgemv_q4sz(void **state) {
+    (void)state;
+    need_gpu();
+    unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPRING");
+    unsetenv("G3_CUDA_QPGS"), unsetenv("G3_CUDA_QPKS"), unsetenv("G3_CUDA_QPD"), unsetenv("G3_CUDA_QPU");
+    unsetenv("G3_CUDA_Q4SZ");
+    const int off = g3_cuda_test_qp_sz(45, 5376, 1, 0, 0); /* not built by default */
+    setenv("G3_CUDA_Q4SZ", "1", 1);
+    const int p1 = g3_cuda_test_qp_sz(45, 5376, 1, 0, 0), p2 = g3_cuda_test_qp_sz(46, 5376, 2, 1, 1);
+    const int pk = g3_cuda_test_qp_sz(37, 21504, 1, 0, 0), p9 = g3_cuda_test_qp_sz(45, 5376, 9, 0, 0);
+    const int p64 = g3_cuda_test_qp_sz(45, 5440, 1, 0, 0); /* 5440 = 85 x 64: groups of 64, no pairs */
+    setenv("G3_CUDA_Q4LO", "2", 1); /* with int4's residual plane: the kernels of run-time groups */
+    const int plo = g3_cuda_test_qp_sz(45, 5376, 1, 0, 0);
+    unsetenv("G3_CUDA_Q4LO");
+    printf("  int4 half2 pairs: unset %d; =1: 1 row %d, 2 rows (GeGLU, prologue) %d, K-slices %d, 9 rows %d, groups of "
+           "64 %d, with the residual plane %d\n", off, p1, p2, pk, p9, p64, plo);
+    assert_int_equal(off, 0), assert_int_equal(p1, 1), assert_int_equal(p2, 1), assert_int_equal(pk, 1);
+    assert_int_equal(p9, 0), assert_int_equal(p64, 0), assert_int_equal(plo, 0);
+    for (int m = 1; m <= 2; m++) {
+        run_qgemv(G3_DTYPE_F32, "int4", 45, 5376, m, 0);  /* the ring, steps of 3 */
+        run_qgemv(G3_DTYPE_F32, "int4", 37, 21504, m, 0); /* K-slices */
+        run_qgemv(G3_DTYPE_F32, "int4", 45, 4096, m, 0);  /* steps of 2 at one row */
+        run_qgemv(G3_DTYPE_F32, "int4", 9002, 1152, m, 1);
+        run_qgemv_pn(G3_DTYPE_F32, "int4", 45, 5376, m, 0);
+        run_qgemv_pn(G3_DTYPE_F32, "int4", 9002, 1152, m, 1);
+    }
+    setenv("G3_CUDA_QPRING", "0", 1); /* the register double buffer */
+    run_qgemv(G3_DTYPE_F32, "int4", 37, 21504, 1, 0);
+    setenv("G3_CUDA_QPRING", "2", 1); /* the ring with the prologue too */
+    run_qgemv_pn(G3_DTYPE_F32, "int4", 45, 5376, 1, 0);
+    unsetenv("G3_CUDA_QPRING");
+    run_qgemv_gd("int4", 2560, 10240); /* the fused pairs: down in steps of 3 */
+    run_qgemv_gd("int4", 1152, 6912);  /* ... of 2 */
+    unsetenv("G3_CUDA_Q4SZ");
+}
+
 /* bf16 weights on every CUDA-core GEMV variant ($G3_CUDA_GEMVPF): exact float32 arithmetic as the first GEMV (same
  * order within a chunk; the persistent one adds partial sums of a row atomically, in any order), so the same 2e-5
  * of max|y| as the exact paths (tol_for). */
@@ -1655,6 +1697,7 @@ int main(void) {
         cmocka_unit_test_setup(test_qgemv_ring_policy, frand_restart),
         cmocka_unit_test_setup(test_qgemv_pn, frand_restart),
         cmocka_unit_test_setup(test_qgemv_gd, frand_restart),
+        cmocka_unit_test_setup(test_qgemv_q4sz, frand_restart),
         cmocka_unit_test_setup(test_scale_codes, frand_restart),
         cmocka_unit_test_setup(test_gemv_pipelined, frand_restart),
 #else

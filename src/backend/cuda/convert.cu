@@ -3,6 +3,7 @@
  * a lossless repack of a quantized source (Q8_0 -> int8/32, Q6_K -> int8/16, Q4_0 and Q4_K -> int4/32 affine) or
  * as a quantization of float values (bf16; int8 and fp8 per output channel; int4 affine in groups of 128).
  * Also: deterministic random bf16 fill (benchmarks) and dequantization back to bf16/f32. */
+#include <cuda_fp16.h>
 #include <stdarg.h>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -243,8 +244,17 @@ __global__ void k_convert(const uint8_t *src, size_t src_rb, uint32_t t, g3_dmat
             lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, off));
             hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, off));
         }
-        float sc = (hi - lo) / 15.f, inv = sc > 0.f ? 1.f / sc : 0.f;
-        if (lane == 0) s[gi] = sc, z[gi] = lo;
+        /* scale and offset float16 values, so that the one-row products' half2 copy (g3_dmat.sz) holds the same as s
+         * and z: the offset rounded down and the scale up, so the 16 levels still cover [lo, hi] (every weight within
+         * half a step; the step wider by at most 2^-11 of itself and of |lo| / 15) */
+        const __half hz = __float2half_rd(lo);
+        lo = __half2float(hz);
+        const __half hs = __float2half_ru((hi - lo) / 15.f);
+        const float sc = __half2float(hs), inv = sc > 0.f ? 1.f / sc : 0.f;
+        if (lane == 0) {
+            s[gi] = sc, z[gi] = lo;
+            if (d.sz) d.sz[n * ng + gi] = (uint32_t)__half_as_ushort(hs) | (uint32_t)__half_as_ushort(hz) << 16;
+        }
         for (int p = lane; p < g / 2; p += 32) {
             int i = gi * g + 2 * p;
             int q0 = (int)fminf(15.f, fmaxf(0.f, rintf((src_val(row, t, i) - lo) * inv)));

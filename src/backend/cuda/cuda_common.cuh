@@ -46,6 +46,10 @@ typedef struct g3_dmat {
      * NULL (s = d, Q4_0's z = -8 d). The same floats as s and z. */
     uint16_t *kc;
     uint32_t *kd;
+    /* int4 quantized here from floats in groups of 128 ($G3_CUDA_Q4SZ=1 at create), or NULL: (s, z) of each group as
+     * a half2 (s low), the one-row products' copy (4 bytes a group of 64 weight bytes instead of s and z's 8); s and z
+     * are rounded to float16 when quantized, so these are the same values bit for bit */
+    uint32_t *sz;
 } g3_dmat;
 /* Floats allocated (zeroed) past the end of every scale and offset array: the one-row dp4a kernel (qgemv_p.cu) loads
  * the scales of a step's chunks past the end of a row without a predicate, at most 3 * 32 - 1 chunks (one group each)
@@ -58,6 +62,9 @@ g3_status g3cb_alloc_dmat(g3_dmat *d, int qt, int n, int k, int g, g3_error *err
  * $G3_CUDA_Q4KC=0: none (the one-row products read s and z) */
 g3_status g3cb_alloc_kcodes(g3_dmat *d, uint32_t src_type, g3_error *err);
 int g3cb_kcodes_wanted(const g3_dmat *d, uint32_t src_type); /* g3cb_alloc_kcodes allocates them for d */
+/* g3_dmat.sz for int4 in groups of 128 from a float source where $G3_CUDA_Q4SZ=1 (before the conversion) */
+g3_status g3cb_alloc_sz(g3_dmat *d, uint32_t src_type, g3_error *err);
+int g3cb_q4sz_wanted(const g3_dmat *d, uint32_t src_type);
 void g3cb_free_dmat(g3_dmat *d);
 
 /* Element i of row r of a resident matrix, dequantized. */
@@ -205,6 +212,7 @@ int g3c_qgemvp_kslices(const g3_dmat *w, int geglu, int *n_sm); /* K-slices at 1
 int g3c_qgemvp_ring(const g3_dmat *w, int m, int geglu, int pn); /* 1: the product's weights go through the ring */
 int g3c_qgemvp_f16(const g3_dmat *w, int m, int geglu, int pn); /* 1: on float16 products (fp8, int8 by policy) */
 int g3c_qgemvp_kc(const g3_dmat *w, int m, int geglu, int pn);  /* 1: reads the GGUF scale codes (g3_dmat.kc) */
+int g3c_qgemvp_sz(const g3_dmat *w, int m, int geglu, int pn);  /* 1: reads int4's half2 pairs (g3_dmat.sz) */
 /* The gate/up product with the add-norm prologue and GeGLU (g3c_qgemv_pn's, into a [m][lda]) and the down product of
  * a (y [m][ldy] += a . dn, y zeroed by pre->zero) in one launch at one row, the down product's K-slices starting as
  * the gate/up outputs they read are complete ($G3_CUDA_QPGD=1; qgemv_p.cu's k_qgemv_gd). cnt: G3C_GD_WORDS zeroed

@@ -58,8 +58,24 @@ g3_status g3cb_alloc_kcodes(g3_dmat *d, uint32_t t, g3_error *err) {
     return G3_OK;
 }
 
+int g3cb_q4sz_wanted(const g3_dmat *d, uint32_t t) {
+    const char *e = getenv("G3_CUDA_Q4SZ");
+    return e && !strcmp(e, "1") && d->qt == G3Q_INT4 && d->g == 128 &&
+           (t == G3_DTYPE_F32 || t == G3_DTYPE_F16 || t == G3_DTYPE_BF16);
+}
+
+g3_status g3cb_alloc_sz(g3_dmat *d, uint32_t t, g3_error *err) {
+    if (!g3cb_q4sz_wanted(d, t)) return G3_OK;
+    const size_t ng = (size_t)d->n * (d->k / 128);
+    /* padded like s and z (the one-row kernel loads past a row's end without a predicate) */
+    G3C_CK(cudaMalloc((void **)&d->sz, (ng + G3C_DMAT_SPAD) * 4), "scale pair allocation");
+    G3C_CK(cudaMemset(d->sz + ng, 0, G3C_DMAT_SPAD * 4), "scale pair allocation");
+    d->bytes += ng * 4;
+    return G3_OK;
+}
+
 void g3cb_free_dmat(g3_dmat *d) {
-    cudaFree(d->q), cudaFree(d->s), cudaFree(d->z), cudaFree(d->kc), cudaFree(d->kd);
+    cudaFree(d->q), cudaFree(d->s), cudaFree(d->z), cudaFree(d->kc), cudaFree(d->kd), cudaFree(d->sz);
     memset(d, 0, sizeof *d);
 }
 
@@ -97,6 +113,8 @@ static g3_status load_mat(g3_backend *b, g3_dmat *d, const src_mat *src, int nsr
     if (mixed) qt = G3Q_BF16, g = k; /* e.g. Q4_K q/k with Q6_K v, where v is not split off (layer_dev.v) */
     G3_TRY(g3cb_alloc_dmat(d, qt, n, k, g, err));
     if (same) G3_TRY(g3cb_alloc_kcodes(d, src[0].w->type, err)); /* the file's scale codes (g3_dmat.kc) */
+    if (same || !src[0].w) /* float sources (random weights: bf16) quantized to int4 here: the half2 pairs */
+        G3_TRY(g3cb_alloc_sz(d, src[0].w ? src[0].w->type : (uint32_t)G3_DTYPE_BF16, err));
     int row0 = 0;
     for (int j = 0; j < nsrc; j++) {
         uint32_t t = src[j].w ? src[j].w->type : (uint32_t)G3_DTYPE_BF16;

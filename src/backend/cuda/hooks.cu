@@ -99,7 +99,7 @@ static cudaError_t test_dmat(uint32_t src_type, const void *w, int n, int k, int
     void *src = NULL;
     g3_error err;
     cudaError_t e = g3cb_alloc_dmat(d, qt, n, k, g, &err) == G3_OK ? cudaSuccess : cudaErrorMemoryAllocation;
-    if (e == cudaSuccess && g3cb_alloc_kcodes(d, src_type, &err) != G3_OK)
+    if (e == cudaSuccess && (g3cb_alloc_kcodes(d, src_type, &err) != G3_OK || g3cb_alloc_sz(d, src_type, &err) != G3_OK))
         e = cudaErrorMemoryAllocation;
     if (e == cudaSuccess) e = cudaMalloc(&src, rb * n);
     if (e == cudaSuccess) e = cudaMemcpy(src, w, rb * n, cudaMemcpyHostToDevice);
@@ -155,6 +155,13 @@ extern "C" int g3_cuda_test_qp_kc(uint32_t src_type, int n, int k, int m, int ge
     if (g3cb_kcodes_wanted(&d, src_type)) /* as loaded: codes (markers, never read here) */
         d.kc = (uint16_t *)&d, d.kd = src_type == G3_DTYPE_Q4_K ? (uint32_t *)&d : NULL;
     return g3c_qgemvp_kc(&d, m, geglu, pn);
+}
+
+extern "C" int g3_cuda_test_qp_sz(int n, int k, int m, int geglu, int pn) {
+    g3_dmat d;
+    if (test_dmat_header(&d, G3_DTYPE_F32, n, k, "int4")) return -1;
+    if (g3cb_q4sz_wanted(&d, G3_DTYPE_F32)) d.sz = (uint32_t *)&d; /* as loaded: a marker, never read here */
+    return g3c_qgemvp_sz(&d, m, geglu, pn);
 }
 
 extern "C" int g3_cuda_test_tqg(uint32_t src_type, int n, int k, int m) {
