@@ -18,20 +18,22 @@ void *g3cb_dalloc(size_t bytes, int *ok) {
 /* ---- weights ---------------------------------------------------------------------------------------------------- */
 typedef struct src_mat { const g3_weight *w; int n; } src_mat; /* w NULL: random */
 
+/* n elements of elem bytes and G3C_DMAT_SPAD more, zeroed: the scale-type arrays, which the one-row kernel loads a
+ * step's worth past the end of a row from without a predicate */
+static g3_status alloc_padded(void **p, size_t n, size_t elem, const char *what, g3_error *err) {
+    G3C_CK(cudaMalloc(p, (n + G3C_DMAT_SPAD) * elem), what);
+    G3C_CK(cudaMemset((uint8_t *)*p + n * elem, 0, G3C_DMAT_SPAD * elem), what);
+    return G3_OK;
+}
+
 g3_status g3cb_alloc_dmat(g3_dmat *d, int qt, int n, int k, int g, g3_error *err) {
     memset(d, 0, sizeof *d);
     d->qt = qt, d->n = n, d->k = k, d->g = g;
     size_t nk = (size_t)n * k, ng = (size_t)n * (k / g);
     size_t qb = qt == G3Q_BF16 ? nk * 2 : qt == G3Q_INT4 ? nk / 2 : nk;
     G3C_CK(cudaMalloc(&d->q, qb), "weight allocation");
-    if (qt != G3Q_BF16) {
-        G3C_CK(cudaMalloc((void **)&d->s, (ng + G3C_DMAT_SPAD) * 4), "scale allocation");
-        G3C_CK(cudaMemset(d->s + ng, 0, G3C_DMAT_SPAD * 4), "scale allocation");
-    }
-    if (qt == G3Q_INT4) {
-        G3C_CK(cudaMalloc((void **)&d->z, (ng + G3C_DMAT_SPAD) * 4), "offset allocation");
-        G3C_CK(cudaMemset(d->z + ng, 0, G3C_DMAT_SPAD * 4), "offset allocation");
-    }
+    if (qt != G3Q_BF16) G3_TRY(alloc_padded((void **)&d->s, ng, 4, "scale allocation", err));
+    if (qt == G3Q_INT4) G3_TRY(alloc_padded((void **)&d->z, ng, 4, "offset allocation", err));
     d->bytes = g3c_dmat_bytes(qt, n, k, g);
     return G3_OK;
 }
@@ -46,13 +48,10 @@ int g3cb_kcodes_wanted(const g3_dmat *d, uint32_t t) {
 g3_status g3cb_alloc_kcodes(g3_dmat *d, uint32_t t, g3_error *err) {
     if (!g3cb_kcodes_wanted(d, t)) return G3_OK;
     const size_t ng = (size_t)d->n * (d->k / 32);
-    /* padded like s and z: the one-row kernel loads a step's codes past the end of a row without a predicate */
-    G3C_CK(cudaMalloc((void **)&d->kc, (ng + G3C_DMAT_SPAD) * 2), "scale code allocation");
-    G3C_CK(cudaMemset(d->kc + ng, 0, G3C_DMAT_SPAD * 2), "scale code allocation");
+    G3_TRY(alloc_padded((void **)&d->kc, ng, 2, "scale code allocation", err));
     d->bytes += ng * 2;
     if (t == G3_DTYPE_Q4_K) {
-        G3C_CK(cudaMalloc((void **)&d->kd, (ng / 8 + G3C_DMAT_SPAD) * 4), "scale code allocation");
-        G3C_CK(cudaMemset(d->kd + ng / 8, 0, G3C_DMAT_SPAD * 4), "scale code allocation");
+        G3_TRY(alloc_padded((void **)&d->kd, ng / 8, 4, "scale code allocation", err));
         d->bytes += ng / 8 * 4;
     }
     return G3_OK;
@@ -67,9 +66,7 @@ int g3cb_q4sz_wanted(const g3_dmat *d, uint32_t t) {
 g3_status g3cb_alloc_sz(g3_dmat *d, uint32_t t, g3_error *err) {
     if (!g3cb_q4sz_wanted(d, t)) return G3_OK;
     const size_t ng = (size_t)d->n * (d->k / 128);
-    /* padded like s and z (the one-row kernel loads past a row's end without a predicate) */
-    G3C_CK(cudaMalloc((void **)&d->sz, (ng + G3C_DMAT_SPAD) * 4), "scale pair allocation");
-    G3C_CK(cudaMemset(d->sz + ng, 0, G3C_DMAT_SPAD * 4), "scale pair allocation");
+    G3_TRY(alloc_padded((void **)&d->sz, ng, 4, "scale pair allocation", err));
     d->bytes += ng * 4;
     return G3_OK;
 }
