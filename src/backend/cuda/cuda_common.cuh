@@ -205,6 +205,7 @@ typedef struct g3c_qp_pre {
     float eps;
     float *zero;
     int zero_n;
+    int xi_late; /* xi was written by the previous kernel (not two or more back): read after the launch wait */
 } g3c_qp_pre;
 int g3c_pnorm_mode(void); /* $G3_CUDA_PNORM: 0 off, 1 on, -1 auto (cuda_forward.cu's pnorm_ok) */
 int g3c_qgemv_pn_supported(const g3_dmat *w, int m, int geglu);

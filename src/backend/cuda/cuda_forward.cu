@@ -69,6 +69,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
     /* one row with the prologues: the gate/up and down products in one launch where $G3_CUDA_QPGD=1 (qgemv_p.cu's
      * k_qgemv_gd; not the default until measured on a GPU) */
     const int gdf = pn && m == 1 && b->gdcnt && g3c_qgemv_gd_enabled();
+    int gd_prev = 0; /* the previous layer's gate/up and down products ran as one launch */
     /* 9..64 rows (from g3c_tq_small_min() rows where the int8 tensor cores of tc_q8.cu / tc_q8g.cu take fewer): the
      * decode add-norms and GeGLU also quantize their outputs for the int8 tensor-core products that read them (one
      * launch less per product); tq_* below say which products take them, per layer */
@@ -101,6 +102,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
         const layer_dev *L = &b->L[l];
         int gg = 0; /* the gate/up product writes the down product's activations (g3c_wg_mm_geglu) */
         int gd = 0; /* the down product ran in the gate/up product's launch (g3c_qgemv_gd) */
+        const int xi_late = gd_prev; /* x2 from the launch right before this layer's qkv product */
         float *yqkv = pn ? yq : b->y;
         /* v in a product of its own (layer_dev.v): q and k as [ny][m][NQK], then v as [nyv][m][NK] */
         const int NQK = L->qkv.n, NK = c->n_kv_heads * D;
@@ -110,6 +112,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
             memset(&pq, 0, sizeof pq);
             pq.xi = l ? x2 : b->xn, pq.y = l ? yd : NULL, pq.xo = b->x, pq.eps = c->rms_eps;
             pq.w1 = l ? b->L[l - 1].post_ffn : NULL, pq.w2 = L->attn_norm, pq.zero = yo, pq.zero_n = m * H;
+            pq.xi_late = xi_late; /* x2 written by the previous launch (the fused gate/up + down) */
             RUN(g3c_qgemv_pn(&L->qkv, &pq, m, yq, NQK, 0, b->st));
             ny = 1;
             if (L->v.q) { /* the same prologue again (its x is stored twice, the same values), no zeroing */
@@ -171,7 +174,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
             memset(&pq, 0, sizeof pq);
             pq.xi = b->x, pq.y = yo, pq.xo = x2, pq.w1 = L->post_attn, pq.w2 = L->pre_ffn, pq.eps = c->rms_eps;
             pq.zero = yd, pq.zero_n = m * H;
-            if ((gd = gdf && g3c_qgemv_gd_ok(&L->gu, &L->down, m)))
+            if ((gd = gdf && g3c_qgemv_gd_ok(&L->gu, &L->down, m))) /* it writes x2, which the next qkv product reads */
                 RUN(g3c_qgemv_gd(&L->gu, &pq, &L->down, m, b->a, F, yd, H, b->gdcnt, b->st));
             else RUN(g3c_qgemv_pn(&L->gu, &pq, m, b->a, F, 1, b->st));
             fused = 1;
@@ -218,6 +221,7 @@ cudaError_t g3cb_record(g3_backend *b, int m, int n_out) {
             RUN(g3c_mm(&mc, &L->down, b->a, b->ah, m, pn ? yd : b->y, &ny, NULL, NULL, 0, &fused));
         }
         if (!gd) PROF("down product");
+        gd_prev = gd;
         const float *next = l + 1 < c->n_layers ? b->L[l + 1].attn_norm : b->final_norm;
         if (pn) { /* the next qkv product adds and normalizes; after the last layer, the head's xn */
             if (l + 1 == c->n_layers) {

@@ -81,10 +81,21 @@ template <int M> static __device__ __forceinline__ void qp_block_sum(float (&v)[
  * rms(y) * w1 (this block also stores its slice of xo), inv2[i] <- 1 / rms(xo row i); the arithmetic of
  * k_add_norm_dec (decode_norm.cu). y, written by the previous kernel's atomics, is read through L2 (__ldcg).
  * m <= M <= 2, rows contiguous ([m][K]). */
+template <bool LATE = false>
+static __device__ __forceinline__ void qp_copy_xi(const g3c_qp_pre &pre, int K, int m, float *sf) {
+    if constexpr (LATE) { /* rolled: the rare path, no second unrolled copy of the loop in every kernel */
+#pragma unroll 1
+        for (int t = threadIdx.x; t < m * (K / 4); t += QP_T) g3c_cp16((float4 *)sf + t, (const float4 *)pre.xi + t);
+    } else {
+        for (int t = threadIdx.x; t < m * (K / 4); t += QP_T) g3c_cp16((float4 *)sf + t, (const float4 *)pre.xi + t);
+    }
+}
+/* pre.xi_late: xi was written by the previous kernel itself (k_qgemv_gd's gate/up phase stores it), so it is copied
+ * after the launch wait instead, beside the loads of y */
 static __device__ __forceinline__ void qp_pre_load(const g3c_qp_pre &pre, int K, int m, float *sf, float *sw,
                                                    bool gw) {
     const int K4 = K / 4;
-    for (int t = threadIdx.x; t < m * K4; t += QP_T) g3c_cp16((float4 *)sf + t, (const float4 *)pre.xi + t);
+    if (!pre.xi_late) qp_copy_xi(pre, K, m, sf);
     if (!gw) /* gw: the weights are read from global memory where used */
         for (int t = threadIdx.x; t < 2 * K4; t += QP_T)
             g3c_cp16((float4 *)sw + t, (const float4 *)(t < K4 ? pre.w1 : pre.w2) + (t < K4 ? t : t - K4));
@@ -369,6 +380,7 @@ static __device__ __forceinline__ void qp_body(g3_dmat w, const float *__restric
         if constexpr (GD == 1) __threadfence(); /* before this block's first count (qp_gd_wait's slice 0) */
     }
     if constexpr (PN) {
+        if (pre.xi_late) qp_copy_xi<true>(pre, K, m, sf), g3c_cp_commit(); /* qp_add_norm waits for every group */
         qp_add_norm<M>(pre, K, m, sf, sw, gw, pn_inv2, pn_red);
         fill_rest();
     }
