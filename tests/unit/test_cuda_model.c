@@ -809,6 +809,16 @@ static void test_gd_fused(void **state) {
     one_row_switch("1b", 29, 7, "G3_CUDA_QPGD", "1", NULL, "gate/up + down in one launch against two", 1);
 }
 
+/* One-row decode steps with int4's half2 scale pairs ($G3_CUDA_Q4SZ=1 at create: the one-row products read g3_dmat.sz)
+ * against s and z (unset), one_row_switch's shapes: the pairs hold the values of s and z, so the logits agree up to
+ * the order of the products' atomic additions, where a pair decoded wrong (halves swapped, a group off) would make them
+ * unrelated. The same launches either way (no node count to tell); test_cuda_matmul's test_qgemv_q4sz checks that the
+ * pairs are taken. int8 and fp8 run as controls (nothing changes for them). */
+static void test_q4sz_model(void **state) {
+    (void)state;
+    one_row_switch("1b", 31, 5, "G3_CUDA_Q4SZ", "1", NULL, "int4 scale pairs against s and z", 0);
+}
+
 /* The decode graphs captured when the backend is prepared (the engine does it at create): before any step every
  * bucket up to the prepared row count holds a graph and larger ones none; a decode step of 3 sequences (the 4-row
  * graph, one padded row) replaying a prepared graph gives the logits of the same step on a backend that captures on
@@ -972,6 +982,7 @@ int main(void) {
         cmocka_unit_test(test_prepared_graphs),
         cmocka_unit_test(test_attn_o_fused),
         cmocka_unit_test(test_gd_fused),
+        cmocka_unit_test(test_q4sz_model),
         cmocka_unit_test(test_create_after_oom),
         cmocka_unit_test(test_v_split),
 #else
