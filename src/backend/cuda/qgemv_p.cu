@@ -1058,23 +1058,28 @@ int g3c_qgemvp_kslices(const g3_dmat *w, int geglu, int *n_sm) {
     return qp_kslices(w, geglu, 0);
 }
 
+/* the policy queries below (tests): the product takes this kernel at m rows, on a GPU that was set up */
+static int qp_query_ok(const g3_dmat *w, int m, int geglu, int pn) {
+    return qp_usable(w, m, geglu, pn) && g3c_qgemv_init() == cudaSuccess && qp_n_sm > 0;
+}
+
 int g3c_qgemvp_ring(const g3_dmat *w, int m, int geglu, int pn) {
-    if (!qp_usable(w, m, geglu, pn) || g3c_qgemv_init() != cudaSuccess || qp_n_sm <= 0) return 0;
+    if (!qp_query_ok(w, m, geglu, pn)) return 0;
     return qp_ring_take(w, m, qp_kslices(w, geglu, pn), m <= lo_rows(w) || qp_f16(w, geglu, pn), pn);
 }
 
 int g3c_qgemvp_f16(const g3_dmat *w, int m, int geglu, int pn) {
-    if (!qp_usable(w, m, geglu, pn) || g3c_qgemv_init() != cudaSuccess || qp_n_sm <= 0) return 0;
+    if (!qp_query_ok(w, m, geglu, pn)) return 0;
     return qp_f16(w, geglu, pn);
 }
 
 int g3c_qgemvp_kc(const g3_dmat *w, int m, int geglu, int pn) {
-    if (!qp_usable(w, m, geglu, pn) || g3c_qgemv_init() != cudaSuccess || qp_n_sm <= 0) return 0;
+    if (!qp_query_ok(w, m, geglu, pn)) return 0;
     return qp_kc_take(w, m <= lo_rows(w)); /* qp_launch's hl */
 }
 
 int g3c_qgemvp_sz(const g3_dmat *w, int m, int geglu, int pn) {
-    if (!qp_usable(w, m, geglu, pn) || g3c_qgemv_init() != cudaSuccess || qp_n_sm <= 0) return 0;
+    if (!qp_query_ok(w, m, geglu, pn)) return 0;
     return qp_variant(w, m, geglu, pn).kc == 3;
 }
 
