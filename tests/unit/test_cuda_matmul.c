@@ -1096,7 +1096,7 @@ static void test_qgemv(void **state) {
         }
         run_qgemv(G3_DTYPE_F32, "int4", 6, 96, 1, 0);     /* fewer chunks than lanes */
         /* int4 in groups of 128 through the ring at one row in steps of 2 chunks a lane where they take fewer lane
-         * slots than steps of 3 (qgemv_p.cu's qp_u1): 4096 (128 chunks), 6912 (K-slices of 108), 2048, 1152 (36) */
+         * slots than steps of 3 (qgemv_p_policy.cu's qp_u1): 4096 (128 chunks), 6912 (K-slices of 108), 2048, 1152 (36) */
         run_qgemv(G3_DTYPE_F32, "int4", 45, 4096, 1, 0);
         run_qgemv(G3_DTYPE_F32, "int4", 45, 6912, 1, 0);
         run_qgemv(G3_DTYPE_F32, "int4", 9001, 2048, 1, 0);
@@ -1537,7 +1537,7 @@ static void test_qgemv_pn(void **state) {
     unsetenv("G3_CUDA_Q8F16"), unsetenv("G3_CUDA_QPRING");
 }
 
-/* The one-row gate/up and down products in one launch (g3c_qgemv_gd, qgemv_p.cu's k_qgemv_gd) against the same two
+/* The one-row gate/up and down products in one launch (g3c_qgemv_gd, qgemv_gd.cu's k_qgemv_gd) against the same two
  * products in two launches, whose arithmetic the tests above check against the host: the gate/up phase is the same
  * code on the same inputs, so its GeGLU outputs a are equal bit for bit (a starts as NaNs, so an output the fused
  * kernel failed to write shows); the down phase's K-slices add into y atomically in another order, so y within 2e-5 of

@@ -797,7 +797,7 @@ static void test_attn_o_fused(void **state) {
                                "o product fused into the attention against its own launch", 0) > 0);
 }
 
-/* One-row decode steps with the gate/up and down products in one launch (qgemv_p.cu's k_qgemv_gd, $G3_CUDA_QPGD=1)
+/* One-row decode steps with the gate/up and down products in one launch (qgemv_gd.cu's k_qgemv_gd, $G3_CUDA_QPGD=1)
  * against their two launches (unset), one_row_switch's: the 27B shape (1 layer: int8 on dp4a with the residual plane
  * through the ring, int4 in steps of 3, fp8 through the ring) and the 1B shape (2 layers: int8 on float16 products,
  * int4 in steps of 2, fp8 without the ring). The fused step's graph must have one node a layer fewer in every case

@@ -117,7 +117,7 @@ int g3_cuda_test_qp_kslices(uint32_t src_type, int n, int k, const char *quant, 
  * allocated where $G3_CUDA_Q4SZ=1 as the matrix is built) at m rows, 0 when not, -1 without a GPU */
 int g3_cuda_test_qp_sz(int n, int k, int m, int geglu, int pn);
 /* 1 when the one-row product of an n x k matrix of that type takes the shared-memory ring of bulk copies at m rows
- * (pn: with the add-norm prologue), 0 when not, -1 for a bad type (qgemv_p.cu's policy, $G3_CUDA_QPRING) */
+ * (pn: with the add-norm prologue), 0 when not, -1 for a bad type (qgemv_p_policy.cu, $G3_CUDA_QPRING) */
 int g3_cuda_test_qp_ring(uint32_t src_type, int n, int k, const char *quant, int m, int geglu, int pn);
 /* 1 when that product at m rows runs on the one-row kernel's float16 products (fp8; per-channel int8 by
  * $G3_CUDA_Q8F16's policy), 0 when not (dp4a, or not that kernel), -1 for a bad type */

@@ -216,7 +216,7 @@ int g3c_qgemvp_kc(const g3_dmat *w, int m, int geglu, int pn);  /* 1: reads the 
 int g3c_qgemvp_sz(const g3_dmat *w, int m, int geglu, int pn);  /* 1: reads int4's half2 pairs (g3_dmat.sz) */
 /* The gate/up product with the add-norm prologue and GeGLU (g3c_qgemv_pn's, into a [m][lda]) and the down product of
  * a (y [m][ldy] += a . dn, y zeroed by pre->zero) in one launch at one row, the down product's K-slices starting as
- * the gate/up outputs they read are complete ($G3_CUDA_QPGD=1; qgemv_p.cu's k_qgemv_gd). cnt: G3C_GD_WORDS zeroed
+ * the gate/up outputs they read are complete ($G3_CUDA_QPGD=1; qgemv_gd.cu's k_qgemv_gd). cnt: G3C_GD_WORDS zeroed
  * counters, reset by each launch for the next; word 10 set means a wait ran out (the outputs are wrong). */
 #define G3C_GD_WORDS 16
 int g3c_qgemv_gd_enabled(void);

@@ -23,7 +23,7 @@ static __device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
  * explicitly (no FMA contraction) so that a CPU reference can reproduce q and q_lo. The _at forms take item t as
  * (row i, item j8 of the row), for callers that have them without a division (the persistent kernel, M <= 2 rows: the
  * forms with t divide a 64-bit index by k / 8, twice an item). */
-/* CG: x through L2 only (written during the same launch by other blocks: qgemv_p.cu's k_qgemv_gd) */
+/* CG: x through L2 only (written during the same launch by other blocks: qgemv_gd.cu's k_qgemv_gd) */
 template <bool CG = false>
 static __device__ __forceinline__ void q8_load_at(const float *__restrict__ x, int ldx, int i, int j8, bool ok,
                                                   float (&v)[8]) {
@@ -112,7 +112,7 @@ static __device__ __forceinline__ void h16_quant(const float (&v)[8], int k, lon
 
 /* ---- dot products ---- */
 /* Kernel-internal weight type of qgemv_p.cu: per-channel int8 weights on the float16 products of fp8 (by default the
- * products in rows shorter than 4096 values, $G3_CUDA_Q8F16: qgemv_p.cu's qp_q8f16) */
+ * products in rows shorter than 4096 values, $G3_CUDA_Q8F16: qgemv_p_policy.cu's qp_q8f16) */
 #define G3C_QT_I8H 9
 /* the weight types whose products take float16 activations (h16_quant, two bytes each) and sums (doth16) */
 static __host__ __device__ constexpr bool qt_f16(int qt) { return qt == G3Q_FP8 || qt == G3C_QT_I8H; }
