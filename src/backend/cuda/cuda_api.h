@@ -119,6 +119,26 @@ int g3_cuda_test_qp_sz(int n, int k, int m, int geglu, int pn);
 /* 1 when the one-row product of an n x k matrix of that type takes the shared-memory ring of bulk copies at m rows
  * (pn: with the add-norm prologue), 0 when not, -1 for a bad type (qgemv_p_policy.cu, $G3_CUDA_QPRING) */
 int g3_cuda_test_qp_ring(uint32_t src_type, int n, int k, const char *quant, int m, int geglu, int pn);
+/* The one-row dp4a kernel's launch policy alone (qgemv_p_policy.cu), on a GPU of n_sm SMs with the ring's shared
+ * memory available, without touching a GPU: the variant the product of an n x k matrix of that type takes at m rows
+ * (sz: the int4 matrix has its half2 pairs, as $G3_CUDA_Q4SZ=1 builds it; GGUF Q4_K / Q4_0 / Q8_0 have their scale
+ * codes, as loaded). Returns 0 and fills *v, 1 when the product does not take that kernel, -1 for a bad type. */
+typedef struct {
+    int f16;     /* runs on float16 products (fp8; per-channel int8 by $G3_CUDA_Q8F16's policy) */
+    int M, u;    /* rows (1, 2) and chunks a lane and step */
+    int pc, hl;  /* per-channel scales; the activations' residual plane */
+    int rg, gs;  /* the shared-memory ring; log2 of int4's group in chunks at compile time (-1: at run time) */
+    int kc;      /* 0 float scales, 1 Q4_K codes, 2 fp16 codes (Q4_0, Q8_0), 3 int4's half2 pairs */
+    int ks;      /* K-slices */
+    int blocks;  /* the grid */
+    long smem;   /* dynamic shared memory a block */
+    long smem_max; /* what the variant may have (the ring's limit, or the plain kernels') */
+} g3_cuda_qp_variant;
+int g3_cuda_test_qp_variant(uint32_t src_type, int n, int k, const char *quant, int m, int geglu, int pn, int sz,
+                            int n_sm, g3_cuda_qp_variant *v);
+/* The fused one-row gate/up + down pair (qgemv_gd.cu) that a model of that hidden and intermediate size takes, by the
+ * same policy on n_sm SMs: its index in the table, -1 where the two launches stay, -2 for a bad type */
+int g3_cuda_test_qp_gd_pair(uint32_t src_type, const char *quant, int hidden, int inter, int m, int sz, int n_sm);
 /* 1 when that product at m rows runs on the one-row kernel's float16 products (fp8; per-channel int8 by
  * $G3_CUDA_Q8F16's policy), 0 when not (dp4a, or not that kernel), -1 for a bad type */
 int g3_cuda_test_qp_f16(uint32_t src_type, int n, int k, const char *quant, int m, int geglu, int pn);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/qgemv_p_policy.cuh"
 #include "backend/cuda/tq_act.cuh"
 extern "C" {
 #include "backend/cuda/cuda_api.h"
@@ -162,6 +163,43 @@ extern "C" int g3_cuda_test_qp_sz(int n, int k, int m, int geglu, int pn) {
     if (test_dmat_header(&d, G3_DTYPE_F32, n, k, "int4")) return -1;
     if (g3cb_q4sz_wanted(&d, G3_DTYPE_F32)) d.sz = (uint32_t *)&d; /* as loaded: a marker, never read here */
     return g3c_qgemvp_sz(&d, m, geglu, pn);
+}
+
+/* a matrix header as loaded: the GGUF scale codes and int4's half2 pairs as markers (never read: policy only) */
+static int test_dmat_loaded(g3_dmat *d, uint32_t src_type, int n, int k, const char *quant, int sz) {
+    if (test_dmat_header(d, src_type, n, k, quant)) return -1;
+    if (g3cb_kcodes_wanted(d, src_type)) d->kc = (uint16_t *)d, d->kd = src_type == G3_DTYPE_Q4_K ? (uint32_t *)d : NULL;
+    if (sz && d->qt == G3Q_INT4 && d->g == 128) d->sz = (uint32_t *)d;
+    return 0;
+}
+/* the policy on a simulated GPU of n_sm SMs with the ring's shared memory; the real values restored after */
+struct qp_sim {
+    int sm, ring;
+    explicit qp_sim(int n_sm) : sm(g3c_qp_n_sm), ring(g3c_qp_ring_ok) { g3c_qp_n_sm = n_sm, g3c_qp_ring_ok = 1; }
+    ~qp_sim() { g3c_qp_n_sm = sm, g3c_qp_ring_ok = ring; }
+};
+
+extern "C" int g3_cuda_test_qp_variant(uint32_t src_type, int n, int k, const char *quant, int m, int geglu, int pn,
+                                       int sz, int n_sm, g3_cuda_qp_variant *out) {
+    g3_dmat d;
+    if (n_sm <= 0 || test_dmat_loaded(&d, src_type, n, k, quant, sz)) return -1;
+    qp_sim sim(n_sm);
+    if (!g3c_qp_usable(&d, m, geglu, pn)) return 1;
+    const qp_var v = g3c_qp_variant(&d, m, geglu, pn);
+    out->f16 = qt_f16(v.qt), out->M = v.M, out->u = v.u, out->pc = v.pc, out->hl = v.hl, out->rg = v.rg;
+    out->gs = v.gs, out->kc = v.kc, out->ks = v.ks, out->blocks = g3c_qp_blocks(&d, v.ks);
+    out->smem = (long)v.smem, out->smem_max = v.rg ? QP_SMEM_RG : QP_SMEM_MAX;
+    return 0;
+}
+
+extern "C" int g3_cuda_test_qp_gd_pair(uint32_t src_type, const char *quant, int hidden, int inter, int m, int sz,
+                                       int n_sm) {
+    g3_dmat gu, dn;
+    if (n_sm <= 0 || test_dmat_loaded(&gu, src_type, 2 * inter, hidden, quant, sz) ||
+        test_dmat_loaded(&dn, src_type, hidden, inter, quant, sz))
+        return -2;
+    qp_sim sim(n_sm);
+    return g3c_qgemv_gd_pair(&gu, &dn, m);
 }
 
 extern "C" int g3_cuda_test_tqg(uint32_t src_type, int n, int k, int m) {

@@ -135,14 +135,22 @@ static cudaError_t qp_gd_init(void) { /* the fused kernels' shared memory, once 
     return e;
 }
 
+int g3c_qgemv_gd_pair(const g3_dmat *gu, const g3_dmat *dn, int m) {
+    qp_var vg, vd;
+    int nb, n;
+    const qp_gd_fn fn = qp_gd_pick(gu, dn, m, &vg, &vd, &nb);
+    const qp_gd_pair *p = qp_gd_pairs(&n);
+    for (int i = 0; fn && i < n; i++)
+        if (p[i].fn == fn) return i;
+    return -1;
+}
+
 int g3c_qgemv_gd_ok(const g3_dmat *gu, const g3_dmat *dn, int m) {
     if (qp_gd_init() != cudaSuccess) {
         (void)cudaGetLastError();
         return 0;
     }
-    qp_var vg, vd;
-    int nb;
-    return qp_gd_pick(gu, dn, m, &vg, &vd, &nb) != NULL;
+    return g3c_qgemv_gd_pair(gu, dn, m) >= 0;
 }
 
 cudaError_t g3c_qgemv_gd(const g3_dmat *gu, const g3c_qp_pre *pre, const g3_dmat *dn, int m, float *a, int lda,

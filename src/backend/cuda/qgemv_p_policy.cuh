@@ -29,3 +29,6 @@ qp_var g3c_qp_variant(const g3_dmat *w, int m, int geglu, int pn);
 int g3c_qp_blocks(const g3_dmat *w, int ks); /* the grid: ks groups of at most g3c_qp_n_sm / ks blocks */
 int g3c_qp_usable(const g3_dmat *w, int m, int geglu, int pn); /* the product can take the kernel at m rows */
 int g3c_qp_opt(int m); /* the kernel's opt argument (qgemv_p_body.cuh) */
+/* The fused gate/up + down pair (qgemv_gd.cu's table) these two products take at m rows, -1 where none: the policy alone,
+ * on the SM count in g3c_qp_n_sm (no GPU needed; g3c_qgemv_gd_ok also sets the kernels up) */
+int g3c_qgemv_gd_pair(const g3_dmat *gu, const g3_dmat *dn, int m);
