@@ -121,6 +121,14 @@ static int test_dmat_header(g3_dmat *d, uint32_t src_type, int n, int k, const c
     return 0;
 }
 
+/* a matrix header as loaded: the GGUF scale codes and int4's half2 pairs as markers (never read: policy only) */
+static int test_dmat_loaded(g3_dmat *d, uint32_t src_type, int n, int k, const char *quant, int sz) {
+    if (test_dmat_header(d, src_type, n, k, quant)) return -1;
+    if (g3cb_kcodes_wanted(d, src_type)) d->kc = (uint16_t *)d, d->kd = src_type == G3_DTYPE_Q4_K ? (uint32_t *)d : NULL;
+    if (sz && d->qt == G3Q_INT4 && d->g == 128) d->sz = (uint32_t *)d;
+    return 0;
+}
+
 extern "C" int g3_cuda_test_mm_path(uint32_t src_type, int n, int k, const char *quant, int gemm, int m) {
     g3_dmat d;
     if (test_dmat_header(&d, src_type, n, k, quant)) return -1;
@@ -152,9 +160,7 @@ extern "C" int g3_cuda_test_qp_f16(uint32_t src_type, int n, int k, const char *
 
 extern "C" int g3_cuda_test_qp_kc(uint32_t src_type, int n, int k, int m, int geglu, int pn) {
     g3_dmat d;
-    if (test_dmat_header(&d, src_type, n, k, "bf16")) return -1;
-    if (g3cb_kcodes_wanted(&d, src_type)) /* as loaded: codes (markers, never read here) */
-        d.kc = (uint16_t *)&d, d.kd = src_type == G3_DTYPE_Q4_K ? (uint32_t *)&d : NULL;
+    if (test_dmat_loaded(&d, src_type, n, k, "bf16", 0)) return -1;
     return g3c_qgemvp_kc(&d, m, geglu, pn);
 }
 
@@ -165,13 +171,6 @@ extern "C" int g3_cuda_test_qp_sz(int n, int k, int m, int geglu, int pn) {
     return g3c_qgemvp_sz(&d, m, geglu, pn);
 }
 
-/* a matrix header as loaded: the GGUF scale codes and int4's half2 pairs as markers (never read: policy only) */
-static int test_dmat_loaded(g3_dmat *d, uint32_t src_type, int n, int k, const char *quant, int sz) {
-    if (test_dmat_header(d, src_type, n, k, quant)) return -1;
-    if (g3cb_kcodes_wanted(d, src_type)) d->kc = (uint16_t *)d, d->kd = src_type == G3_DTYPE_Q4_K ? (uint32_t *)d : NULL;
-    if (sz && d->qt == G3Q_INT4 && d->g == 128) d->sz = (uint32_t *)d;
-    return 0;
-}
 /* the policy on a simulated GPU of n_sm SMs with the ring's shared memory; the real values restored after */
 struct qp_sim {
     int sm, ring;

@@ -100,21 +100,22 @@ static int qp_var_is(const qp_var &v, const int (&k)[9]) {
     return v.qt == k[0] && v.M == k[1] && v.u == k[2] && v.pc == k[3] && v.hl == k[4] && v.pn == k[5] &&
            v.rg == k[6] && v.gs == k[7] && v.kc == k[8];
 }
-/* the fused kernel for this pair of products at m rows, NULL where none is built or the shapes do not fit */
-static qp_gd_fn qp_gd_pick(const g3_dmat *gu, const g3_dmat *dn, int m, qp_var *vg, qp_var *vd, int *nb_d) {
-    if (m != 1 || gu->n != 2 * dn->k || !g3c_qp_usable(gu, m, 1, 1) || !g3c_qp_usable(dn, m, 0, 0)) return NULL;
+/* the fused pair (its index in qp_gd_pairs) for these two products at m rows, -1 where none is built or the shapes do
+ * not fit */
+static int qp_gd_pick(const g3_dmat *gu, const g3_dmat *dn, int m, qp_var *vg, qp_var *vd, int *nb_d) {
+    if (m != 1 || gu->n != 2 * dn->k || !g3c_qp_usable(gu, m, 1, 1) || !g3c_qp_usable(dn, m, 0, 0)) return -1;
     *vg = g3c_qp_variant(gu, m, 1, 1), *vd = g3c_qp_variant(dn, m, 0, 0);
-    if (vd->ks < 2 || vd->ks > 8 || dn->k % vd->ks) return NULL; /* one slice: the wait would be a grid barrier */
+    if (vd->ks < 2 || vd->ks > 8 || dn->k % vd->ks) return -1; /* one slice: the wait would be a grid barrier */
     /* every warp's first row group in slice 0, so that slice 0 complete means every block has cleared its part of y
      * (qp_gd_wait) */
-    if (dn->k / vd->ks < g3c_qp_blocks(gu, 1) * (QP_T / 32)) return NULL;
+    if (dn->k / vd->ks < g3c_qp_blocks(gu, 1) * (QP_T / 32)) return -1;
     *nb_d = g3c_qp_blocks(dn, vd->ks);
-    if (*nb_d > g3c_qp_blocks(gu, 1)) return NULL; /* a down unit for every block at most */
+    if (*nb_d > g3c_qp_blocks(gu, 1)) return -1; /* a down unit for every block at most */
     int n;
     const qp_gd_pair *p = qp_gd_pairs(&n);
     for (int i = 0; i < n; i++)
-        if (qp_var_is(*vg, p[i].g) && qp_var_is(*vd, p[i].d)) return p[i].fn;
-    return NULL;
+        if (qp_var_is(*vg, p[i].g) && qp_var_is(*vd, p[i].d)) return i;
+    return -1;
 }
 
 int g3c_qgemv_gd_enabled(void) { /* $G3_CUDA_QPGD=1; read at every call */
@@ -137,12 +138,8 @@ static cudaError_t qp_gd_init(void) { /* the fused kernels' shared memory, once 
 
 int g3c_qgemv_gd_pair(const g3_dmat *gu, const g3_dmat *dn, int m) {
     qp_var vg, vd;
-    int nb, n;
-    const qp_gd_fn fn = qp_gd_pick(gu, dn, m, &vg, &vd, &nb);
-    const qp_gd_pair *p = qp_gd_pairs(&n);
-    for (int i = 0; fn && i < n; i++)
-        if (p[i].fn == fn) return i;
-    return -1;
+    int nb;
+    return qp_gd_pick(gu, dn, m, &vg, &vd, &nb);
 }
 
 int g3c_qgemv_gd_ok(const g3_dmat *gu, const g3_dmat *dn, int m) {
@@ -163,8 +160,10 @@ cudaError_t g3c_qgemv_gd(const g3_dmat *gu, const g3c_qp_pre *pre, const g3_dmat
     if (e != cudaSuccess) return e;
     qp_var vg, vd;
     int nb_d;
-    const qp_gd_fn fn = qp_gd_pick(gu, dn, m, &vg, &vd, &nb_d);
-    if (!fn) return cudaErrorNotSupported;
+    const int pair = qp_gd_pick(gu, dn, m, &vg, &vd, &nb_d);
+    if (pair < 0) return cudaErrorNotSupported;
+    int n;
+    const qp_gd_fn fn = qp_gd_pairs(&n)[pair].fn;
     qp_gd gd = {cnt, dn->k / vd.ks};
     e = g3c_launch(fn, dim3(g3c_qp_blocks(gu, 1)), dim3(QP_T), vg.smem > vd.smem ? vg.smem : vd.smem, st, *gu, *dn, m, a,
                    lda, y, ldy, vg.gsh, vd.gsh, vd.ks, nb_d, *pre, g3c_qp_opt(m), g3c_qp_opt(m), gd);
