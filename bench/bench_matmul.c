@@ -3,7 +3,8 @@
  * copies (>= 256 MiB) that they come from DRAM, as in a real decode step. Times are the best of many runs. Ends with the per-token matmul time
  * of the whole 1B model (26 layers + logits head for decode; 26 layers for prefill).
  *
- *   bench_matmul [-t threads] [-T f32,f16,bf16,q8_0,q4_0,q4_k,q6_k,q8_0_r8,q4_0_r8] [-m 1,128] [-s NxK[,NxK...]]
+ *   bench_matmul [-t threads] [-T f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q4_k,q5_k,q6_k,q8_0_r8,q4_0_r8] [-m 1,128]
+ *                [-s NxK[,NxK...]]
  *                [-b GB/s] [-k scalar|avx2|avx512] [-r seconds per case] [-c copies (1: cache-resident)] */
 #include <math.h>
 #include <stdint.h>
@@ -112,12 +113,10 @@ static const shape k_1b[] = {
 };
 
 static uint32_t parse_type(const char *s) {
-    const char *names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "q8_0_r8", "q4_0_r8"};
-    uint32_t ids[] = {G3_DTYPE_F32,  G3_DTYPE_F16,  G3_DTYPE_BF16,  G3_DTYPE_Q8_0, G3_DTYPE_Q4_0,
-                      G3_DTYPE_Q4_K, G3_DTYPE_Q6_K, G3_CPU_Q8_0_R8, G3_CPU_Q4_0_R8};
-    for (int i = 0; i < 9; i++)
-        if (!strcmp(s, names[i])) return ids[i];
-    return 999;
+    if (!strcmp(s, "q8_0_r8")) return G3_CPU_Q8_0_R8;
+    if (!strcmp(s, "q4_0_r8")) return G3_CPU_Q4_0_R8;
+    g3_dtype t;
+    return g3_dtype_from_name(s, &t) ? (uint32_t)t : 999;
 }
 
 static uint32_t base_type(uint32_t t) {

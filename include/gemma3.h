@@ -39,14 +39,21 @@ typedef enum g3_dtype {
     G3_DTYPE_F32 = 0,
     G3_DTYPE_F16 = 1,
     G3_DTYPE_Q4_0 = 2,
+    G3_DTYPE_Q4_1 = 3,
+    G3_DTYPE_Q5_0 = 6,
+    G3_DTYPE_Q5_1 = 7,
     G3_DTYPE_Q8_0 = 8,
     G3_DTYPE_Q4_K = 12,
+    G3_DTYPE_Q5_K = 13,
     G3_DTYPE_Q6_K = 14,
     G3_DTYPE_BF16 = 30,
     G3_DTYPE_COUNT_GGUF = 40, /* GGUF type ids are below this */
 } g3_dtype;
 
 const char *g3_dtype_name(g3_dtype t);
+/* The type named (case-insensitive: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k",
+ * "q6_k"); 0 when the name is none of them (*out unchanged). */
+int g3_dtype_from_name(const char *name, g3_dtype *out);
 
 /* ---- model configuration -------------------------------------------------------------------------------- */
 #define G3_MAX_LAYERS 256
@@ -93,7 +100,9 @@ const g3_config *g3_model_config(const g3_model *m);
 g3_status g3_model_random(const char *size, g3_dtype type, uint64_t seed, int layers_override, g3_model **out,
                           g3_error *err);
 /* The same with the matrices in a mix of types, as llama.cpp's quantizer writes them: "q4_k_m" (Q4_K, with Q6_K in
- * the embedding and in attn_v / ffn_down of the first and last eighth of the layers and every third between). */
+ * the embedding and in attn_v / ffn_down of the first and last eighth of the layers and every third between) or
+ * "q5_k_m" (Q5_K with the same Q6_K tensors); rows that 256 does not divide (the 1B shape's 1152) take llama.cpp's
+ * fallback types: Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0 for Q6_K. */
 g3_status g3_model_random_mix(const char *size, const char *mix, uint64_t seed, int layers_override, g3_model **out,
                               g3_error *err);
 

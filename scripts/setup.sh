@@ -16,11 +16,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# Python helpers for the tests (the official openai client for the server tests).
+# Python helpers for the tests (the official openai client for the server tests; gguf, llama.cpp's GGUF package, for
+# the block-format cross-checks).
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv --system-site-packages .venv
 fi
-if ! .venv/bin/python -c "import openai" >/dev/null 2>&1; then
+if ! .venv/bin/python -c "import openai, gguf" >/dev/null 2>&1; then
   .venv/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
 fi
 

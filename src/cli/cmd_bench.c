@@ -18,15 +18,6 @@
 #include "backend/cuda/cuda_api.h"
 #endif
 
-static int parse_type(const char *s, g3_dtype *t) {
-    static const struct { const char *n; g3_dtype t; } tab[] = {
-        {"f32", G3_DTYPE_F32}, {"f16", G3_DTYPE_F16}, {"bf16", G3_DTYPE_BF16}, {"q8_0", G3_DTYPE_Q8_0},
-        {"q4_0", G3_DTYPE_Q4_0}, {"q4_k", G3_DTYPE_Q4_K}, {"q6_k", G3_DTYPE_Q6_K}};
-    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
-        if (!strcasecmp(s, tab[i].n)) return *t = tab[i].t, 1;
-    return 0;
-}
-
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -156,7 +147,7 @@ int g3_cli_bench(int argc, char **argv) {
     g3_arg args[] = {
         {"model", 'm', G3_ARG_STR, &mo.model, "model: Hugging Face folder or .gguf file"},
         {"random-weights", 0, G3_ARG_STR, &random, "random weights of a released shape: 270m, 1b, 4b, 12b, 27b"},
-        {"type", 0, G3_ARG_STR, &type_s, "weight type with --random-weights: bf16, f16, f32, q8_0, q4_0, q4_k, q6_k, or the mix q4_k_m"},
+        {"type", 0, G3_ARG_STR, &type_s, "weight type with --random-weights: bf16, f16, f32, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, or the mixes q4_k_m, q5_k_m"},
         {"layers", 0, G3_ARG_INT, &layers, "with --random-weights: only this many layers (0 = all)"},
         {"n-prompt", 'p', G3_ARG_INT, &n_prompt, "prompt tokens for the prefill measurement"},
         {"n-gen", 'n', G3_ARG_INT, &n_gen, "tokens to decode"},
@@ -215,9 +206,9 @@ int g3_cli_bench(int argc, char **argv) {
     double t0 = g3_now();
     if (random) {
         g3_dtype t;
-        if (!strcasecmp(type_s, "q4_k_m")) {
+        if (!strcasecmp(type_s, "q4_k_m") || !strcasecmp(type_s, "q5_k_m")) {
             if (g3_model_random_mix(random, type_s, 1234, layers, &m, &err) != G3_OK) goto fail;
-        } else if (!parse_type(type_s, &t)) {
+        } else if (!g3_dtype_from_name(type_s, &t)) {
             fprintf(stderr, "gemma3 bench: unknown --type %s\n", type_s);
             free(batches);
             return 2;

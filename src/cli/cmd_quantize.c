@@ -12,24 +12,21 @@ int g3_cli_quantize(int argc, char **argv) {
     g3_arg args[] = {
         {"model", 'm', G3_ARG_STR, &model, "input model: Hugging Face folder or .gguf file"},
         {"out", 'o', G3_ARG_STR, &out, "output .gguf file"},
-        {"type", 0, G3_ARG_STR, &type_s, "weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k"},
+        {"type", 0, G3_ARG_STR, &type_s, "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k"},
     };
     int rc = g3_args_parse("quantize", "Convert a model to a GGUF file (norms stay float32; rows that do not fit a "
-                                       "K-quant's 256-value blocks fall back to q8_0).",
+                                       "K-quant's 256-value blocks take llama.cpp's fallback: q5_0 for q4_k, q5_1 "
+                                       "for q5_k, q8_0 for q6_k).",
                            args, sizeof args / sizeof args[0], argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
     if (!model || !out) {
         fprintf(stderr, "gemma3 quantize: -m MODEL and -o OUT are required\n");
         return 2;
     }
-    static const struct { const char *n; uint32_t t; } tab[] = {
-        {"f32", G3_DTYPE_F32}, {"f16", G3_DTYPE_F16}, {"bf16", G3_DTYPE_BF16}, {"q8_0", G3_DTYPE_Q8_0},
-        {"q4_0", G3_DTYPE_Q4_0}, {"q4_k", G3_DTYPE_Q4_K}, {"q6_k", G3_DTYPE_Q6_K}};
-    uint32_t type = 0xffffffffu;
-    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
-        if (!strcasecmp(type_s, tab[i].n)) type = tab[i].t;
-    if (type == 0xffffffffu) {
-        fprintf(stderr, "gemma3 quantize: unknown --type %s (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)\n", type_s);
+    g3_dtype type;
+    if (!g3_dtype_from_name(type_s, &type)) {
+        fprintf(stderr, "gemma3 quantize: unknown --type %s (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, "
+                        "q6_k)\n", type_s);
         return 2;
     }
     g3_error err = {0};

@@ -1,5 +1,5 @@
 /* Tensor element types: the info table, row/tensor sizes, and the portable reference dequantizers and
- * quantizers for F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K (block layouts in dtype.h, bit-compatible with
+ * quantizers for F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K (block layouts in dtype.h, bit-compatible with
  * GGUF/ggml). The quantizers search each block's scale(s) for the least squared error; they run at model
  * conversion time, so they favour quality over speed. */
 #include "model/dtype.h"
@@ -15,6 +15,10 @@ _Static_assert(sizeof(g3_block_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(g3_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(g3_block_q4_k) == 144, "Q4_K block is 144 bytes");
 _Static_assert(sizeof(g3_block_q6_k) == 210, "Q6_K block is 210 bytes");
+_Static_assert(sizeof(g3_block_q4_1) == 20, "Q4_1 block is 20 bytes");
+_Static_assert(sizeof(g3_block_q5_0) == 22, "Q5_0 block is 22 bytes");
+_Static_assert(sizeof(g3_block_q5_1) == 24, "Q5_1 block is 24 bytes");
+_Static_assert(sizeof(g3_block_q5_k) == 176, "Q5_K block is 176 bytes");
 
 static const g3_dtype_info info_f32 = {"F32", 1, 4, 0};
 static const g3_dtype_info info_f16 = {"F16", 1, 2, 0};
@@ -23,6 +27,10 @@ static const g3_dtype_info info_q8_0 = {"Q8_0", G3_QK8_0, sizeof(g3_block_q8_0),
 static const g3_dtype_info info_q4_0 = {"Q4_0", G3_QK4_0, sizeof(g3_block_q4_0), 1};
 static const g3_dtype_info info_q4_k = {"Q4_K", G3_QK_K, sizeof(g3_block_q4_k), 1};
 static const g3_dtype_info info_q6_k = {"Q6_K", G3_QK_K, sizeof(g3_block_q6_k), 1};
+static const g3_dtype_info info_q4_1 = {"Q4_1", 32, sizeof(g3_block_q4_1), 1};
+static const g3_dtype_info info_q5_0 = {"Q5_0", 32, sizeof(g3_block_q5_0), 1};
+static const g3_dtype_info info_q5_1 = {"Q5_1", 32, sizeof(g3_block_q5_1), 1};
+static const g3_dtype_info info_q5_k = {"Q5_K", G3_QK_K, sizeof(g3_block_q5_k), 1};
 
 const g3_dtype_info *g3_dtype_get(uint32_t type) {
     switch (type) {
@@ -33,7 +41,21 @@ const g3_dtype_info *g3_dtype_get(uint32_t type) {
     case G3_DTYPE_Q4_0: return &info_q4_0;
     case G3_DTYPE_Q4_K: return &info_q4_k;
     case G3_DTYPE_Q6_K: return &info_q6_k;
+    case G3_DTYPE_Q4_1: return &info_q4_1;
+    case G3_DTYPE_Q5_0: return &info_q5_0;
+    case G3_DTYPE_Q5_1: return &info_q5_1;
+    case G3_DTYPE_Q5_K: return &info_q5_k;
     default: return NULL;
+    }
+}
+
+uint32_t g3_dtype_fallback(uint32_t type, int64_t k) {
+    if (k % G3_QK_K == 0) return type;
+    switch (type) {
+    case G3_DTYPE_Q4_K: return G3_DTYPE_Q5_0;
+    case G3_DTYPE_Q5_K: return G3_DTYPE_Q5_1;
+    case G3_DTYPE_Q6_K: return G3_DTYPE_Q8_0;
+    default: return type;
     }
 }
 
@@ -121,6 +143,53 @@ void g3_dequant_row(uint32_t type, const void *src, float *dst, int64_t k) {
             for (int j = 0; j < 16; j++) {
                 dst[i * 32 + j] = d * (float)((b[i].qs[j] & 0x0F) - 8);
                 dst[i * 32 + j + 16] = d * (float)((b[i].qs[j] >> 4) - 8);
+            }
+        }
+        break;
+    }
+    case G3_DTYPE_Q4_1: {
+        const g3_block_q4_1 *b = src;
+        for (int64_t i = 0; i < k / 32; i++) {
+            float d = g3_f16_to_f32(b[i].d), m = g3_f16_to_f32(b[i].m);
+            for (int j = 0; j < 16; j++) {
+                dst[i * 32 + j] = d * (float)(b[i].qs[j] & 0x0F) + m;
+                dst[i * 32 + j + 16] = d * (float)(b[i].qs[j] >> 4) + m;
+            }
+        }
+        break;
+    }
+    case G3_DTYPE_Q5_0:
+    case G3_DTYPE_Q5_1: {
+        /* both: qh[4] and qs[16] after the f16 scale (and Q5_1's f16 offset) */
+        const size_t bb = type == G3_DTYPE_Q5_0 ? 22 : 24, hq = bb - 20;
+        const uint8_t *p = src;
+        for (int64_t i = 0; i < k / 32; i++, p += bb) {
+            uint16_t dh, mh;
+            memcpy(&dh, p, 2);
+            memcpy(&mh, p + 2, 2);
+            float d = g3_f16_to_f32(dh), m = type == G3_DTYPE_Q5_0 ? -16.0f * d : g3_f16_to_f32(mh);
+            uint32_t qh;
+            memcpy(&qh, p + hq, 4);
+            for (int j = 0; j < 32; j++) {
+                int q = ((p[hq + 4 + j % 16] >> (4 * (j / 16))) & 0x0F) | (int)((qh >> j) & 1u) << 4;
+                dst[i * 32 + j] = d * (float)q + m;
+            }
+        }
+        break;
+    }
+    case G3_DTYPE_Q5_K: {
+        const g3_block_q5_k *b = src;
+        for (int64_t i = 0; i < k / 256; i++) {
+            float d = g3_f16_to_f32(b[i].d), dmin = g3_f16_to_f32(b[i].dmin);
+            float *y = dst + i * 256;
+            for (int j = 0; j < 8; j++) {
+                int sc, m;
+                q4k_scale_min(j, b[i].scales, &sc, &m);
+                float s = d * (float)sc, mm = dmin * (float)m;
+                const uint8_t *q = b[i].qs + 32 * (j / 2);
+                int shift = 4 * (j & 1);
+                for (int l = 0; l < 32; l++)
+                    y[32 * j + l] = s * (float)(((q[l] >> shift) & 0x0F) | ((b[i].qh[l] >> j) & 1) << 4) - mm;
             }
         }
         break;
@@ -233,9 +302,10 @@ static float fit_affine(const float *x, const int *q, int n, int nonpos_b, float
     return (float)err;
 }
 
-/* Best (scale >= 0, min >= 0) for one Q4_K sub-block of 32 values: x ~ scale*q - min, q in 0..15. Tries a range
- * of grid spacings around (max - min)/15, refits scale and offset by least squares for each, keeps the best. */
-static void q4k_sub_fit(const float *x, float *scale, float *min) {
+/* Best (scale >= 0, min >= 0) for one K-quant sub-block of 32 values: x ~ scale*q - min, q in 0..levels (15 for
+ * Q4_K, 31 for Q5_K). Tries a range of grid spacings around (max - min)/levels, refits scale and offset by least
+ * squares for each, keeps the best. */
+static void kq_sub_fit(const float *x, int levels, float *scale, float *min) {
     float lo = 0, hi = -FLT_MAX;
     for (int i = 0; i < 32; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
     if (hi <= lo) { /* constant block, at or below zero */
@@ -246,8 +316,8 @@ static void q4k_sub_fit(const float *x, float *scale, float *min) {
     float best_err = FLT_MAX, best_a = 0, best_b = lo;
     int q[32];
     for (int t = -8; t <= 12; t++) {
-        float iscale = (15.0f + 0.1f * (float)t) / (hi - lo);
-        for (int i = 0; i < 32; i++) q[i] = qround((x[i] - lo) * iscale, 0, 15);
+        float iscale = ((float)levels + 0.1f * (float)t) / (hi - lo);
+        for (int i = 0; i < 32; i++) q[i] = qround((x[i] - lo) * iscale, 0, levels);
         float a, b;
         float err = fit_affine(x, q, 32, 1, &a, &b);
         if (err < best_err) best_err = err, best_a = a, best_b = b;
@@ -259,7 +329,7 @@ static void q4k_sub_fit(const float *x, float *scale, float *min) {
 static void quant_q4_k(const float *x, g3_block_q4_k *b) {
     float scale[8], min[8], max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; j++) {
-        q4k_sub_fit(x + 32 * j, &scale[j], &min[j]);
+        kq_sub_fit(x + 32 * j, 15, &scale[j], &min[j]);
         max_scale = fmaxf(max_scale, scale[j]);
         max_min = fmaxf(max_min, min[j]);
     }
@@ -281,6 +351,98 @@ static void quant_q4_k(const float *x, g3_block_q4_k *b) {
         for (int l = 0; l < 32; l++) {
             int v = qround((x[32 * j + l] + mm) * is, 0, 15);
             q[l] |= (uint8_t)(v << (4 * (j & 1)));
+        }
+    }
+}
+
+/* Q5_0: x = d*(q-16), q in 0..31: Q4_0's search with twice the levels. */
+static void quant_q5_0(const float *x, g3_block_q5_0 *b) {
+    float amax = 0, vmax = 0;
+    for (int j = 0; j < 32; j++)
+        if (fabsf(x[j]) > amax) amax = fabsf(x[j]), vmax = x[j];
+    float best_d = 0, best_err = FLT_MAX;
+    if (amax > 0) {
+        for (int t = 0; t <= 16; t++) {
+            float d = vmax / (-16.0f + 0.25f * (float)t); /* -16 .. -12 */
+            float dq = g3_f16_to_f32(g3_f32_to_f16(d));
+            if (dq == 0) continue;
+            float id = 1.0f / dq, err = 0;
+            for (int j = 0; j < 32; j++) {
+                float e = dq * (float)(qround(x[j] * id, -16, 15)) - x[j];
+                err += e * e;
+            }
+            if (err < best_err) best_err = err, best_d = dq;
+        }
+    }
+    b->d = g3_f32_to_f16(best_d);
+    float id = best_d != 0 ? 1.0f / best_d : 0.0f;
+    uint32_t qh = 0;
+    memset(b->qs, 0, sizeof b->qs);
+    for (int j = 0; j < 32; j++) {
+        int q = qround(x[j] * id, -16, 15) + 16;
+        b->qs[j % 16] |= (uint8_t)((q & 0x0F) << (4 * (j / 16)));
+        qh |= (uint32_t)(q >> 4) << j;
+    }
+    memcpy(b->qh, &qh, 4);
+}
+
+/* Q4_1 / Q5_1: x = d*q + m, q in 0..levels (15 or 31), both f16. Grid spacings around (max - min)/levels are
+ * tried, each refit by least squares; the codes are then taken against the scale and offset as stored. */
+static void quant_affine32(const float *x, int levels, uint16_t *pd, uint16_t *pm, uint8_t qs[16], uint8_t *qh) {
+    float lo = FLT_MAX, hi = -FLT_MAX;
+    for (int i = 0; i < 32; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
+    float best_a = 0, best_b = lo;
+    if (hi > lo) {
+        float best_err = FLT_MAX;
+        int q[32];
+        for (int t = -8; t <= 12; t++) {
+            float iscale = ((float)levels + 0.1f * (float)t) / (hi - lo);
+            for (int i = 0; i < 32; i++) q[i] = qround((x[i] - lo) * iscale, 0, levels);
+            float a, bb;
+            float err = fit_affine(x, q, 32, 0, &a, &bb);
+            if (err < best_err) best_err = err, best_a = a, best_b = bb;
+        }
+    }
+    *pd = g3_f32_to_f16(best_a);
+    *pm = g3_f32_to_f16(best_b);
+    float d = g3_f16_to_f32(*pd), m = g3_f16_to_f32(*pm), id = d > 0 ? 1.0f / d : 0.0f;
+    uint32_t h = 0;
+    memset(qs, 0, 16);
+    for (int j = 0; j < 32; j++) {
+        int v = qround((x[j] - m) * id, 0, levels);
+        qs[j % 16] |= (uint8_t)((v & 0x0F) << (4 * (j / 16)));
+        h |= (uint32_t)(v >> 4) << j;
+    }
+    if (qh) memcpy(qh, &h, 4);
+}
+
+/* Q5_K: Q4_K's fit with 32 levels a sub-block; the fifth bit of value l of sub-block j is bit j of qh[l]. */
+static void quant_q5_k(const float *x, g3_block_q5_k *b) {
+    float scale[8], min[8], max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; j++) {
+        kq_sub_fit(x + 32 * j, 31, &scale[j], &min[j]);
+        max_scale = fmaxf(max_scale, scale[j]);
+        max_min = fmaxf(max_min, min[j]);
+    }
+    b->d = g3_f32_to_f16(max_scale / 63.0f);
+    b->dmin = g3_f32_to_f16(max_min / 63.0f);
+    float d = g3_f16_to_f32(b->d), dmin = g3_f16_to_f32(b->dmin);
+    int sc[8], m[8];
+    for (int j = 0; j < 8; j++) {
+        sc[j] = d > 0 ? qround(scale[j] / d, 0, 63) : 0;
+        m[j] = dmin > 0 ? qround(min[j] / dmin, 0, 63) : 0;
+    }
+    q4k_pack_scales(sc, m, b->scales);
+    memset(b->qs, 0, sizeof b->qs);
+    memset(b->qh, 0, sizeof b->qh);
+    for (int j = 0; j < 8; j++) {
+        float s = d * (float)sc[j], mm = dmin * (float)m[j];
+        float is = s > 0 ? 1.0f / s : 0.0f;
+        uint8_t *q = b->qs + 32 * (j / 2);
+        for (int l = 0; l < 32; l++) {
+            int v = qround((x[32 * j + l] + mm) * is, 0, 31);
+            q[l] |= (uint8_t)((v & 0x0F) << (4 * (j & 1)));
+            b->qh[l] |= (uint8_t)((v >> 4) << j);
         }
     }
 }
@@ -376,6 +538,24 @@ g3_status g3_quantize_row(uint32_t type, const float *src, void *dst, int64_t k,
         break;
     case G3_DTYPE_Q6_K:
         for (int64_t i = 0; i < k / 256; i++) quant_q6_k(src + 256 * i, (g3_block_q6_k *)dst + i);
+        break;
+    case G3_DTYPE_Q5_0:
+        for (int64_t i = 0; i < k / 32; i++) quant_q5_0(src + 32 * i, (g3_block_q5_0 *)dst + i);
+        break;
+    case G3_DTYPE_Q4_1:
+        for (int64_t i = 0; i < k / 32; i++) {
+            g3_block_q4_1 *b = (g3_block_q4_1 *)dst + i;
+            quant_affine32(src + 32 * i, 15, &b->d, &b->m, b->qs, NULL);
+        }
+        break;
+    case G3_DTYPE_Q5_1:
+        for (int64_t i = 0; i < k / 32; i++) {
+            g3_block_q5_1 *b = (g3_block_q5_1 *)dst + i;
+            quant_affine32(src + 32 * i, 31, &b->d, &b->m, b->qs, b->qh);
+        }
+        break;
+    case G3_DTYPE_Q5_K:
+        for (int64_t i = 0; i < k / 256; i++) quant_q5_k(src + 256 * i, (g3_block_q5_k *)dst + i);
         break;
     default: return g3_fail(err, G3_ERR_UNSUPPORTED, "quantize: no quantizer for %s", t->name);
     }

@@ -13,6 +13,7 @@
 #include "tokenizer/tokenizer.h"
 
 uint32_t g3_export_type_for(uint32_t type, int64_t k) {
+    type = g3_dtype_fallback(type, k); /* llama.cpp's: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 */
     if (g3_row_bytes(type, k)) return type;
     if (g3_row_bytes(G3_DTYPE_Q8_0, k) && type != G3_DTYPE_F32 && type != G3_DTYPE_F16 && type != G3_DTYPE_BF16)
         return G3_DTYPE_Q8_0;

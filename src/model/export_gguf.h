@@ -7,8 +7,8 @@
 #include "gemma3.h"
 #include "model/model.h"
 
-/* tok may be NULL (no tokenizer metadata). Matrices whose rows do not fit the target's block size fall back to
- * Q8_0 (or F16/BF16 when even that does not fit). progress: print per-tensor progress to stderr. */
+/* tok may be NULL (no tokenizer metadata). Matrices whose rows do not fit the target's block size take llama.cpp's
+ * fallback type (g3_dtype_fallback), else Q8_0 (or F16 when even that does not fit). progress: print per-tensor progress to stderr. */
 g3_status g3_model_export_gguf(const g3_model *m, const g3_tokenizer *tok, uint32_t type, const char *path,
                                int progress, g3_error *err);
 /* The type a matrix with rows of k values gets when `type` is asked for. */

@@ -113,6 +113,33 @@ for t in q8_0 q4_0; do
   check "quantize --type $t loads and generates" bash -c "[[ '${got:-}' =~ ^[0-9]+(,[0-9]+){3}$ ]]"
 done
 
+# --- GGUF block types against gguf-py (llama.cpp's Python package, an independent encoder/decoder) ---------------
+# Our quantizer writes the demo model in each type; gguf-py's dequantization of every tensor must equal ours (the
+# file converted back by `quantize --type f32`) bit for bit, and the types must be the ones llama.cpp would write
+# (the 320-wide rows do not fit 256-value blocks: q4_k -> Q5_0 there, q5_k -> Q5_1). Then gguf-py quantizes the
+# float file itself (its own encoder's bytes) and our loader must decode those exactly too.
+if [ -d models/gemma3-pydoc ] && "$PY" -c "import gguf" 2>/dev/null; then
+  XC=tests/cli/gguf_crosscheck.py
+  for tt in q4_1:Q4_1 q5_0:Q5_0 q5_1:Q5_1 q5_k:Q5_K,Q5_1 q4_k:Q4_K,Q5_0 q6_k:Q6_K,Q8_0; do
+    t=${tt%%:*}; want=${tt#*:}
+    "$BIN" quantize -m models/gemma3-pydoc -o "$TMP/p-$t.gguf" --type $t >/dev/null 2>&1 &&
+      "$BIN" quantize -m "$TMP/p-$t.gguf" -o "$TMP/p-$t-f32.gguf" --type f32 >/dev/null 2>&1
+    check "quantize --type $t: gguf-py decodes every tensor as we do ($want)" \
+      "$PY" $XC compare "$TMP/p-$t.gguf" "$TMP/p-$t-f32.gguf" "$want"
+  done
+  "$BIN" quantize -m models/gemma3-pydoc -o "$TMP/p-f32.gguf" --type f32 >/dev/null 2>&1
+  for t in q4_1 q5_0 q5_1; do
+    "$PY" $XC requant "$TMP/p-f32.gguf" "$TMP/g-$t.gguf" $t >/dev/null 2>&1 &&
+      "$BIN" quantize -m "$TMP/g-$t.gguf" -o "$TMP/g-$t-f32.gguf" --type f32 >/dev/null 2>&1
+    check "a $t file written by gguf-py loads and decodes as gguf-py decodes it" \
+      "$PY" $XC compare "$TMP/g-$t.gguf" "$TMP/g-$t-f32.gguf" "${t^^}"
+    got=$("$BIN" run -m "$TMP/g-$t.gguf" --prompt-ids 2,17,33 -n 4 --temp 0 --ignore-eos --print-ids 2>/dev/null)
+    check "a $t file written by gguf-py generates" bash -c "[[ '${got:-}' =~ ^[0-9]+(,[0-9]+){3}$ ]]"
+  done
+else
+  bad "gguf-py cross-check: models/gemma3-pydoc or the gguf package (scripts/setup.sh installs it) is missing"
+fi
+
 # --- the README's main job: the demo model served, one streamed question ------------------------------------
 if [ -d models/gemma3-pydoc ]; then
   ans=$(DEMO_NO_WAIT=1 BIN="$BIN" PORT=$((20000 + RANDOM % 20000)) ./scripts/demo.sh "What does sorted() do?" 2>/dev/null | tail -1)

@@ -29,7 +29,8 @@ static void test_info_and_sizes(void **state) {
     struct { uint32_t t; int block; size_t bytes; int q; } want[] = {
         {G3_DTYPE_F32, 1, 4, 0},      {G3_DTYPE_F16, 1, 2, 0},      {G3_DTYPE_BF16, 1, 2, 0},
         {G3_DTYPE_Q8_0, 32, 34, 1},   {G3_DTYPE_Q4_0, 32, 18, 1},   {G3_DTYPE_Q4_K, 256, 144, 1},
-        {G3_DTYPE_Q6_K, 256, 210, 1},
+        {G3_DTYPE_Q6_K, 256, 210, 1}, {G3_DTYPE_Q4_1, 32, 20, 1},   {G3_DTYPE_Q5_0, 32, 22, 1},
+        {G3_DTYPE_Q5_1, 32, 24, 1},   {G3_DTYPE_Q5_K, 256, 176, 1},
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         const g3_dtype_info *t = g3_dtype_get(want[i].t);
@@ -39,7 +40,14 @@ static void test_info_and_sizes(void **state) {
         assert_int_equal(t->quantized, want[i].q);
         assert_int_equal(g3_row_bytes(want[i].t, 1024), 1024 / want[i].block * want[i].bytes);
     }
-    assert_null(g3_dtype_get(3));  /* Q4_1: not supported */
+    assert_null(g3_dtype_get(10)); /* Q2_K: not supported */
+    assert_null(g3_dtype_get(20)); /* IQ4_NL */
+    /* llama.cpp's fallbacks for K-quant rows that 256 does not divide (Gemma 3 1B's 1152) */
+    assert_int_equal(g3_dtype_fallback(G3_DTYPE_Q4_K, 1152), G3_DTYPE_Q5_0);
+    assert_int_equal(g3_dtype_fallback(G3_DTYPE_Q5_K, 1152), G3_DTYPE_Q5_1);
+    assert_int_equal(g3_dtype_fallback(G3_DTYPE_Q6_K, 1152), G3_DTYPE_Q8_0);
+    assert_int_equal(g3_dtype_fallback(G3_DTYPE_Q4_K, 6912), G3_DTYPE_Q4_K);
+    assert_int_equal(g3_dtype_fallback(G3_DTYPE_Q4_0, 1152), G3_DTYPE_Q4_0);
     assert_null(g3_dtype_get(99));
     assert_int_equal(g3_row_bytes(G3_DTYPE_Q8_0, 48), 0);   /* not a multiple of 32 */
     assert_int_equal(g3_row_bytes(G3_DTYPE_Q4_K, 1152), 0); /* not a multiple of 256 */
@@ -78,6 +86,23 @@ static void ref_q4k(const g3_block_q4_k *b, float *y) {
     }
 }
 
+/* Q5_K the same way, with ggml's qh masks u1 = 1 << 2i, u2 = 2 << 2i for the i-th 64 values */
+static void ref_q5k(const g3_block_q5_k *b, float *y) {
+    const uint8_t *s = b->scales, *q = b->qs, *qh = b->qh;
+    float d = g3_f16_to_f32(b->d), dmin = g3_f16_to_f32(b->dmin);
+    uint8_t u1 = 1, u2 = 2;
+    for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32, u1 <<= 2, u2 <<= 2) {
+        int sc0, m0, sc1, m1;
+        if (is < 4) sc0 = s[is] & 63, m0 = s[is + 4] & 63;
+        else sc0 = (s[is + 4] & 0xF) | ((s[is - 4] >> 6) << 4), m0 = (s[is + 4] >> 4) | ((s[is] >> 6) << 4);
+        int i1 = is + 1;
+        if (i1 < 4) sc1 = s[i1] & 63, m1 = s[i1 + 4] & 63;
+        else sc1 = (s[i1 + 4] & 0xF) | ((s[i1 - 4] >> 6) << 4), m1 = (s[i1 + 4] >> 4) | ((s[i1] >> 6) << 4);
+        for (int l = 0; l < 32; l++) *y++ = d * sc0 * ((q[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - dmin * m0;
+        for (int l = 0; l < 32; l++) *y++ = d * sc1 * ((q[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - dmin * m1;
+    }
+}
+
 static void ref_q6k(const g3_block_q6_k *b, float *y) {
     float d = g3_f16_to_f32(b->d);
     const uint8_t *ql = b->ql, *qh = b->qh;
@@ -113,6 +138,46 @@ static void test_kquant_layouts(void **state) {
         ref_q6k(&b6, r);
         for (int i = 0; i < 256; i++) assert_float_equal(y[i], r[i], 1e-6);
     }
+    /* Q5_K decoded the way ggml's reference loop walks it: per 64 values, the qh bits u1 = 1 << 2i, u2 = 2 << 2i */
+    for (int rep = 0; rep < 50; rep++) {
+        g3_block_q5_k b5;
+        uint8_t *p = (uint8_t *)&b5;
+        for (size_t i = 0; i < sizeof b5; i++) p[i] = (uint8_t)rng_u32();
+        b5.d = g3_f32_to_f16(0.01f * rng_uniform());
+        b5.dmin = g3_f32_to_f16(0.01f * rng_uniform());
+        float y[256], r[256];
+        g3_dequant_row(G3_DTYPE_Q5_K, &b5, y, 256);
+        ref_q5k(&b5, r);
+        for (int i = 0; i < 256; i++) assert_float_equal(y[i], r[i], 1e-6);
+    }
+    /* Q5_0 / Q5_1 / Q4_1: bit j of qh is the fifth bit of x[j]; nibbles as Q4_0 */
+    {
+        g3_block_q5_0 b;
+        b.d = g3_f32_to_f16(1.0f);
+        uint32_t qh = 0xA5C3F00Fu;
+        memcpy(b.qh, &qh, 4);
+        for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | ((15 - j) << 4));
+        float y[32];
+        g3_dequant_row(G3_DTYPE_Q5_0, &b, y, 32);
+        for (int j = 0; j < 32; j++) {
+            int q = (j < 16 ? j : 15 - (j - 16)) | (int)((qh >> j) & 1) << 4;
+            assert_float_equal(y[j], q - 16, 0);
+        }
+        g3_block_q5_1 b1;
+        b1.d = g3_f32_to_f16(0.5f), b1.m = g3_f32_to_f16(-3.0f);
+        memcpy(b1.qh, &qh, 4);
+        memcpy(b1.qs, b.qs, 16);
+        g3_dequant_row(G3_DTYPE_Q5_1, &b1, y, 32);
+        for (int j = 0; j < 32; j++) {
+            int q = (j < 16 ? j : 15 - (j - 16)) | (int)((qh >> j) & 1) << 4;
+            assert_float_equal(y[j], 0.5f * q - 3.0f, 0);
+        }
+        g3_block_q4_1 b4;
+        b4.d = g3_f32_to_f16(2.0f), b4.m = g3_f32_to_f16(1.0f);
+        memcpy(b4.qs, b.qs, 16);
+        g3_dequant_row(G3_DTYPE_Q4_1, &b4, y, 32);
+        for (int j = 0; j < 32; j++) assert_float_equal(y[j], 2.0f * (j < 16 ? j : 15 - (j - 16)) + 1.0f, 0);
+    }
     /* Q4_0 layout: low nibbles are x[0..15], high nibbles x[16..31] */
     g3_block_q4_0 b0;
     b0.d = g3_f32_to_f16(1.0f);
@@ -146,6 +211,12 @@ static double rel_rmse(const float *a, const float *b, int64_t n) {
  * Outliers widen the blocks that hold them, about doubling the error. Measured (seeded data): Q8_0 0.0053/0.0115,
  * Q4_0 0.083/0.151, Q4_K 0.072/0.106, Q6_K 0.0165/0.033. Limits sit ~15-25% above, so that a regression in a
  * scale search shows up. */
+/* the types added for llama.cpp's fallbacks and _1 / Q5 files, measured: Q4_1 0.070/0.100, Q5_0 0.041/0.086,
+ * Q5_1 0.034/0.051, Q5_K 0.036/0.051 */
+#define LIM_Q4_1 0.085, 0.12
+#define LIM_Q5_0 0.05, 0.10
+#define LIM_Q5_1 0.042, 0.062
+#define LIM_Q5_K 0.044, 0.062
 static void test_roundtrip(void **state) {
     (void)state;
     const int64_t k = 4096;
@@ -155,7 +226,8 @@ static void test_roundtrip(void **state) {
     struct { uint32_t t; double lim[2]; } cases[] = {
         {G3_DTYPE_Q8_0, {0.0065, 0.014}}, {G3_DTYPE_Q4_0, {0.10, 0.18}}, {G3_DTYPE_Q4_K, {0.085, 0.13}},
         {G3_DTYPE_Q6_K, {0.02, 0.04}},    {G3_DTYPE_F16, {3e-4, 3e-4}},  {G3_DTYPE_BF16, {2.1e-3, 2.1e-3}},
-        {G3_DTYPE_F32, {0, 0}},
+        {G3_DTYPE_F32, {0, 0}},           {G3_DTYPE_Q4_1, {LIM_Q4_1}},   {G3_DTYPE_Q5_0, {LIM_Q5_0}},
+        {G3_DTYPE_Q5_1, {LIM_Q5_1}},      {G3_DTYPE_Q5_K, {LIM_Q5_K}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         for (int dist = 0; dist < 2; dist++) {

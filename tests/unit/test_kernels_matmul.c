@@ -38,7 +38,8 @@ static const shape shapes[] = {
 
 /* the repacked types (n % 8 == 0 only) are built from Q8_0 / Q4_0 rows */
 static const uint32_t types[] = {G3_DTYPE_F32,  G3_DTYPE_F16,  G3_DTYPE_BF16,  G3_DTYPE_Q8_0,  G3_DTYPE_Q4_0,
-                                 G3_DTYPE_Q4_K, G3_DTYPE_Q6_K, G3_CPU_Q8_0_R8, G3_CPU_Q4_0_R8};
+                                 G3_DTYPE_Q4_K, G3_DTYPE_Q6_K, G3_CPU_Q8_0_R8, G3_CPU_Q4_0_R8, G3_DTYPE_Q4_1,
+                                 G3_DTYPE_Q5_0, G3_DTYPE_Q5_1, G3_DTYPE_Q5_K};
 
 static uint32_t base_type(uint32_t t) {
     return t == G3_CPU_Q8_0_R8 ? G3_DTYPE_Q8_0 : t == G3_CPU_Q4_0_R8 ? G3_DTYPE_Q4_0 : t;
@@ -50,7 +51,8 @@ static const char *tname(uint32_t t) {
 /* Half-step bound of the activation preparation for weights of type t, per element. */
 static void prep_delta(uint32_t t, const float *x, int k, double *delta) {
     t = base_type(t);
-    int blk = t == G3_DTYPE_Q8_0 || t == G3_DTYPE_Q4_0 ? 32 : t == G3_DTYPE_Q4_K || t == G3_DTYPE_Q6_K ? 256 : 0;
+    const g3_dtype_info *ti = g3_dtype_get(t);
+    int blk = ti->quantized ? ti->block : 0; /* 32 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) or 256 (K-quants) */
     for (int i = 0; i < k; i++) delta[i] = t == G3_DTYPE_BF16 ? fabs(x[i]) * ldexp(1.0, -17) : 0.0;
     if (!blk) return;
     for (int b = 0; b < k / blk; b++) {
@@ -181,7 +183,7 @@ static void test_all_sets(void **state) {
         rng_state = 0x1234567887654321ull; /* same data for every set */
         int n = run_set(sets[s], sy, s == 0);
         printf("  kernel set %s: %d cases passed\n", sets[s], n);
-        assert_true(n >= 70);
+        assert_true(n >= 100);
         ran++;
     }
     assert_true(ran >= 1);
@@ -232,7 +234,7 @@ static void test_prepare_identical(void **state) {
     float ties[] = {127.0f, 2.5f, -2.5f, 0.5f, -0.5f, -0.0f, 0.0f, 1.5f, -1.5f, 126.5f, -126.5f, 3.49999f};
     for (size_t i = 0; i < sizeof ties / sizeof *ties; i++) x[i] = ties[i];
     for (int i = 32; i < 64; i++) x[i] = 0.0f; /* an all-zero block */
-    uint32_t wtypes[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_CPU_Q4_0_R8};
+    uint32_t wtypes[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_CPU_Q4_0_R8, G3_DTYPE_Q5_0, G3_DTYPE_Q5_K};
     const char *sets[] = {"avx2", "avx512"};
     int compared = 0;
     for (size_t t = 0; t < sizeof wtypes / sizeof *wtypes; t++) {

@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gemma3.h"
+#include "model/export_gguf.h"
 #include "testutil.h"
 
 static g3_engine *make_engine(g3_model *m, int chunk) {
@@ -112,9 +114,10 @@ static void check_quantized(const char *model_path, const tu_reference *r, doubl
     g3_model_free(m);
 }
 
-/* Q8_0 file of a trained model: KL and top-1 over the last-prompt logits of every reference prompt, and greedy
- * tokens equal while the reference margin is clear (0.1). */
-static void check_quantized_last(const char *model_path, const tu_reference *r, double max_kl) {
+/* Quantized file of a trained model: KL and top-1 over the last-prompt logits of every reference prompt, and greedy
+ * tokens equal while the reference margin is clear (at least `margin`: 0.1 for Q8_0). */
+static void check_quantized_last(const char *model_path, const tu_reference *r, double max_kl, float margin,
+                                 int max_disagree) {
     g3_model *m = NULL;
     g3_error err = {0};
     if (g3_model_load(model_path, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", model_path, err.msg);
@@ -132,7 +135,7 @@ static void check_quantized_last(const char *model_path, const tu_reference *r, 
         agree += same;
         int32_t got[32];
         assert_int_equal(greedy(e, p->ids, p->n, got), 32);
-        for (int k = 0; k < 32 && p->margins[k] >= 0.1f; k++) {
+        for (int k = 0; k < 32 && p->margins[k] >= margin; k++) {
             if (got[k] != p->gen[k])
                 fail_msg("%s prompt %s: greedy token %d is %d, reference %d (margin %.3f)", model_path, p->kind, k,
                          got[k], p->gen[k], (double)p->margins[k]);
@@ -142,7 +145,7 @@ static void check_quantized_last(const char *model_path, const tu_reference *r, 
     printf("  %s: mean KL %.5f nats over %d last-prompt rows, top-1 %d/%d, %d greedy tokens equal\n", model_path,
            kl_sum / r->n_prompts, r->n_prompts, agree, r->n_prompts, greedy_eq);
     assert_true(kl_sum / r->n_prompts < max_kl);
-    assert_int_equal(agree, r->n_prompts);
+    assert_true(agree >= r->n_prompts - max_disagree);
     g3_engine_free(e);
     free(ref);
     free(o);
@@ -201,7 +204,41 @@ static void test_demo_gguf(void **state) {
     tu_reference r;
     if (!tu_ref_load(dir, &r)) skip();
     snprintf(path, sizeof path, "%.1000s/gemma3-pydoc-q8_0.gguf", dir);
-    check_quantized_last(path, &r, 0.01);
+    check_quantized_last(path, &r, 0.01, 0.1f, 0);
+    tu_ref_free(&r);
+}
+
+/* The demo model written by our quantizer in each type that llama.cpp's mixes and fallbacks put in real files
+ * (its 320-wide rows do not fit 256-value blocks: q4_k / q5_k files hold Q5_0 / Q5_1 there, as llama.cpp writes
+ * them): mean KL and top-1 over the reference prompts, greedy tokens while the margin is clear. */
+/* measured mean KL (nats): Q5_0 0.0070, Q5_1 0.0064, Q4_1 0.022, Q5_K 0.0084, Q4_K 0.0117; for scale, the same run
+ * gave Q8_0 0.00014, Q6_K 0.0009, Q4_0 0.030. Top-1 3/4 for the 5-bit types (a near tie in one prompt), 4/4 else. */
+#define KL_Q5_0 0.015
+#define KL_Q5_1 0.013
+#define KL_Q4_1 0.045
+#define KL_Q5_K 0.017
+#define KL_Q4_K 0.024
+static void test_demo_types(void **state) {
+    (void)state;
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%.900s/models/gemma3-pydoc", tu_source_dir());
+    tu_reference r;
+    if (!tu_ref_load(dir, &r)) skip();
+    g3_model *m = NULL;
+    g3_error err = {0};
+    if (g3_model_load(dir, NULL, &m, &err) != G3_OK) fail_msg("load %s: %s", dir, err.msg);
+    /* bounds ~2x the measured mean KL (above) */
+    static const struct { uint32_t t; double kl; } cases[] = {
+        {G3_DTYPE_Q5_0, KL_Q5_0}, {G3_DTYPE_Q5_1, KL_Q5_1}, {G3_DTYPE_Q4_1, KL_Q4_1},
+        {G3_DTYPE_Q5_K, KL_Q5_K}, {G3_DTYPE_Q4_K, KL_Q4_K},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(path, sizeof path, "/tmp/g3_parity_%d_%s.gguf", (int)getpid(), g3_dtype_name((g3_dtype)cases[i].t));
+        if (g3_model_export_gguf(m, NULL, cases[i].t, path, 0, &err) != G3_OK) fail_msg("export: %s", err.msg);
+        check_quantized_last(path, &r, cases[i].kl, 0.5f, 1);
+        remove(path);
+    }
+    g3_model_free(m);
     tu_ref_free(&r);
 }
 
@@ -211,6 +248,7 @@ int main(void) {
         cmocka_unit_test(test_small_a),
         cmocka_unit_test(test_own_models),
         cmocka_unit_test(test_demo_gguf),
+        cmocka_unit_test(test_demo_types),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

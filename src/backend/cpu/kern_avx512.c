@@ -6,7 +6,8 @@
  *   Q8_0/Q4_0  one 32-value block per ymm: vpdpbusd (u8 x s8 -> i32), then scale by d_w*d_x in f32. Q8_0 reads
  *              activations stored +128 (unsigned side) and starts each sum at -128*sum(w); Q4_0 uses its nibbles
  *              as the unsigned side and starts at -sum(x) per lane (the -8 offset)
- *   Q4_K/Q6_K  64 values per zmm with maddubs (kern_kquant_avx512.c)
+ *   Q4_1/Q5_0/Q5_1  Q4_0's loop with the fifth bit (one masked byte broadcast) and the offset m * sum(x)
+ *   Q4_K/Q5_K/Q6_K  64 values per zmm with maddubs (kern_kquant_avx512.c)
  * Micro-kernels hold an MR x NR block of accumulators in registers (NR weight rows, MR activation rows). */
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -15,6 +16,7 @@
 /* kern_kquant_avx512.c */
 void g3_avx512_tile_q4_k(const g3_tile *t);
 void g3_avx512_tile_q6_k(const g3_tile *t);
+void g3_avx512_tile_q5_k(const g3_tile *t);
 
 /* ---- float weights: F32, F16, BF16 widened ------------------------------------------------------------------ */
 
@@ -243,6 +245,73 @@ AI void mk_q4_0(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
 
 static void tile_q4_0(const g3_tile *t) { G3_TILE_WALK(t, mk_q4_0, 4, 3, 4); }
 
+/* ---- Q4_1 / Q5_0 / Q5_1 weights x Q8S activations -----------------------------------------------------------
+ * Q4_0's loop with the fifth bit of value j from bit j of qh (one masked byte broadcast) and, for the types with
+ * an offset m (x = d*q + m), m*sum(x) added per block: each lane of the accumulator takes an eighth of it, so
+ * the final sum over the 8 lanes holds it once. Q5_0 (x = d*(q-16)) starts each lane at -2*sum(x). */
+
+AI void mk_q4x(const g3_tile *t, int i0, int j0, const int MR, const int NR, const int FIVE, const int AFF) {
+    const size_t BB = AFF ? (FIVE ? 24 : 20) : 22; /* Q5_1, Q4_1, Q5_0 block bytes; qs are the last 16 */
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[G3_MRX][G3_NRX];
+    const uint8_t *wp[G3_NRX], *xq[G3_MRX], *xd[G3_MRX], *xe[G3_MRX];
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < NR; c++) wp[c] = t->w + (size_t)(j0 + c) * t->ws;
+    const size_t pf = (size_t)NR * t->ws;
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++) {
+        size_t o = (size_t)(i0 + r) * t->xs;
+        xq[r] = t->xq + o, xd[r] = t->xd + o, xe[r] = t->xe + o;
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) acc[r][c] = _mm256_setzero_ps();
+    }
+    int nb = t->k / 32;
+    for (int b = 0; b < nb; b++) {
+        __m256i wn[G3_NRX];
+        __m256 dw[G3_NRX], mw[G3_NRX];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) {
+            const uint8_t *blk = wp[c] + BB * (size_t)b;
+            __m128i v = _mm_loadu_si128((const __m128i *)(blk + BB - 16));
+            _mm_prefetch((const char *)(blk + pf), _MM_HINT_T0);
+            wn[c] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
+            if (FIVE) {
+                uint32_t qh;
+                memcpy(&qh, blk + BB - 20, 4);
+                wn[c] = _mm256_or_si256(wn[c], _mm256_maskz_set1_epi8((__mmask32)qh, 0x10));
+            }
+            dw[c] = _mm256_set1_ps(f16_at(blk));
+            if (AFF) mw[c] = _mm256_set1_ps(f16_at(blk + 2));
+        }
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < MR; r++) {
+            __m256i xs = _mm256_loadu_si256((const __m256i *)(xq[r] + 32 * (size_t)b));
+            int32_t ns;
+            memcpy(&ns, xe[r] + 4 * (size_t)b, 4);
+            const float dxs = ld_f32(xd[r] + 4 * (size_t)b);
+            __m256i init = AFF ? _mm256_setzero_si256() : _mm256_set1_epi32(2 * ns);
+            __m256 dx = _mm256_set1_ps(dxs), sx = _mm256_set1_ps(-0.125f * (float)ns * dxs);
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < NR; c++) {
+                __m256i dot = _mm256_dpbusd_epi32(init, wn[c], xs);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), dx), dw[c], acc[r][c]);
+                if (AFF) acc[r][c] = _mm256_fmadd_ps(sx, mw[c], acc[r][c]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++)
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) put_y(t, i0 + r, j0 + c, hsum256(acc[r][c]));
+}
+
+#define MK_Q4_1(t, i, j, MR, NR) mk_q4x(t, i, j, MR, NR, 0, 1)
+#define MK_Q5_0(t, i, j, MR, NR) mk_q4x(t, i, j, MR, NR, 1, 0)
+#define MK_Q5_1(t, i, j, MR, NR) mk_q4x(t, i, j, MR, NR, 1, 1)
+static void tile_q4_1(const g3_tile *t) { G3_TILE_WALK(t, MK_Q4_1, 4, 3, 4); }
+static void tile_q5_0(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_0, 4, 3, 4); }
+static void tile_q5_1(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_1, 4, 3, 4); }
+
 /* ---- repacked Q8_0_R8 / Q4_0_R8 weights x Q8S activations --------------------------------------------------
  * One group = 8 weight rows. Per 32-value block, four 64-byte slices U_j (lane 2r+h = values 8j+4h..+3 of row r)
  * each meet the activation's 8 values x[8j..8j+7] broadcast as a qword, so lanes 2r and 2r+1 collect row r's
@@ -419,6 +488,10 @@ static const g3_kernel_set set_avx512_bf16 = {
     .q4_0 = tile_q4_0,
     .q4_k = g3_avx512_tile_q4_k,
     .q6_k = g3_avx512_tile_q6_k,
+    .q4_1 = tile_q4_1,
+    .q5_0 = tile_q5_0,
+    .q5_1 = tile_q5_1,
+    .q5_k = g3_avx512_tile_q5_k,
     .q8_0_r8 = tile_q8_0_r8,
     .q4_0_r8 = tile_q4_0_r8,
     .prep = prep_avx512,
@@ -434,6 +507,10 @@ static const g3_kernel_set set_avx512 = {
     .q4_0 = tile_q4_0,
     .q4_k = g3_avx512_tile_q4_k,
     .q6_k = g3_avx512_tile_q6_k,
+    .q4_1 = tile_q4_1,
+    .q5_0 = tile_q5_0,
+    .q5_1 = tile_q5_1,
+    .q5_k = g3_avx512_tile_q5_k,
     .q8_0_r8 = tile_q8_0_r8,
     .q4_0_r8 = tile_q4_0_r8,
     .prep = prep_avx512,

@@ -1,4 +1,4 @@
-/* AVX-512 kernels for the K-quants (Q4_K, Q6_K) against Q8K activations: 64 values per zmm, maddubs -> i16
+/* AVX-512 kernels for the K-quants (Q4_K, Q5_K, Q6_K) against Q8K activations: 64 values per zmm, maddubs -> i16
  * pairs, madd with the sub-block scales -> i32; up to 8 activation rows share each unpacked weight block.
  * Registered in kern_avx512.c's kernel set (which checks the CPU). */
 #if defined(__x86_64__) || defined(__i386__)
@@ -7,6 +7,7 @@
 
 void g3_avx512_tile_q4_k(const g3_tile *t);
 void g3_avx512_tile_q6_k(const g3_tile *t);
+void g3_avx512_tile_q5_k(const g3_tile *t);
 
 /* ---- Q4_K weights x Q8K activations, 64 values per zmm ------------------------------------------------------
  * The 12 packed scale bytes are decoded with 32-bit word arithmetic; per 64 values (sub-blocks 2c, 2c+1, which
@@ -25,8 +26,8 @@ AI void q4k_scales8(const uint8_t *s, uint64_t *sc8, uint64_t *mn8) {
     *mn8 = mn_lo | (uint64_t)mn_hi << 32;
 }
 
-AI void mk_q4_k_512(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
-    (void)NR;
+/* FIVE: Q5_K, whose fifth bit of value l of sub-block j is bit j of qh[l] (the 32 bytes after the scales). */
+AI void mk_qk_512(const g3_tile *t, int i0, int j0, const int MR, const int FIVE) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i sel[4]; /* int16 lanes 0-15 take scale 2c, lanes 16-31 scale 2c+1 */
     _Pragma("GCC unroll 4")
@@ -34,7 +35,9 @@ AI void mk_q4_k_512(const g3_tile *t, int i0, int j0, const int MR, const int NR
         sel[c] = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16((short)(2 * c)), _mm512_set1_epi16((short)(2 * c + 1)));
     __m512 acc[G3_MRX];
     __m256 accm[G3_MRX];
-    const g3_block_q4_k *wb = (const g3_block_q4_k *)(t->w + (size_t)j0 * t->ws);
+    /* Q4_K: f16 d, dmin; scales[12]; qs[128] (144 bytes). Q5_K: the same with qh[32] before qs (176 bytes). */
+    const size_t BB = FIVE ? 176 : 144, QS = FIVE ? 48 : 16;
+    const uint8_t *wb = t->w + (size_t)j0 * t->ws;
     const int8_t *xq[G3_MRX];
     const uint8_t *xd[G3_MRX], *xe[G3_MRX];
     _Pragma("GCC unroll 8")
@@ -45,22 +48,31 @@ AI void mk_q4_k_512(const g3_tile *t, int i0, int j0, const int MR, const int NR
         accm[r] = _mm256_setzero_ps();
     }
     for (int b = 0; b < t->k / 256; b++) {
-        _mm_prefetch((const char *)(wb + b) + 1024, _MM_HINT_T0);
-        _mm_prefetch((const char *)(wb + b) + 1088, _MM_HINT_T0);
-        _mm_prefetch((const char *)(wb + b) + 1152, _MM_HINT_T0);
+        const uint8_t *blk = wb + BB * (size_t)b;
+        _Pragma("GCC unroll 4")
+        for (size_t o = 0; o < BB; o += 64) _mm_prefetch((const char *)blk + 7 * BB + o, _MM_HINT_T0);
         uint64_t sc8, mn8;
-        q4k_scales8(wb[b].scales, &sc8, &mn8);
+        q4k_scales8(blk + 4, &sc8, &mn8);
         __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
         __m128i mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8));
         __m256i mn16 = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
         __m512i q[4], scv[4];
         _Pragma("GCC unroll 4")
         for (int c = 0; c < 4; c++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(wb[b].qs + 32 * c));
+            __m256i v = _mm256_loadu_si256((const __m256i *)(blk + QS + 32 * c));
             q[c] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), m4);
+            if (FIVE) { /* bit 2c of qh[l] for value l of sub-block 2c, bit 2c+1 for sub-block 2c+1, moved to bit 4 */
+                __m256i hb = _mm256_loadu_si256((const __m256i *)(blk + 16));
+                __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(hb, 2 * c)),
+                                               _mm256_srli_epi16(hb, 2 * c + 1), 1);
+                q[c] = _mm512_or_si512(q[c], _mm512_and_si512(_mm512_slli_epi16(h, 4), _mm512_set1_epi8(0x10)));
+            }
             scv[c] = _mm512_permutexvar_epi16(sel[c], sc16);
         }
-        float d = _cvtsh_ss(wb[b].d), dmin = _cvtsh_ss(wb[b].dmin);
+        uint16_t dh, mh;
+        memcpy(&dh, blk, 2);
+        memcpy(&mh, blk + 2, 2);
+        float d = _cvtsh_ss(dh), dmin = _cvtsh_ss(mh);
         _Pragma("GCC unroll 8")
         for (int r = 0; r < MR; r++) {
             const int8_t *x = xq[r] + 256 * b;
@@ -80,7 +92,10 @@ AI void mk_q4_k_512(const g3_tile *t, int i0, int j0, const int MR, const int NR
     for (int r = 0; r < MR; r++) put_y(t, i0 + r, j0, _mm512_reduce_add_ps(acc[r]) - hsum256(accm[r]));
 }
 
-void g3_avx512_tile_q4_k(const g3_tile *t) { G3_TILE_WALK(t, mk_q4_k_512, 8, 1, 1); }
+#define MK_Q4_K(t, i, j, MR, NR) mk_qk_512(t, i, j, MR, 0)
+#define MK_Q5_K(t, i, j, MR, NR) mk_qk_512(t, i, j, MR, 1)
+void g3_avx512_tile_q4_k(const g3_tile *t) { G3_TILE_WALK(t, MK_Q4_K, 8, 1, 1); }
+void g3_avx512_tile_q5_k(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_K, 8, 1, 1); }
 
 /* ---- Q6_K weights x Q8K activations, 64 values per zmm ------------------------------------------------------
  * Each half of a block (128 values) is 64 bytes of low nibbles and 32 bytes of 2-bit high parts: values 0-63

@@ -99,6 +99,75 @@ static void tile_q4_0(const g3_tile *t) {
     }
 }
 
+/* Q4_1 / Q5_0 / Q5_1 weights x Q8S activations. Codes q (0..15 or 0..31) with x = d*q + m (Q5_0: m = -16 d):
+ * sum = dx*(d*sum(q*xq) + m*sum(xq)), and sum(xq) = -negsum. */
+static void tile_q4q5(const g3_tile *t, uint32_t wtype) {
+    const int nb = t->k / 32, five = wtype != G3_DTYPE_Q4_1, has_m = wtype != G3_DTYPE_Q5_0;
+    const size_t bb = wtype == G3_DTYPE_Q4_1 ? 20 : wtype == G3_DTYPE_Q5_0 ? 22 : 24, qs_at = bb - 16;
+    for (int i = 0; i < t->nx; i++) {
+        const int8_t *xq = (const int8_t *)(t->xq + (size_t)i * t->xs);
+        const uint8_t *xd = t->xd + (size_t)i * t->xs, *xe = t->xe + (size_t)i * t->xs;
+        for (int j = 0; j < t->nw; j++) {
+            const uint8_t *row = t->w + (size_t)j * t->ws;
+            float s = 0;
+            for (int bi = 0; bi < nb; bi++) {
+                const uint8_t *blk = row + bb * (size_t)bi;
+                uint32_t qh = 0;
+                if (five) memcpy(&qh, blk + qs_at - 4, 4);
+                int sum = 0;
+                for (int l = 0; l < 32; l++) {
+                    int q = ((blk[qs_at + l % 16] >> (4 * (l / 16))) & 0x0F) | (int)((qh >> l) & 1u) << 4;
+                    sum += q * xq[32 * bi + l];
+                }
+                int32_t negsum;
+                memcpy(&negsum, xe + 4 * (size_t)bi, 4);
+                float d = g3_f16_to_f32(ld_u16(blk, 0)), m = has_m ? g3_f16_to_f32(ld_u16(blk, 1)) : -16.0f * d;
+                s += ld_f32(xd, bi) * (d * (float)sum - m * (float)negsum);
+            }
+            put(t, i, j, s);
+        }
+    }
+}
+
+static void tile_q4_1(const g3_tile *t) { tile_q4q5(t, G3_DTYPE_Q4_1); }
+static void tile_q5_0(const g3_tile *t) { tile_q4q5(t, G3_DTYPE_Q5_0); }
+static void tile_q5_1(const g3_tile *t) { tile_q4q5(t, G3_DTYPE_Q5_1); }
+
+/* Q5_K weights x Q8K activations: Q4_K's sums with the fifth bit of value l of sub-block sb from bit sb of qh[l]. */
+static void tile_q5_k(const g3_tile *t) {
+    int nb = t->k / 256;
+    for (int i = 0; i < t->nx; i++) {
+        const int8_t *xq = (const int8_t *)(t->xq + (size_t)i * t->xs);
+        const uint8_t *xd = t->xd + (size_t)i * t->xs, *xe = t->xe + (size_t)i * t->xs;
+        for (int j = 0; j < t->nw; j++) {
+            const g3_block_q5_k *b = (const g3_block_q5_k *)(t->w + (size_t)j * t->ws);
+            float s = 0;
+            for (int bi = 0; bi < nb; bi++) {
+                const uint8_t *sc = b[bi].scales;
+                const int8_t *x = xq + 256 * bi;
+                int sumi = 0, summ = 0;
+                for (int sb = 0; sb < 8; sb++) {
+                    int scv, mv;
+                    if (sb < 4) scv = sc[sb] & 63, mv = sc[sb + 4] & 63;
+                    else scv = (sc[sb + 4] & 0xF) | ((sc[sb - 4] >> 6) << 4), mv = (sc[sb + 4] >> 4) | ((sc[sb] >> 6) << 4);
+                    const uint8_t *q = b[bi].qs + 32 * (sb / 2);
+                    int shift = 4 * (sb & 1), dot = 0;
+                    for (int l = 0; l < 32; l++)
+                        dot += (((q[l] >> shift) & 0x0F) | ((b[bi].qh[l] >> sb) & 1) << 4) * x[32 * sb + l];
+                    sumi += scv * dot;
+                    int16_t b0, b1;
+                    memcpy(&b0, xe + 2 * (size_t)(16 * bi + 2 * sb), 2);
+                    memcpy(&b1, xe + 2 * (size_t)(16 * bi + 2 * sb + 1), 2);
+                    summ += mv * (b0 + b1);
+                }
+                float dx = ld_f32(xd, bi);
+                s += dx * (g3_f16_to_f32(b[bi].d) * (float)sumi - g3_f16_to_f32(b[bi].dmin) * (float)summ);
+            }
+            put(t, i, j, s);
+        }
+    }
+}
+
 /* Q4_K weights x Q8K activations: per 256 values, sum_j sc_j*dot_j*d*dx - dmin*dx*sum_j m_j*xsum_j. */
 static void tile_q4_k(const g3_tile *t) {
     int nb = t->k / 256;
@@ -208,6 +277,10 @@ static const g3_kernel_set set_scalar = {
     .q4_0 = tile_q4_0,
     .q4_k = tile_q4_k,
     .q6_k = tile_q6_k,
+    .q4_1 = tile_q4_1,
+    .q5_0 = tile_q5_0,
+    .q5_1 = tile_q5_1,
+    .q5_k = tile_q5_k,
     .q8_0_r8 = tile_q8_0_r8,
     .q4_0_r8 = tile_q4_0_r8,
 };

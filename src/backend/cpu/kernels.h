@@ -7,8 +7,8 @@
  *   BF16X2  u16 hi[k] | u16 lo[k]       x ~ hi + lo, both bf16: hi = bf16(x), lo = bf16(x - hi), so products
  *                                        with bf16 weights are exact and the error is ~2^-17 relative
  *   Q8U     u8 q[k] (= int8 + 128) | float d[k/32]                      (Q8_0 weights)   x = d*(q-128)
- *   Q8S     i8 q[k] | float d[k/32] | i32 negsum[k/32] (= -sum(q))        (Q4_0 weights)   x = d*q
- *   Q8K     i8 q[k] | float d[k/256] | i16 bsum[k/16] (sums of 16 q)    (Q4_K/Q6_K)      x = d*q
+ *   Q8S     i8 q[k] | float d[k/32] | i32 negsum[k/32] (= -sum(q))   (Q4_0/Q4_1/Q5_0/Q5_1)   x = d*q
+ *   Q8K     i8 q[k] | float d[k/256] | i16 bsum[k/16] (sums of 16 q)    (Q4_K/Q5_K/Q6_K) x = d*q
  * Q8U lets VNNI's unsigned x signed dot take the activation as the unsigned side with Q8_0 weights; Q8S's
  * negsum folds Q4_0's -8 offset into the integer accumulator's starting value. The repacked types (Q8_0_R8,
  * Q4_0_R8) read Q8S; for them a tile's w points at the first group of 8 rows at the chunk start, `ws` is the
@@ -48,6 +48,7 @@ typedef struct g3_kernel_set {
     const char *name;
     int bf16_layout;    /* activation layout its BF16 kernel reads: G3_ACT_F32 or G3_ACT_BF16X2 */
     g3_tile_fn f32, f16, bf16, q8_0, q4_0, q4_k, q6_k;
+    g3_tile_fn q4_1, q5_0, q5_1, q5_k; /* NULL: scalar's are used */
     g3_tile_fn q8_0_r8, q4_0_r8; /* repacked weights (matmul.h) with Q8S activations; NULL: scalar's are used */
     g3_prep_fn prep;             /* NULL: the portable one */
 } g3_kernel_set;

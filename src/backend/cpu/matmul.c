@@ -65,6 +65,10 @@ static g3_tile_fn tile_fn(const g3_kernel_set *s, uint32_t wtype) {
     case G3_DTYPE_Q4_0: return s->q4_0;
     case G3_DTYPE_Q4_K: return s->q4_k;
     case G3_DTYPE_Q6_K: return s->q6_k;
+    case G3_DTYPE_Q4_1: return s->q4_1 ? s->q4_1 : g3_kernels_scalar()->q4_1;
+    case G3_DTYPE_Q5_0: return s->q5_0 ? s->q5_0 : g3_kernels_scalar()->q5_0;
+    case G3_DTYPE_Q5_1: return s->q5_1 ? s->q5_1 : g3_kernels_scalar()->q5_1;
+    case G3_DTYPE_Q5_K: return s->q5_k ? s->q5_k : g3_kernels_scalar()->q5_k;
     default: return NULL;
     }
 }
@@ -76,9 +80,13 @@ static int layout_for(uint32_t wtype, const g3_kernel_set *s) {
     case G3_DTYPE_BF16: return s->bf16_layout;
     case G3_DTYPE_Q8_0: return G3_ACT_Q8U;
     case G3_DTYPE_Q4_0:
+    case G3_DTYPE_Q4_1:
+    case G3_DTYPE_Q5_0:
+    case G3_DTYPE_Q5_1:
     case G3_CPU_Q8_0_R8:
     case G3_CPU_Q4_0_R8: return G3_ACT_Q8S;
     case G3_DTYPE_Q4_K:
+    case G3_DTYPE_Q5_K:
     case G3_DTYPE_Q6_K: return G3_ACT_Q8K;
     default: return G3_ACT_F32;
     }

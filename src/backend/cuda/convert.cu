@@ -1,7 +1,10 @@
 /* Weight conversion at load, on the device: raw tensors in any supported file type (F32, F16, BF16, Q8_0, Q4_0,
- * Q4_K, Q6_K; block layouts in src/model/dtype.h) become one of the resident formats of cuda_common.cuh, either as
- * a lossless repack of a quantized source (Q8_0 -> int8/32, Q6_K -> int8/16, Q4_0 and Q4_K -> int4/32 affine) or
- * as a quantization of float values (bf16; int8 and fp8 per output channel; int4 affine in groups of 128).
+ * Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; block layouts in src/model/dtype.h) become one of the resident formats of
+ * cuda_common.cuh, either as a lossless repack of a quantized source (Q8_0 and Q5_0 -> int8/32, Q6_K -> int8/16,
+ * Q4_0, Q4_1 and Q4_K -> int4/32 affine), as a near-lossless one (Q5_1 and Q5_K, whose 32 levels with an offset
+ * fit neither form exactly -> int8/32 with float16 scales: the added rounding is at most 1/254 of a group's largest
+ * magnitude, against a source step of 1/31 of its range) or as a quantization of float values (bf16; int8 and fp8
+ * per output channel; int4 affine in groups of 128).
  * Also: deterministic random bf16 fill (benchmarks) and dequantization back to bf16/f32. */
 #include <cuda_fp16.h>
 #include <stdarg.h>
@@ -62,6 +65,19 @@ __device__ __forceinline__ float q6k_s(const uint8_t *blk, int j) {
     return h2f(blk + 208) * (float)(int8_t)blk[192 + 8 * n + 2 * qu + (l >> 4)];
 }
 
+/* 5-bit code of value j (0..31) of a Q5_0 / Q5_1 block whose qh starts at byte h (qs 4 bytes later) */
+__device__ __forceinline__ int q5_q(const uint8_t *blk, int h, int j) {
+    const uint8_t *qs = blk + h + 4;
+    int lo = j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4);
+    return lo | (((blk[h + j / 8] >> (j % 8)) & 1) << 4);
+}
+/* 5-bit code of value j (0..255) of a Q5_K block (176 bytes: d, dmin, scales[12], qh[32], qs[128]) */
+__device__ __forceinline__ int q5k_q(const uint8_t *blk, int j) {
+    int c = j >> 6, w = j & 63, l = j & 31;
+    uint8_t b = blk[48 + 32 * c + l];
+    return (w < 32 ? (b & 15) : (b >> 4)) | (((blk[16 + l] >> (j >> 5)) & 1) << 4);
+}
+
 __device__ float src_val(const uint8_t *row, uint32_t t, int i) {
     switch (t) {
     case G3_DTYPE_F32: return ((const float *)row)[i];
@@ -86,6 +102,25 @@ __device__ float src_val(const uint8_t *row, uint32_t t, int i) {
         const uint8_t *b = row + (size_t)(i / 256) * 210;
         return q6k_s(b, i % 256) * (float)q6k_q(b, i % 256);
     }
+    case G3_DTYPE_Q4_1: {
+        const uint8_t *b = row + (size_t)(i / 32) * 20;
+        int j = i % 32, q = j < 16 ? (b[4 + j] & 15) : (b[4 + j - 16] >> 4);
+        return h2f(b) * (float)q + h2f(b + 2);
+    }
+    case G3_DTYPE_Q5_0: {
+        const uint8_t *b = row + (size_t)(i / 32) * 22;
+        return h2f(b) * (float)(q5_q(b, 2, i % 32) - 16);
+    }
+    case G3_DTYPE_Q5_1: {
+        const uint8_t *b = row + (size_t)(i / 32) * 24;
+        return h2f(b) * (float)q5_q(b, 4, i % 32) + h2f(b + 2);
+    }
+    case G3_DTYPE_Q5_K: {
+        const uint8_t *b = row + (size_t)(i / 256) * 176;
+        float s, z;
+        q4k_sm(b, (i % 256) / 32, &s, &z);
+        return s * (float)q5k_q(b, i % 256) + z;
+    }
     }
     return 0.f;
 }
@@ -99,6 +134,10 @@ size_t g3c_src_row_bytes(uint32_t t, int k) {
     case G3_DTYPE_Q4_0: return (size_t)k / 32 * 18;
     case G3_DTYPE_Q4_K: return (size_t)k / 256 * 144;
     case G3_DTYPE_Q6_K: return (size_t)k / 256 * 210;
+    case G3_DTYPE_Q4_1: return (size_t)k / 32 * 20;
+    case G3_DTYPE_Q5_0: return (size_t)k / 32 * 22;
+    case G3_DTYPE_Q5_1: return (size_t)k / 32 * 24;
+    case G3_DTYPE_Q5_K: return (size_t)k / 256 * 176;
     }
     return 0;
 }
@@ -115,9 +154,11 @@ int g3c_target_format(uint32_t t, int want, int k, int *g) {
         if (want == G3Q_INT8 || want == G3Q_FP8) return k % 16 == 0 ? want : -1;
         return k % 8 == 0 ? G3Q_BF16 : -1;
     }
-    if (t == G3_DTYPE_Q8_0 && k % 32 == 0) return *g = 32, G3Q_INT8;
+    if ((t == G3_DTYPE_Q8_0 || t == G3_DTYPE_Q5_0 || t == G3_DTYPE_Q5_1) && k % 32 == 0) return *g = 32, G3Q_INT8;
+    if (t == G3_DTYPE_Q5_K && k % 256 == 0) return *g = 32, G3Q_INT8;
     if (t == G3_DTYPE_Q6_K && k % 256 == 0) return *g = 16, G3Q_INT8;
-    if ((t == G3_DTYPE_Q4_0 && k % 32 == 0) || (t == G3_DTYPE_Q4_K && k % 256 == 0)) return *g = 32, G3Q_INT4;
+    if (((t == G3_DTYPE_Q4_0 || t == G3_DTYPE_Q4_1) && k % 32 == 0) || (t == G3_DTYPE_Q4_K && k % 256 == 0))
+        return *g = 32, G3Q_INT4;
     return -1;
 }
 
@@ -125,9 +166,10 @@ int g3c_can_convert(uint32_t t, int qt, int g) {
     if (!g3c_src_row_bytes(t, 32 * 256)) return 0;
     if (qt == G3Q_BF16) return 1;
     if (is_float_type(t)) return qt == G3Q_INT4 ? (g % 32 == 0) : 1;
-    if (t == G3_DTYPE_Q8_0) return qt == G3Q_INT8 && g == 32;
+    if (t == G3_DTYPE_Q8_0 || t == G3_DTYPE_Q5_0 || t == G3_DTYPE_Q5_1 || t == G3_DTYPE_Q5_K)
+        return qt == G3Q_INT8 && g == 32;
     if (t == G3_DTYPE_Q6_K) return qt == G3Q_INT8 && g == 16;
-    return qt == G3Q_INT4 && g == 32;
+    return qt == G3Q_INT4 && g == 32; /* Q4_0, Q4_1, Q4_K */
 }
 
 size_t g3c_dmat_bytes(int qt, int n, int k, int g) {
@@ -173,6 +215,31 @@ __global__ void k_convert(const uint8_t *src, size_t src_rb, uint32_t t, g3_dmat
             }
             return;
         }
+        if (t == G3_DTYPE_Q5_0) { /* exact: q-16 as int8, s = d per 32 (the scale codes as Q8_0's) */
+            for (int i = threadIdx.x; i < k; i += blockDim.x)
+                o[i] = (int8_t)(q5_q(row + (size_t)(i / 32) * 22, 2, i % 32) - 16);
+            for (int b = threadIdx.x; b < ng; b += blockDim.x) {
+                s[b] = h2f(row + (size_t)b * 22);
+                if (d.kc) d.kc[n * ng + b] = u16le(row + (size_t)b * 22);
+            }
+            return;
+        }
+        if ((t == G3_DTYPE_Q5_1 || t == G3_DTYPE_Q5_K) && g == 32) { /* near-lossless: a warp a group of 32 */
+            const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+            for (int gi = warp; gi < ng; gi += nw) {
+                const float v = src_val(row, t, gi * 32 + lane);
+                float a = fabsf(v);
+                for (int off = 16; off; off >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, off));
+                const __half hd = __float2half_ru(a / 127.f); /* rounded up: every |v| / scale <= 127 */
+                const float sc = __half2float(hd), inv = sc > 0.f ? 1.f / sc : 0.f;
+                o[gi * 32 + lane] = (int8_t)fmaxf(-127.f, fminf(127.f, rintf(v * inv)));
+                if (lane == 0) {
+                    s[gi] = sc;
+                    if (d.kc) d.kc[n * ng + gi] = __half_as_ushort(hd);
+                }
+            }
+            return;
+        }
         if (t == G3_DTYPE_Q6_K) { /* exact: q-32 per 16 values with scale d*sc */
             for (int i = threadIdx.x; i < k; i += blockDim.x) o[i] = (int8_t)q6k_q(row + (size_t)(i / 256) * 210, i % 256);
             for (int b = threadIdx.x; b < ng; b += blockDim.x)
@@ -211,6 +278,19 @@ __global__ void k_convert(const uint8_t *src, size_t src_rb, uint32_t t, g3_dmat
             float dd = h2f(row + (size_t)b * 18);
             s[b] = dd, z[b] = -8.f * dd;
             if (d.kc) d.kc[n * ng + b] = u16le(row + (size_t)b * 18);
+        }
+        return;
+    }
+    if (t == G3_DTYPE_Q4_1) { /* exact: s = d, z = m */
+        for (int j = threadIdx.x; j < k / 2; j += blockDim.x) {
+            const uint8_t *b = row + (size_t)(j / 16) * 20;
+            int i0 = (2 * j) % 32, q0 = i0 < 16 ? (b[4 + i0] & 15) : (b[4 + i0 - 16] >> 4);
+            int i1 = i0 + 1, q1 = i1 < 16 ? (b[4 + i1] & 15) : (b[4 + i1 - 16] >> 4);
+            o[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+        for (int b = threadIdx.x; b < ng; b += blockDim.x) {
+            s[b] = h2f(row + (size_t)b * 20);
+            z[b] = h2f(row + (size_t)b * 20 + 2);
         }
         return;
     }

@@ -42,7 +42,8 @@ int g3cb_kcodes_wanted(const g3_dmat *d, uint32_t t) {
     const char *e = getenv("G3_CUDA_Q4KC");
     if ((e && !strcmp(e, "0")) || d->g != 32) return 0;
     return (d->qt == G3Q_INT4 && ((t == G3_DTYPE_Q4_K && d->k % 256 == 0) || t == G3_DTYPE_Q4_0)) ||
-           (d->qt == G3Q_INT8 && t == G3_DTYPE_Q8_0);
+           (d->qt == G3Q_INT8 && (t == G3_DTYPE_Q8_0 || t == G3_DTYPE_Q5_0 || t == G3_DTYPE_Q5_1 ||
+                                  (t == G3_DTYPE_Q5_K && d->k % 256 == 0)));
 }
 
 g3_status g3cb_alloc_kcodes(g3_dmat *d, uint32_t t, g3_error *err) {
