@@ -3,7 +3,8 @@
  * copies (>= 256 MiB) that they come from DRAM, as in a real decode step. Times are the best of many runs. Ends with the per-token matmul time
  * of the whole 1B model (26 layers + logits head for decode; 26 layers for prefill).
  *
- *   bench_matmul [-t threads] [-T f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q4_k,q5_k,q6_k,q8_0_r8,q4_0_r8] [-m 1,128]
+ *   bench_matmul [-t threads] [-T f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q4_k,q5_k,q6_k,TYPE_r8 (q8_0, q4_0, q5_0, q4_1,
+ *                q5_1 repacked)] [-m 1,128]
  *                [-s NxK[,NxK...]]
  *                [-b GB/s] [-k scalar|avx2|avx512] [-r seconds per case] [-c copies (1: cache-resident)] */
 #include <math.h>
@@ -113,15 +114,21 @@ static const shape k_1b[] = {
 };
 
 static uint32_t parse_type(const char *s) {
-    if (!strcmp(s, "q8_0_r8")) return G3_CPU_Q8_0_R8;
-    if (!strcmp(s, "q4_0_r8")) return G3_CPU_Q4_0_R8;
     g3_dtype t;
+    char base[32];
+    size_t n = strlen(s);
+    if (n > 3 && n < sizeof base && !strcmp(s + n - 3, "_r8")) { /* the repacked form of a type: q5_0_r8, ... */
+        memcpy(base, s, n - 3), base[n - 3] = 0;
+        if (!g3_dtype_from_name(base, &t)) return 999;
+        static const uint32_t r8[] = {G3_CPU_Q8_0_R8, G3_CPU_Q4_0_R8, G3_CPU_Q5_0_R8, G3_CPU_Q4_1_R8, G3_CPU_Q5_1_R8};
+        for (size_t i = 0; i < sizeof r8 / sizeof r8[0]; i++)
+            if (g3_matmul_repack_source(r8[i]) == (uint32_t)t) return r8[i];
+        return 999;
+    }
     return g3_dtype_from_name(s, &t) ? (uint32_t)t : 999;
 }
 
-static uint32_t base_type(uint32_t t) {
-    return t == G3_CPU_Q8_0_R8 ? G3_DTYPE_Q8_0 : t == G3_CPU_Q4_0_R8 ? G3_DTYPE_Q4_0 : t;
-}
+static uint32_t base_type(uint32_t t) { return g3_matmul_repack_source(t) ? g3_matmul_repack_source(t) : t; }
 
 /* Seconds per matmul of m rows against an n x k weight of `type`; NAN if the type cannot hold rows of k. */
 static double time_case(g3_pool *p, uint32_t type, int n, int k, int m, double min_s) {

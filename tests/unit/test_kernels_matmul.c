@@ -39,13 +39,17 @@ static const shape shapes[] = {
 /* the repacked types (n % 8 == 0 only) are built from Q8_0 / Q4_0 rows */
 static const uint32_t types[] = {G3_DTYPE_F32,  G3_DTYPE_F16,  G3_DTYPE_BF16,  G3_DTYPE_Q8_0,  G3_DTYPE_Q4_0,
                                  G3_DTYPE_Q4_K, G3_DTYPE_Q6_K, G3_CPU_Q8_0_R8, G3_CPU_Q4_0_R8, G3_DTYPE_Q4_1,
-                                 G3_DTYPE_Q5_0, G3_DTYPE_Q5_1, G3_DTYPE_Q5_K};
+                                 G3_DTYPE_Q5_0, G3_DTYPE_Q5_1, G3_DTYPE_Q5_K, G3_CPU_Q5_0_R8, G3_CPU_Q4_1_R8,
+                                 G3_CPU_Q5_1_R8};
 
-static uint32_t base_type(uint32_t t) {
-    return t == G3_CPU_Q8_0_R8 ? G3_DTYPE_Q8_0 : t == G3_CPU_Q4_0_R8 ? G3_DTYPE_Q4_0 : t;
-}
+static uint32_t base_type(uint32_t t) { return g3_matmul_repack_source(t) ? g3_matmul_repack_source(t) : t; }
 static const char *tname(uint32_t t) {
-    return t == G3_CPU_Q8_0_R8 ? "Q8_0_R8" : t == G3_CPU_Q4_0_R8 ? "Q4_0_R8" : g3_dtype_get(t)->name;
+    static char buf[5][16];
+    static int at;
+    if (!g3_matmul_repack_source(t)) return g3_dtype_get(t)->name;
+    char *b = buf[at++ % 5];
+    snprintf(b, sizeof buf[0], "%s_R8", g3_dtype_get(g3_matmul_repack_source(t))->name);
+    return b;
 }
 
 /* Half-step bound of the activation preparation for weights of type t, per element. */
@@ -234,7 +238,8 @@ static void test_prepare_identical(void **state) {
     float ties[] = {127.0f, 2.5f, -2.5f, 0.5f, -0.5f, -0.0f, 0.0f, 1.5f, -1.5f, 126.5f, -126.5f, 3.49999f};
     for (size_t i = 0; i < sizeof ties / sizeof *ties; i++) x[i] = ties[i];
     for (int i = 32; i < 64; i++) x[i] = 0.0f; /* an all-zero block */
-    uint32_t wtypes[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_CPU_Q4_0_R8, G3_DTYPE_Q5_0, G3_DTYPE_Q5_K};
+    uint32_t wtypes[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_CPU_Q4_0_R8, G3_DTYPE_Q5_0, G3_DTYPE_Q5_K,
+                         G3_CPU_Q5_1_R8};
     const char *sets[] = {"avx2", "avx512"};
     int compared = 0;
     for (size_t t = 0; t < sizeof wtypes / sizeof *wtypes; t++) {

@@ -321,8 +321,9 @@ static void tile_q5_1(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_1, 4, 3, 4); }
 #define R8_MAXROWS 8
 #define R8_PF 2048 /* prefetch distance in bytes */
 
-AI void mk_r8(const g3_tile *t, int i0, int g, const int MR, const int Q4) {
-    const size_t bb = Q4 ? 144 : 272;
+AI void mk_r8(const g3_tile *t, int i0, int g, const int MR, const int FM) {
+    const int Q4 = FM != G3_R8_Q8_0, FIVE = g3_r8_five(FM), AFF = g3_r8_aff(FM), QO = g3_r8_qoff(FM);
+    const size_t bb = (size_t)g3_r8_bytes(FM);
     const uint8_t *grp = t->w + (size_t)g * 8 * t->ws;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
@@ -341,31 +342,45 @@ AI void mk_r8(const g3_tile *t, int i0, int g, const int MR, const int Q4) {
         for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)(blk + R8_PF + o), _MM_HINT_T0);
         __m512i u[4];
         if (Q4) {
-            __m512i q0 = _mm512_loadu_si512(blk + 16), q1 = _mm512_loadu_si512(blk + 80);
+            __m512i q0 = _mm512_loadu_si512(blk + QO), q1 = _mm512_loadu_si512(blk + QO + 64);
             u[0] = _mm512_and_si512(q0, m4);
             u[1] = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
             u[2] = _mm512_and_si512(q1, m4);
             u[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
+            if (FIVE) { /* the fifth bits: one 64-bit mask a slice, set as 0x10 bytes */
+                _Pragma("GCC unroll 4")
+                for (int j = 0; j < 4; j++) {
+                    uint64_t hm;
+                    memcpy(&hm, blk + g3_r8_hoff(FM) + 8 * j, 8);
+                    u[j] = _mm512_or_si512(u[j], _mm512_maskz_set1_epi8((__mmask64)hm, 0x10));
+                }
+            }
         } else {
             _Pragma("GCC unroll 4")
             for (int j = 0; j < 4; j++) u[j] = _mm512_loadu_si512(blk + 16 + 64 * j);
         }
         __m512 s16 = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_cvtph_ps(
                                                     _mm_loadu_si128((const __m128i *)blk))));
+        __m512 m16 = _mm512_setzero_ps(); /* half of each row's offset in each of its two lanes */
+        if (AFF)
+            m16 = _mm512_mul_ps(_mm512_set1_ps(0.5f), _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_cvtph_ps(
+                                                          _mm_loadu_si128((const __m128i *)(blk + 16))))));
         _Pragma("GCC unroll 8")
         for (int r = 0; r < MR; r++) {
             const uint8_t *x = xq[r] + 32 * (size_t)b;
             int32_t ns;
             memcpy(&ns, xe[r] + 4 * (size_t)b, 4);
-            __m512i dot = _mm512_set1_epi32(Q4 ? ns * 4 : ns * 64);
+            __m512i dot = _mm512_set1_epi32(AFF ? 0 : FIVE ? ns * 8 : Q4 ? ns * 4 : ns * 64);
             _Pragma("GCC unroll 4")
             for (int j = 0; j < 4; j++) {
                 long long xv;
                 memcpy(&xv, x + 8 * j, 8);
                 dot = _mm512_dpbusd_epi32(dot, u[j], _mm512_set1_epi64(xv));
             }
-            __m512 sc = _mm512_mul_ps(s16, _mm512_set1_ps(ld_f32(xd[r] + 4 * (size_t)b)));
+            const float dxs = ld_f32(xd[r] + 4 * (size_t)b);
+            __m512 sc = _mm512_mul_ps(s16, _mm512_set1_ps(dxs));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
+            if (AFF) acc[r] = _mm512_fmadd_ps(m16, _mm512_set1_ps(-(float)ns * dxs), acc[r]);
         }
     }
     _Pragma("GCC unroll 8")
@@ -397,8 +412,11 @@ AI void mk_r8(const g3_tile *t, int i0, int g, const int MR, const int Q4) {
         }                                                                                                       \
     } while (0)
 
-static void tile_q8_0_r8(const g3_tile *t) { R8_WALK(t, 0); }
-static void tile_q4_0_r8(const g3_tile *t) { R8_WALK(t, 1); }
+static void tile_q8_0_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q8_0); }
+static void tile_q4_0_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q4_0); }
+static void tile_q5_0_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q5_0); }
+static void tile_q4_1_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q4_1); }
+static void tile_q5_1_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q5_1); }
 
 /* ---- activation preparation (bit-identical to the portable version for the Q8 layouts) ---------------------- */
 
@@ -494,6 +512,9 @@ static const g3_kernel_set set_avx512_bf16 = {
     .q5_k = g3_avx512_tile_q5_k,
     .q8_0_r8 = tile_q8_0_r8,
     .q4_0_r8 = tile_q4_0_r8,
+    .q5_0_r8 = tile_q5_0_r8,
+    .q4_1_r8 = tile_q4_1_r8,
+    .q5_1_r8 = tile_q5_1_r8,
     .prep = prep_avx512,
 };
 
@@ -513,6 +534,9 @@ static const g3_kernel_set set_avx512 = {
     .q5_k = g3_avx512_tile_q5_k,
     .q8_0_r8 = tile_q8_0_r8,
     .q4_0_r8 = tile_q4_0_r8,
+    .q5_0_r8 = tile_q5_0_r8,
+    .q4_1_r8 = tile_q4_1_r8,
+    .q5_1_r8 = tile_q5_1_r8,
     .prep = prep_avx512,
 };
 

@@ -235,15 +235,15 @@ static void tile_q6_k(const g3_tile *t) {
     }
 }
 
-/* Repacked Q8_0_R8 / Q4_0_R8 weights x Q8S activations (layouts in matmul.h): value v of row r of a group's
- * block lives at byte 64*(v/8) + 4*(2r + (v%8)/4) + v%4 of the 8-bit slices (Q4_0: nibble v/8 % 2 of slice
- * v/16's byte at the same lane position). */
-static void tile_r8(const g3_tile *t, int q4) {
-    int nb = t->k / 32;
-    size_t bb = q4 ? 144 : 272;
+/* Repacked weights x Q8S activations (layouts in matmul.h, offsets in kernels.h): value v of row r of a group's
+ * block lives at byte 64*(v/8) + 4*(2r + (v%8)/4) + v%4 of the 8-bit slices (nibble types: nibble v/8 % 2 of slice
+ * v/16's byte at the same lane position; Q5: its fifth bit is that lane's bit of mask v/8). */
+static void tile_r8(const g3_tile *t, int fm) {
+    const int nb = t->k / 32, five = g3_r8_five(fm), aff = g3_r8_aff(fm), qo = g3_r8_qoff(fm), ho = g3_r8_hoff(fm);
+    const size_t bb = (size_t)g3_r8_bytes(fm);
     for (int i = 0; i < t->nx; i++) {
         const int8_t *xq = (const int8_t *)(t->xq + (size_t)i * t->xs);
-        const uint8_t *xd = t->xd + (size_t)i * t->xs;
+        const uint8_t *xd = t->xd + (size_t)i * t->xs, *xe = t->xe + (size_t)i * t->xs;
         for (int j = 0; j < t->nw; j++) {
             const uint8_t *grp = t->w + (size_t)(j / 8) * 8 * t->ws;
             int r = j % 8;
@@ -253,19 +253,37 @@ static void tile_r8(const g3_tile *t, int q4) {
                 int sum = 0;
                 for (int v = 0; v < 32; v++) {
                     int lane = 4 * (2 * r + (v % 8) / 4) + v % 4, q;
-                    if (q4) q = ((blk[16 + 64 * (v / 16) + lane] >> (4 * ((v / 8) % 2))) & 0x0F) - 8;
-                    else q = (int)blk[16 + 64 * (v / 8) + lane] - 128;
+                    if (fm == G3_R8_Q8_0) {
+                        q = (int)blk[qo + 64 * (v / 8) + lane] - 128;
+                    } else {
+                        q = (blk[qo + 64 * (v / 16) + lane] >> (4 * ((v / 8) % 2))) & 0x0F;
+                        if (five) {
+                            uint64_t hm;
+                            memcpy(&hm, blk + ho + 8 * (v / 8), 8);
+                            q |= (int)((hm >> lane) & 1u) << 4;
+                        }
+                        if (!aff) q -= five ? 16 : 8;
+                    }
                     sum += q * xq[32 * b + v];
                 }
-                s += (float)sum * (g3_f16_to_f32(ld_u16(blk, r)) * ld_f32(xd, b));
+                float d = g3_f16_to_f32(ld_u16(blk, r)), dx = ld_f32(xd, b);
+                s += (float)sum * (d * dx);
+                if (aff) { /* + m * sum(x) = m * dx * -negsum */
+                    int32_t ns;
+                    memcpy(&ns, xe + 4 * (size_t)b, 4);
+                    s -= g3_f16_to_f32(ld_u16(blk, 8 + r)) * dx * (float)ns;
+                }
             }
             put(t, i, j, s);
         }
     }
 }
 
-static void tile_q8_0_r8(const g3_tile *t) { tile_r8(t, 0); }
-static void tile_q4_0_r8(const g3_tile *t) { tile_r8(t, 1); }
+static void tile_q8_0_r8(const g3_tile *t) { tile_r8(t, G3_R8_Q8_0); }
+static void tile_q4_0_r8(const g3_tile *t) { tile_r8(t, G3_R8_Q4_0); }
+static void tile_q5_0_r8(const g3_tile *t) { tile_r8(t, G3_R8_Q5_0); }
+static void tile_q4_1_r8(const g3_tile *t) { tile_r8(t, G3_R8_Q4_1); }
+static void tile_q5_1_r8(const g3_tile *t) { tile_r8(t, G3_R8_Q5_1); }
 
 static const g3_kernel_set set_scalar = {
     .name = "scalar",
@@ -283,6 +301,9 @@ static const g3_kernel_set set_scalar = {
     .q5_k = tile_q5_k,
     .q8_0_r8 = tile_q8_0_r8,
     .q4_0_r8 = tile_q4_0_r8,
+    .q5_0_r8 = tile_q5_0_r8,
+    .q4_1_r8 = tile_q4_1_r8,
+    .q5_1_r8 = tile_q5_1_r8,
 };
 
 const g3_kernel_set *g3_kernels_scalar(void) { return &set_scalar; }

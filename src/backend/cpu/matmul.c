@@ -58,6 +58,9 @@ static g3_tile_fn tile_fn(const g3_kernel_set *s, uint32_t wtype) {
     switch (wtype) {
     case G3_CPU_Q8_0_R8: return s->q8_0_r8 ? s->q8_0_r8 : g3_kernels_scalar()->q8_0_r8;
     case G3_CPU_Q4_0_R8: return s->q4_0_r8 ? s->q4_0_r8 : g3_kernels_scalar()->q4_0_r8;
+    case G3_CPU_Q5_0_R8: return s->q5_0_r8 ? s->q5_0_r8 : g3_kernels_scalar()->q5_0_r8;
+    case G3_CPU_Q4_1_R8: return s->q4_1_r8 ? s->q4_1_r8 : g3_kernels_scalar()->q4_1_r8;
+    case G3_CPU_Q5_1_R8: return s->q5_1_r8 ? s->q5_1_r8 : g3_kernels_scalar()->q5_1_r8;
     case G3_DTYPE_F32: return s->f32;
     case G3_DTYPE_F16: return s->f16;
     case G3_DTYPE_BF16: return s->bf16;
@@ -84,7 +87,10 @@ static int layout_for(uint32_t wtype, const g3_kernel_set *s) {
     case G3_DTYPE_Q5_0:
     case G3_DTYPE_Q5_1:
     case G3_CPU_Q8_0_R8:
-    case G3_CPU_Q4_0_R8: return G3_ACT_Q8S;
+    case G3_CPU_Q4_0_R8:
+    case G3_CPU_Q5_0_R8:
+    case G3_CPU_Q4_1_R8:
+    case G3_CPU_Q5_1_R8: return G3_ACT_Q8S;
     case G3_DTYPE_Q4_K:
     case G3_DTYPE_Q5_K:
     case G3_DTYPE_Q6_K: return G3_ACT_Q8K;
@@ -281,61 +287,107 @@ void g3_act_dequant_row(const g3_act *a, int r, float *out) {
 
 /* ---- repacked weights ----------------------------------------------------------------------------------------- */
 
+/* The repacked forms: type id, source type, form (kernels.h), whether this kernel set has its own kernel */
+typedef struct r8_form { uint32_t rtype, src; int form; } r8_form;
+static const r8_form k_r8[] = {
+    {G3_CPU_Q8_0_R8, G3_DTYPE_Q8_0, G3_R8_Q8_0}, {G3_CPU_Q4_0_R8, G3_DTYPE_Q4_0, G3_R8_Q4_0},
+    {G3_CPU_Q5_0_R8, G3_DTYPE_Q5_0, G3_R8_Q5_0}, {G3_CPU_Q4_1_R8, G3_DTYPE_Q4_1, G3_R8_Q4_1},
+    {G3_CPU_Q5_1_R8, G3_DTYPE_Q5_1, G3_R8_Q5_1},
+};
+
+static const r8_form *r8_by_src(uint32_t type) {
+    for (size_t i = 0; i < sizeof k_r8 / sizeof k_r8[0]; i++)
+        if (k_r8[i].src == type) return &k_r8[i];
+    return NULL;
+}
+
+static const r8_form *r8_by_rtype(uint32_t rtype) {
+    for (size_t i = 0; i < sizeof k_r8 / sizeof k_r8[0]; i++)
+        if (k_r8[i].rtype == rtype) return &k_r8[i];
+    return NULL;
+}
+
+uint32_t g3_matmul_repack_source(uint32_t rtype) {
+    const r8_form *f = r8_by_rtype(rtype);
+    return f ? f->src : 0;
+}
+
 uint32_t g3_matmul_repack_type(uint32_t type, int n, int k) {
     if (n <= 0 || n % 8 || k <= 0 || k % 32) return 0;
     const g3_kernel_set *s = kset();
     if (s == g3_kernels_scalar()) return 0; /* its repacked kernels are references, slower than the plain ones */
-    if (type == G3_DTYPE_Q8_0 && s->q8_0_r8) return G3_CPU_Q8_0_R8;
-    if (type == G3_DTYPE_Q4_0 && s->q4_0_r8) return G3_CPU_Q4_0_R8;
-    return 0;
+    const r8_form *f = r8_by_src(type);
+    return f && tile_fn(s, f->rtype) != tile_fn(g3_kernels_scalar(), f->rtype) ? f->rtype : 0;
 }
 
-/* Byte 4L+e (lane L = 2r+h) of 64-byte slice j holds value 8j+4h+e of row r. For Q4_0, slices 2s and 2s+1
- * share the bytes of slice s (low / high nibble); with the source block's qs[i] = v[i] | v[i+16] << 4 that byte
- * is built from qs[4h+e] and qs[8+4h+e]: low nibbles for s = 0, high nibbles for s = 1. */
+/* Byte 4L+e (lane L = 2r+h) of 64-byte slice j holds value 8j+4h+e of row r. For the nibble types, slices 2s and
+ * 2s+1 share the bytes of slice s (low / high nibble); with the source block's qs[i] = v[i] | v[i+16] << 4 that
+ * byte is built from qs[4h+e] and qs[8+4h+e]: low nibbles for s = 0, high nibbles for s = 1. The fifth bits (Q5)
+ * go to bit 4L+e of mask j. */
 uint32_t g3_matmul_repack(uint32_t type, const void *w, int n, int k, void *dst) {
-    if (n <= 0 || n % 8 || k <= 0 || k % 32 || (type != G3_DTYPE_Q8_0 && type != G3_DTYPE_Q4_0)) return 0;
-    int q8 = type == G3_DTYPE_Q8_0;
-    size_t rb = g3_row_bytes(type, k), sb = q8 ? 34 : 18;
+    const r8_form *f = r8_by_src(type);
+    if (n <= 0 || n % 8 || k <= 0 || k % 32 || !f) return 0;
+    const int fm = f->form, five = g3_r8_five(fm), aff = g3_r8_aff(fm), qo = g3_r8_qoff(fm), ho = g3_r8_hoff(fm);
+    const size_t rb = g3_row_bytes(type, k), sb = g3_dtype_get(type)->block_bytes;
+    const size_t qs_at = sb - (fm == G3_R8_Q8_0 ? 32 : 16), qh_at = qs_at - 4; /* quants last, Q5's qh before */
     int nb = k / 32;
     const uint8_t *src = w;
     uint8_t *out = dst;
     for (int g = 0; g < n / 8; g++)
         for (int b = 0; b < nb; b++) {
+            uint64_t hm[4] = {0, 0, 0, 0};
             for (int r = 0; r < 8; r++) {
-                const uint8_t *blk = src + (size_t)(8 * g + r) * rb + (size_t)b * sb, *qs = blk + 2;
+                const uint8_t *blk = src + (size_t)(8 * g + r) * rb + (size_t)b * sb, *qs = blk + qs_at;
                 memcpy(out + 2 * r, blk, 2); /* f16 scale */
+                if (aff) memcpy(out + 16 + 2 * r, blk + 2, 2); /* f16 offset */
+                uint32_t qh = 0;
+                if (five) memcpy(&qh, blk + qh_at, 4);
                 for (int h = 0; h < 2; h++)
                     for (int e = 0; e < 4; e++) {
                         int L = 2 * r + h;
-                        if (q8) {
-                            for (int j = 0; j < 4; j++) out[16 + 64 * j + 4 * L + e] = (uint8_t)(qs[8 * j + 4 * h + e] ^ 0x80);
+                        if (fm == G3_R8_Q8_0) {
+                            for (int j = 0; j < 4; j++) out[qo + 64 * j + 4 * L + e] = (uint8_t)(qs[8 * j + 4 * h + e] ^ 0x80);
                         } else {
                             uint8_t a0 = qs[4 * h + e], a1 = qs[8 + 4 * h + e];
-                            out[16 + 4 * L + e] = (uint8_t)((a0 & 0x0F) | (a1 << 4));
-                            out[16 + 64 + 4 * L + e] = (uint8_t)((a0 >> 4) | (a1 & 0xF0));
+                            out[qo + 4 * L + e] = (uint8_t)((a0 & 0x0F) | (a1 << 4));
+                            out[qo + 64 + 4 * L + e] = (uint8_t)((a0 >> 4) | (a1 & 0xF0));
+                            for (int j = 0; five && j < 4; j++)
+                                hm[j] |= (uint64_t)((qh >> (8 * j + 4 * h + e)) & 1u) << (4 * L + e);
                         }
                     }
             }
-            out += q8 ? 272 : 144;
+            if (five) memcpy(out + ho, hm, sizeof hm);
+            out += g3_r8_bytes(fm);
         }
-    return type == G3_DTYPE_Q8_0 ? G3_CPU_Q8_0_R8 : G3_CPU_Q4_0_R8;
+    return f->rtype;
 }
 
 void g3_matmul_repacked_row(uint32_t rtype, const void *w, int k, long row, float *out) {
-    int q4 = rtype == G3_CPU_Q4_0_R8, nb = k / 32, r = (int)(row % 8);
-    size_t bb = q4 ? 144 : 272;
+    const r8_form *f = r8_by_rtype(rtype);
+    if (!f) return;
+    const int fm = f->form, nb = k / 32, r = (int)(row % 8), qo = g3_r8_qoff(fm), ho = g3_r8_hoff(fm);
+    const size_t bb = (size_t)g3_r8_bytes(fm);
     const uint8_t *grp = (const uint8_t *)w + (size_t)(row / 8) * nb * bb;
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk = grp + (size_t)b * bb;
-        uint16_t dh;
+        uint16_t dh, mh = 0;
         memcpy(&dh, blk + 2 * r, 2);
-        float d = g3_f16_to_f32(dh);
+        if (g3_r8_aff(fm)) memcpy(&mh, blk + 16 + 2 * r, 2);
+        float d = g3_f16_to_f32(dh), m = g3_f16_to_f32(mh);
         for (int v = 0; v < 32; v++) {
             int lane = 4 * (2 * r + (v % 8) / 4) + v % 4, q;
-            if (q4) q = ((blk[16 + 64 * (v / 16) + lane] >> (4 * ((v / 8) % 2))) & 0x0F) - 8;
-            else q = (int)blk[16 + 64 * (v / 8) + lane] - 128;
-            out[32 * b + v] = d * (float)q;
+            if (fm == G3_R8_Q8_0) {
+                q = (int)blk[qo + 64 * (v / 8) + lane] - 128;
+            } else {
+                q = (blk[qo + 64 * (v / 16) + lane] >> (4 * ((v / 8) % 2))) & 0x0F;
+                if (g3_r8_five(fm)) {
+                    uint64_t hm;
+                    memcpy(&hm, blk + ho + 8 * (v / 8), 8);
+                    q |= (int)((hm >> lane) & 1u) << 4;
+                }
+                if (!g3_r8_aff(fm)) q -= g3_r8_five(fm) ? 16 : 8;
+            }
+            out[32 * b + v] = d * (float)q + m;
         }
     }
 }
@@ -410,8 +462,8 @@ static void mm_task(void *arg, int ith, int nth) {
 
 void g3_matmul(g3_pool *p, const g3_act *a, const void *w, int n, float *y, int ldy) {
     if (n <= 0 || a->m <= 0) return;
-    int r8 = a->wtype == G3_CPU_Q8_0_R8 || a->wtype == G3_CPU_Q4_0_R8;
-    uint32_t base = a->wtype == G3_CPU_Q8_0_R8 ? G3_DTYPE_Q8_0 : a->wtype == G3_CPU_Q4_0_R8 ? G3_DTYPE_Q4_0 : a->wtype;
+    const uint32_t src = g3_matmul_repack_source(a->wtype), base = src ? src : a->wtype;
+    const int r8 = src != 0;
     const g3_dtype_info *ti = g3_dtype_get(base);
     g3_tile_fn fn = tile_fn(a->kset, a->wtype); /* the set whose layout a was prepared in */
     if (!ti || !fn || (r8 && n % 8)) return;

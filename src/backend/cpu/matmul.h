@@ -39,16 +39,25 @@ void g3_matmul(g3_pool *p, const g3_act *a, const void *w, int n, float *y, int 
 /* Repacked weights (CPU-private type ids, outside GGUF's range). Eight output channels are interleaved per
  * 32-value block, with their eight f16 scales side by side, so that one 512-bit integer dot product serves 8
  * channels and the scales load as one vector (no per-row horizontal sums or scalar scale conversions):
- *   Q8_0_R8  per (group of 8 rows, block): u16 d[8]; u8 q[256] (= int8 + 128)           272 bytes
- *   Q4_0_R8  per (group of 8 rows, block): u16 d[8]; u8 q[128] (two nibbles per byte)    144 bytes
- * Byte 4L+e of 64-byte slice j (lane L = 2r+h) holds value 8j+4h+e of row r (Q4_0: slice j's nibbles are in
- * bytes of slice j/2, low nibble for even j). Same bytes per weight as the source type. */
+ *   Q8_0_R8  per (group of 8 rows, block): u16 d[8]; u8 q[256] (= int8 + 128)                        272 bytes
+ *   Q4_0_R8  per (group of 8 rows, block): u16 d[8]; u8 q[128] (two nibbles per byte)                 144 bytes
+ *   Q5_0_R8  u16 d[8]; u8 q[128] (nibbles as Q4_0_R8); u64 h[4] (fifth bits)                          176 bytes
+ *   Q4_1_R8  u16 d[8]; u16 m[8]; u8 q[128]                                                            160 bytes
+ *   Q5_1_R8  u16 d[8]; u16 m[8]; u8 q[128]; u64 h[4]                                                  192 bytes
+ * Byte 4L+e of 64-byte slice j (lane L = 2r+h) holds value 8j+4h+e of row r (nibble types: slice j's nibbles are
+ * in bytes of slice j/2, low nibble for even j; bit 4L+e of h[j] is that value's fifth bit). Same bytes per weight
+ * as the source type. */
 #define G3_CPU_Q8_0_R8 100u
 #define G3_CPU_Q4_0_R8 101u
+#define G3_CPU_Q5_0_R8 102u
+#define G3_CPU_Q4_1_R8 103u
+#define G3_CPU_Q5_1_R8 104u
+/* The source type of a repacked type (Q8_0 for Q8_0_R8, ...), or 0 when rtype is not one. */
+uint32_t g3_matmul_repack_source(uint32_t rtype);
 /* The repacked type for an n x k weight of `type` on this CPU, or 0 when it is best used as it is. */
 uint32_t g3_matmul_repack_type(uint32_t type, int n, int k);
 /* Writes the repacked copy (g3_tensor_bytes(type, k, n) bytes) of w into dst; returns its type (0: not
- * repackable: only Q8_0/Q4_0 with n % 8 == 0; nothing written). Pass that type to g3_act_prepare and dst to
+ * repackable: only Q8_0/Q4_0/Q5_0/Q4_1/Q5_1 with n % 8 == 0; nothing written). Pass that type to g3_act_prepare and dst to
  * g3_matmul. Every kernel set can multiply repacked weights; g3_matmul_repack_type says when it pays off. */
 uint32_t g3_matmul_repack(uint32_t type, const void *w, int n, int k, void *dst);
 
