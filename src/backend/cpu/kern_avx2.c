@@ -4,7 +4,8 @@
  *   Q8_0          activations stored +128 (Q8U) are flipped back to signed, then the sign trick:
  *                 maddubs(|w|, sign(x, w)) -> i16 pairs (|w|, |x| <= 127, so no saturation), madd -> i32
  *   Q4_0          maddubs(nibble, x) (15 * 127 * 2 fits in i16), madd -> i32, plus -sum(x) per lane for the -8
- *   Q4_K/Q6_K     maddubs kernels from kern_simd.h */
+ *   Q4_1/Q5_0/Q5_1  Q4_0's loop with the fifth bits and the offset m * sum(x)
+ *   Q4_K/Q5_K/Q6_K  maddubs kernels from kern_simd.h */
 #if defined(__x86_64__) || defined(__i386__)
 
 #include "backend/cpu/kern_simd.h"
@@ -173,7 +174,82 @@ AI void mk_q4_0(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
 
 static void tile_q4_0(const g3_tile *t) { G3_TILE_WALK(t, mk_q4_0, 3, 3, 4); }
 
+/* ---- Q4_1 / Q5_0 / Q5_1 weights x Q8S activations ------------------------------------------------------------
+ * Q4_0's loop with the fifth bits (qh's 32 bits spread to bytes by a shuffle and a compare) and, for the types with
+ * an offset m, m*sum(x) added per block, an eighth per lane; Q5_0 (x = d*(q-16)) starts each lane at -2*sum(x). */
+
+AI __m256i bits_to_x10(uint32_t m) { /* byte j = 0x10 where bit j of m is set */
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                          3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)m), shuf), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
+}
+
+AI void mk_q4x(const g3_tile *t, int i0, int j0, const int MR, const int NR, const int FIVE, const int AFF) {
+    const size_t BB = AFF ? (FIVE ? 24 : 20) : 22; /* Q5_1, Q4_1, Q5_0 block bytes; qs are the last 16 */
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[G3_MRX][G3_NRX];
+    const uint8_t *wp[G3_NRX], *xq[G3_MRX], *xd[G3_MRX], *xe[G3_MRX];
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < NR; c++) wp[c] = t->w + (size_t)(j0 + c) * t->ws;
+    const size_t pf = (size_t)NR * t->ws;
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++) {
+        size_t o = (size_t)(i0 + r) * t->xs;
+        xq[r] = t->xq + o, xd[r] = t->xd + o, xe[r] = t->xe + o;
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) acc[r][c] = _mm256_setzero_ps();
+    }
+    for (int b = 0; b < t->k / 32; b++) {
+        __m256i wn[G3_NRX];
+        __m256 dw[G3_NRX], mw[G3_NRX];
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) {
+            const uint8_t *blk = wp[c] + BB * (size_t)b;
+            __m128i v = _mm_loadu_si128((const __m128i *)(blk + BB - 16));
+            _mm_prefetch((const char *)(blk + pf), _MM_HINT_T0);
+            wn[c] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
+            if (FIVE) {
+                uint32_t qh;
+                memcpy(&qh, blk + BB - 20, 4);
+                wn[c] = _mm256_or_si256(wn[c], bits_to_x10(qh));
+            }
+            dw[c] = _mm256_set1_ps(f16_at(blk));
+            if (AFF) mw[c] = _mm256_set1_ps(f16_at(blk + 2));
+        }
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < MR; r++) {
+            __m256i xs = _mm256_loadu_si256((const __m256i *)(xq[r] + 32 * (size_t)b));
+            int32_t ns;
+            memcpy(&ns, xe[r] + 4 * (size_t)b, 4);
+            const float dxs = ld_f32(xd[r] + 4 * (size_t)b);
+            __m256i init = AFF ? _mm256_setzero_si256() : _mm256_set1_epi32(2 * ns);
+            __m256 dx = _mm256_set1_ps(dxs), sx = _mm256_set1_ps(-0.125f * (float)ns * dxs);
+            _Pragma("GCC unroll 8")
+            for (int c = 0; c < NR; c++) {
+                __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wn[c], xs), ones), init);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), dx), dw[c], acc[r][c]);
+                if (AFF) acc[r][c] = _mm256_fmadd_ps(sx, mw[c], acc[r][c]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++)
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < NR; c++) put_y(t, i0 + r, j0 + c, hsum256(acc[r][c]));
+}
+
+#define MK_Q4_1(t, i, j, MR, NR) mk_q4x(t, i, j, MR, NR, 0, 1)
+#define MK_Q5_0(t, i, j, MR, NR) mk_q4x(t, i, j, MR, NR, 1, 0)
+#define MK_Q5_1(t, i, j, MR, NR) mk_q4x(t, i, j, MR, NR, 1, 1)
+static void tile_q4_1(const g3_tile *t) { G3_TILE_WALK(t, MK_Q4_1, 3, 3, 4); }
+static void tile_q5_0(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_0, 3, 3, 4); }
+static void tile_q5_1(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_1, 3, 3, 4); }
+
 G3_Q4K_TILE(tile_q4_k)
+G3_Q5K_TILE(tile_q5_k)
 G3_Q6K_TILE(tile_q6_k)
 
 static const g3_kernel_set set_avx2 = {
@@ -186,6 +262,10 @@ static const g3_kernel_set set_avx2 = {
     .q4_0 = tile_q4_0,
     .q4_k = tile_q4_k,
     .q6_k = tile_q6_k,
+    .q4_1 = tile_q4_1,
+    .q5_0 = tile_q5_0,
+    .q5_1 = tile_q5_1,
+    .q5_k = tile_q5_k,
 };
 
 const g3_kernel_set *g3_kernels_avx2(void) {

@@ -122,13 +122,14 @@ AI void q4k_unpack_scales(const uint8_t *s, int16_t sc[8], int16_t mn[8]) {
     }
 }
 
-AI void mk_q4_k(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
-    (void)NR;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
+/* Q4_K, or with FIVE Q5_K (qh[32] after the scales: the fifth bit of value l of sub-block j is bit j of qh[l]) */
+AI void mk_qk(const g3_tile *t, int i0, int j0, const int MR, const int FIVE) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    const size_t BB = FIVE ? 176 : 144, QS = FIVE ? 48 : 16;
     __m256 acc[G3_MRX], accm[G3_MRX];
     _Pragma("GCC unroll 8")
     for (int r = 0; r < MR; r++) acc[r] = accm[r] = _mm256_setzero_ps();
-    const g3_block_q4_k *wb = (const g3_block_q4_k *)(t->w + (size_t)j0 * t->ws);
+    const uint8_t *wb = t->w + (size_t)j0 * t->ws;
     const int8_t *xq[G3_MRX];
     const uint8_t *xd[G3_MRX], *xe[G3_MRX];
     _Pragma("GCC unroll 8")
@@ -137,14 +138,24 @@ AI void mk_q4_k(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
         xq[r] = (const int8_t *)(t->xq + o), xd[r] = t->xd + o, xe[r] = t->xe + o;
     }
     for (int b = 0; b < t->k / 256; b++) {
+        const uint8_t *blk = wb + BB * (size_t)b;
         int16_t sc[8], mn[8];
-        q4k_unpack_scales(wb[b].scales, sc, mn);
-        float d = _cvtsh_ss(wb[b].d), dmin = _cvtsh_ss(wb[b].dmin);
-        __m256i q[8]; /* the 256 4-bit values, 32 per register, in order */
+        q4k_unpack_scales(blk + 4, sc, mn);
+        uint16_t dh, mh;
+        memcpy(&dh, blk, 2);
+        memcpy(&mh, blk + 2, 2);
+        float d = _cvtsh_ss(dh), dmin = _cvtsh_ss(mh);
+        __m256i q[8]; /* the 256 values, 32 per register, in order */
         for (int c = 0; c < 4; c++) {
-            __m256i v = _mm256_loadu_si256((const __m256i *)(wb[b].qs + 32 * c));
+            __m256i v = _mm256_loadu_si256((const __m256i *)(blk + QS + 32 * c));
             q[2 * c] = _mm256_and_si256(v, m4);
             q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (FIVE) {
+                __m256i hb = _mm256_loadu_si256((const __m256i *)(blk + 16));
+                q[2 * c] = _mm256_or_si256(q[2 * c], _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hb, 2 * c), 4), b4));
+                q[2 * c + 1] = _mm256_or_si256(q[2 * c + 1],
+                                               _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(hb, 2 * c + 1), 4), b4));
+            }
         }
         /* mins paired with the 16 sums of 16: each min appears twice */
         __m256i mn16 = _mm256_setr_epi16(mn[0], mn[0], mn[1], mn[1], mn[2], mn[2], mn[3], mn[3], mn[4], mn[4], mn[5],
@@ -168,6 +179,8 @@ AI void mk_q4_k(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
     _Pragma("GCC unroll 8")
     for (int r = 0; r < MR; r++) put_y(t, i0 + r, j0, hsum256(_mm256_sub_ps(acc[r], accm[r])));
 }
+#define G3_MK_Q4_K(t, i, j, MR, NR) mk_qk(t, i, j, MR, 0)
+#define G3_MK_Q5_K(t, i, j, MR, NR) mk_qk(t, i, j, MR, 1)
 
 AI void mk_q6_k(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
     (void)NR;
@@ -227,7 +240,8 @@ AI void mk_q6_k(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
     for (int r = 0; r < MR; r++) put_y(t, i0 + r, j0, hsum256(acc[r]));
 }
 
-#define G3_Q4K_TILE(name) static void name(const g3_tile *t) { G3_TILE_WALK(t, mk_q4_k, 4, 1, 1); }
+#define G3_Q4K_TILE(name) static void name(const g3_tile *t) { G3_TILE_WALK(t, G3_MK_Q4_K, 4, 1, 1); }
+#define G3_Q5K_TILE(name) static void name(const g3_tile *t) { G3_TILE_WALK(t, G3_MK_Q5_K, 4, 1, 1); }
 #define G3_Q6K_TILE(name) static void name(const g3_tile *t) { G3_TILE_WALK(t, mk_q6_k, 4, 1, 1); }
 
 #endif
