@@ -118,8 +118,8 @@ static void test_matmul_all_types(void **state) {
     if (!have_device()) skip();
     setenv("G3_VULKAN_MVQ", "0", 1); /* float-activation kernels: the int8 products in test_vulkan_mvq */
     setenv("G3_VULKAN_COOPMAT", "0", 1); /* the portable matmul (f32): cooperative matrices in test_coopmat */
-    static const uint32_t types[] = {G3_DTYPE_F32, G3_DTYPE_F16, G3_DTYPE_BF16, G3_DTYPE_Q8_0,
-                                     G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K};
+    static const uint32_t types[] = {G3_DTYPE_F32,  G3_DTYPE_F16,  G3_DTYPE_BF16, G3_DTYPE_Q8_0,
+                                     G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K, G3_DTYPE_Q5_0}; /* Q5_0: as Q8_0 */
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         int k = types[t] == G3_DTYPE_Q4_K || types[t] == G3_DTYPE_Q6_K ? 512 : 160;
         check_matmul(types[t], 37, k, 1, 1, 0);  /* odd n: the last matvec workgroup has one channel */

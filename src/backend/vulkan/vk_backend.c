@@ -62,11 +62,11 @@ static g3_status check_model(const g3_model *m, g3_error *err) {
         const g3_layer_weights *L = &m->layers[l];
         const g3_weight *lw[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++)
-            if (g3vk_type_index(lw[i]->type) < 0)
+            if (g3vk_type_index(g3vk_resident_type(lw[i]->type)) < 0)
                 return g3_fail(err, G3_ERR_UNSUPPORTED, "vulkan: layer %d: weight type %s has no Vulkan kernels", l,
                                g3_dtype_name((g3_dtype)lw[i]->type));
     }
-    if (g3vk_type_index(ws[0]->type) < 0)
+    if (g3vk_type_index(g3vk_resident_type(ws[0]->type)) < 0)
         return g3_fail(err, G3_ERR_UNSUPPORTED, "vulkan: embedding type %s has no Vulkan kernels",
                        g3_dtype_name((g3_dtype)ws[0]->type));
     return G3_OK;
@@ -81,7 +81,8 @@ static g3_status upload_weights(g3_backend *b, g3vk_upload *up, g3_error *err) {
     for (int l = 0; l < c->n_layers; l++) {
         const g3_layer_weights *W = &m->layers[l];
         vk_layer *L = &b->layers[l];
-        L->fused_qkv = W->wq.type == W->wk.type && W->wq.type == W->wv.type;
+        const uint32_t tq = g3vk_resident_type(W->wq.type); /* llama.cpp's 1B Q4_K_M: Q5_0 q/k, Q8_0 v: one Q8_0 */
+        L->fused_qkv = tq == g3vk_resident_type(W->wk.type) && tq == g3vk_resident_type(W->wv.type);
         snprintf(what, sizeof what, "layer %d attention weights", l);
         if (L->fused_qkv) {
             const g3_weight *parts[3] = {&W->wq, &W->wk, &W->wv};
@@ -95,7 +96,7 @@ static g3_status upload_weights(g3_backend *b, g3vk_upload *up, g3_error *err) {
         const g3_weight *o = &W->wo, *g = &W->w_gate, *u = &W->w_up, *d = &W->w_down;
         G3_TRY(g3vk_weight_upload(up, &o, 1, what, &L->wo, err));
         snprintf(what, sizeof what, "layer %d MLP weights", l);
-        L->fused_geglu = W->w_gate.type == W->w_up.type;
+        L->fused_geglu = g3vk_resident_type(W->w_gate.type) == g3vk_resident_type(W->w_up.type);
         G3_TRY(g3vk_weight_upload(up, &g, 1, what, &L->gate, err));
         G3_TRY(g3vk_weight_upload(up, &u, 1, what, &L->up, err));
         G3_TRY(g3vk_weight_upload(up, &d, 1, what, &L->down, err));

@@ -215,6 +215,9 @@ g3_status g3vk_weight_upload(g3vk_upload *up, const g3_weight *const *parts, int
 void g3vk_weight_free(g3vk *vk, g3vk_weight *w);
 /* Device bytes the repacked matrix takes (for memory planning). */
 uint64_t g3vk_weight_bytes(uint32_t type, int64_t n, int64_t k);
+/* The type a file type is kept as on the device (g3vk_weight.type, whose kernels run): itself, or Q8_0 for Q5_0
+ * (its values q - 16 and scale d, exactly; no 5-bit kernels) */
+uint32_t g3vk_resident_type(uint32_t type);
 
 /* ---- embedded SPIR-V (generated at build time) ---------------------------------------------------------------- */
 typedef struct g3vk_spirv {

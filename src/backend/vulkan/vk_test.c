@@ -91,6 +91,7 @@ g3_status g3_vulkan_test_matmul(uint32_t type, const void *w, const void *w2, in
         if (!rc) rc = rc2;
     }
     /* the kernel the forward takes for m rows (path 0 / 1: matvec up to 8 rows), for more than 8 (path 2, 3) */
+    type = g3vk_resident_type(type); /* the kernels of the device copy (Q5_0 is kept as Q8_0) */
     int kind = rc ? 0 : g3vk_matmul_kind(&t->vk, small ? m : (m > 8 ? m : 9), type, k, w2 != NULL);
     int cm = kind == G3VK_K_MATMUL_CM || kind == G3VK_K_MATMUL_CM_GEGLU;
     if (!rc && path == 3 && !cm)

@@ -35,7 +35,10 @@ static size_t row_aux_halves(uint32_t type, int64_t k) {
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
+uint32_t g3vk_resident_type(uint32_t type) { return type == G3_DTYPE_Q5_0 ? (uint32_t)G3_DTYPE_Q8_0 : type; }
+
 uint64_t g3vk_weight_bytes(uint32_t type, int64_t n, int64_t k) {
+    type = g3vk_resident_type(type);
     return align256(row_dev_bytes(type, k) * (size_t)n) + row_aux_halves(type, k) * 2 * (size_t)n;
 }
 
@@ -55,6 +58,18 @@ static void repack_row(uint32_t type, const uint8_t *src, int64_t k, uint8_t *da
             const uint8_t *b = src + (size_t)i * sizeof(g3_block_q8_0);
             memcpy(&aux[i], b + offsetof(g3_block_q8_0, d), 2);
             memcpy(data + 32 * i, b + offsetof(g3_block_q8_0, qs), 32);
+        }
+        break;
+    }
+    case G3_DTYPE_Q5_0: { /* as Q8_0: q - 16 with the block's d (exact) */
+        for (int64_t i = 0; i < k / 32; i++) {
+            g3_block_q5_0 blk;
+            memcpy(&blk, src + (size_t)i * sizeof blk, sizeof blk);
+            aux[i] = blk.d;
+            uint32_t qh;
+            memcpy(&qh, blk.qh, 4);
+            for (int j = 0; j < 32; j++)
+                data[32 * i + j] = (uint8_t)(int8_t)((((blk.qs[j % 16] >> (4 * (j / 16))) & 0x0F) | (int)((qh >> j) & 1u) << 4) - 16);
         }
         break;
     }
@@ -168,16 +183,17 @@ g3_status g3vk_weight_upload(g3vk_upload *up, const g3_weight *const *parts, int
     memset(out, 0, sizeof *out);
     uint32_t type = parts[0]->type;
     int64_t k = parts[0]->k, n = 0;
-    for (int i = 0; i < n_parts; i++) {
-        if (parts[i]->type != type || parts[i]->k != k)
+    for (int i = 0; i < n_parts; i++) { /* the parts may differ in file type where the device type is one (Q5_0, Q8_0) */
+        if (g3vk_resident_type(parts[i]->type) != g3vk_resident_type(type) || parts[i]->k != k)
             return g3_fail(err, G3_ERR_ARG, "vulkan: %s: parts differ in type or width", what);
         n += parts[i]->n;
     }
-    size_t rb = row_dev_bytes(type, k), ah = row_aux_halves(type, k), src_rb = g3_row_bytes(type, k);
+    const uint32_t dev = g3vk_resident_type(type);
+    size_t rb = row_dev_bytes(dev, k), ah = row_aux_halves(dev, k), src_rb = g3_row_bytes(type, k);
     if (!rb || !src_rb || k % 32 != 0)
         return g3_fail(err, G3_ERR_UNSUPPORTED, "vulkan: %s: %s rows of %lld values are not supported", what,
                        g3_dtype_name((g3_dtype)type), (long long)k);
-    out->type = type, out->n = (int)n, out->k = (int)k;
+    out->type = dev, out->n = (int)n, out->k = (int)k;
     size_t aux_off = align256(rb * (size_t)n);
     G3_TRY(g3vk_buf_create(up->vk, g3vk_weight_bytes(type, n, k), G3VK_MEM_DEVICE, what, &out->buf, err));
     out->addr = out->buf.addr;
@@ -194,7 +210,8 @@ g3_status g3vk_weight_upload(g3vk_upload *up, const g3_weight *const *parts, int
         size_t row = 0;
         for (int i = 0; i < n_parts && rc == G3_OK; i++)
             for (int64_t r = 0; r < parts[i]->n && rc == G3_OK; r++, row++) {
-                repack_row(type, (const uint8_t *)parts[i]->data + (size_t)r * src_rb, k, data, aux);
+                const uint32_t pt = parts[i]->type;
+                repack_row(pt, (const uint8_t *)parts[i]->data + (size_t)r * g3_row_bytes(pt, k), k, data, aux);
                 rc = pass == 0 ? g3vk_upload_write(up, &out->buf, row * rb, data, rb, err)
                                : g3vk_upload_write(up, &out->buf, aux_off + row * ah * 2, aux, ah * 2, err);
             }
