@@ -185,13 +185,31 @@ static void test_random_mix(void **state) {
     }
     assert_int_equal(bytes, m->weight_bytes); /* the buffer holds exactly the matrices */
     g3_model_free(m);
-    assert_int_equal(g3_model_random_mix("4b", "q5_k_m", 3, 8, &m, &err), G3_ERR_ARG);
+    /* q5_k_m: Q5_K with the same Q6_K tensors */
+    if (g3_model_random_mix("4b", "q5_k_m", 3, 8, &m, &err) != G3_OK) fail_msg("%s", err.msg);
+    assert_int_equal(m->layers[0].wv.type, G3_DTYPE_Q6_K);
+    assert_int_equal(m->layers[1].wv.type, G3_DTYPE_Q5_K);
+    assert_int_equal(m->layers[1].w_gate.type, G3_DTYPE_Q5_K);
+    g3_model_free(m);
+    /* 1B rows of 1152 values are no whole K-quant blocks: llama.cpp's fallbacks there (Q4_K -> Q5_0, Q6_K -> Q8_0,
+     * Q5_K -> Q5_1); o (1024 wide) and down (6912) keep their K-quants */
+    if (g3_model_random_mix("1b", "q4_k_m", 3, 2, &m, &err) != G3_OK) fail_msg("%s", err.msg);
+    assert_int_equal(m->embed.type, G3_DTYPE_Q8_0);
+    assert_int_equal(m->layers[0].wq.type, G3_DTYPE_Q5_0);
+    assert_int_equal(m->layers[0].wv.type, G3_DTYPE_Q5_0);
+    assert_int_equal(m->layers[1].wv.type, G3_DTYPE_Q8_0); /* the last eighth: Q6_K's fallback */
+    assert_int_equal(m->layers[0].w_up.type, G3_DTYPE_Q5_0);
+    assert_int_equal(m->layers[0].wo.type, G3_DTYPE_Q4_K);
+    assert_int_equal(m->layers[0].w_down.type, G3_DTYPE_Q4_K);
+    assert_int_equal(m->layers[1].w_down.type, G3_DTYPE_Q6_K);
+    g3_model_free(m);
+    if (g3_model_random_mix("1b", "q5_k_m", 3, 2, &m, &err) != G3_OK) fail_msg("%s", err.msg);
+    assert_int_equal(m->layers[1].wk.type, G3_DTYPE_Q5_1);
+    assert_int_equal(m->layers[1].wo.type, G3_DTYPE_Q5_K);
+    g3_model_free(m);
+    assert_int_equal(g3_model_random_mix("1b", "q3_k_m", 3, 2, &m, &err), G3_ERR_ARG);
     assert_null(m);
-    assert_non_null(strstr(err.msg, "q5_k_m"));
-    /* 1B rows (1152 values) are no whole Q4_K blocks: a clear error, not a model */
-    assert_int_equal(g3_model_random_mix("1b", "q4_k_m", 3, 2, &m, &err), G3_ERR_ARG);
-    assert_null(m);
-    assert_non_null(strstr(err.msg, "q4_k_m"));
+    assert_non_null(strstr(err.msg, "q3_k_m"));
 }
 
 int main(void) {
