@@ -120,7 +120,8 @@ static uint32_t parse_type(const char *s) {
     if (n > 3 && n < sizeof base && !strcmp(s + n - 3, "_r8")) { /* the repacked form of a type: q5_0_r8, ... */
         memcpy(base, s, n - 3), base[n - 3] = 0;
         if (!g3_dtype_from_name(base, &t)) return 999;
-        static const uint32_t r8[] = {G3_CPU_Q8_0_R8, G3_CPU_Q4_0_R8, G3_CPU_Q5_0_R8, G3_CPU_Q4_1_R8, G3_CPU_Q5_1_R8};
+        static const uint32_t r8[] = {G3_CPU_Q8_0_R8, G3_CPU_Q4_0_R8, G3_CPU_Q5_0_R8, G3_CPU_Q4_1_R8, G3_CPU_Q5_1_R8,
+                                      G3_CPU_Q4_K_R8};
         for (size_t i = 0; i < sizeof r8 / sizeof r8[0]; i++)
             if (g3_matmul_repack_source(r8[i]) == (uint32_t)t) return r8[i];
         return 999;
@@ -151,7 +152,7 @@ static double time_case(g3_pool *p, uint32_t type, int n, int k, int m, double m
         w[c] = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
         for (int r = 0; r < n; r++) memcpy(w[c] + (size_t)r * rb, pool_rows + (size_t)((r * 7 + c) % 64) * rb, rb);
         if (qtype != type) {
-            uint8_t *packed = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
+            uint8_t *packed = aligned_alloc(64, (g3_matmul_repack_bytes(qtype, n, k) + 63) & ~(size_t)63);
             g3_matmul_repack(qtype, w[c], n, k, packed);
             free(w[c]);
             w[c] = packed;

@@ -40,7 +40,7 @@ static const shape shapes[] = {
 static const uint32_t types[] = {G3_DTYPE_F32,  G3_DTYPE_F16,  G3_DTYPE_BF16,  G3_DTYPE_Q8_0,  G3_DTYPE_Q4_0,
                                  G3_DTYPE_Q4_K, G3_DTYPE_Q6_K, G3_CPU_Q8_0_R8, G3_CPU_Q4_0_R8, G3_DTYPE_Q4_1,
                                  G3_DTYPE_Q5_0, G3_DTYPE_Q5_1, G3_DTYPE_Q5_K, G3_CPU_Q5_0_R8, G3_CPU_Q4_1_R8,
-                                 G3_CPU_Q5_1_R8};
+                                 G3_CPU_Q5_1_R8, G3_CPU_Q4_K_R8};
 
 static uint32_t base_type(uint32_t t) { return g3_matmul_repack_source(t) ? g3_matmul_repack_source(t) : t; }
 static const char *tname(uint32_t t) {
@@ -93,7 +93,7 @@ static int run_set(const char *set, float **scalar_y, int fill) {
                 g3_dequant_row(qtype, w + (size_t)r * rb, wd + (size_t)r * sh->k, sh->k);
             }
             if (type != qtype) { /* repack in place through a copy */
-                uint8_t *packed = malloc(rb * (size_t)sh->n);
+                uint8_t *packed = malloc(g3_matmul_repack_bytes(qtype, sh->n, sh->k));
                 assert_int_equal(g3_matmul_repack(qtype, w, sh->n, sh->k, packed), type);
                 for (int r = 0; r < sh->n; r += 3) { /* rows read back from the repacked layout */
                     g3_matmul_repacked_row(type, packed, sh->k, r, wrow);

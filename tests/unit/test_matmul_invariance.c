@@ -36,7 +36,7 @@ static void test_invariance(void **state) {
                 if (rp) {
                     uint32_t rt = g3_matmul_repack_type(wt, n, k);
                     if (!rt) continue;
-                    packed = malloc(rb * (size_t)n);
+                    packed = malloc(g3_matmul_repack_bytes(wt, n, k));
                     wt = g3_matmul_repack(types[t], w, n, k, packed);
                     wuse = packed;
                 }

@@ -95,7 +95,7 @@ static int bind_weight(g3_backend *b, g3_weight *dst, const g3_weight *src) {
     *dst = *src;
     if (getenv("G3_CPU_NO_REPACK")) return 1;
     if (!g3_matmul_repack_type(src->type, (int)src->n, (int)src->k)) return 1;
-    void *p = malloc(src->nbytes);
+    void *p = malloc(g3_matmul_repack_bytes(src->type, (int)src->n, (int)src->k));
     if (!p) return 0;
     dst->type = g3_matmul_repack(src->type, src->data, (int)src->n, (int)src->k, p);
     dst->data = p;

@@ -412,6 +412,100 @@ AI void mk_r8(const g3_tile *t, int i0, int g, const int MR, const int FM) {
         }                                                                                                       \
     } while (0)
 
+/* ---- Q4_K_R8 x Q8K activations ---------------------------------------------------------------------------------
+ * Per 256-value block of a group of 8 rows: each sub-block's 32 values as Q4_0_R8's slices (lane 2r+h: row r),
+ * its dot products times the 8 rows' 6-bit scales (one 32-bit multiply) summed over the sub-blocks; the mins meet
+ * the activation's sub-block sums through two 16-bit madds whose lane pairs line up with the same lanes (kernels.h).
+ * No scale unpacking in the loop: that is done once, at load. */
+
+static const int16_t k_q4kr8_ix[2][32] = { /* X1 / X2 of lane-pair position p: xs[4*((p>>1)&1) + (p&1) (+2)] */
+    {0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5},
+    {2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7}};
+
+AI void mk_q4k_r8(const g3_tile *t, int i0, int g, const int MR) {
+    const uint8_t *grp = t->w + (size_t)g * 8 * t->ws;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i ix1 = _mm512_loadu_si512(k_q4kr8_ix[0]), ix2 = _mm512_loadu_si512(k_q4kr8_ix[1]);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m512 acc[R8_MAXROWS];
+    const uint8_t *xq[R8_MAXROWS], *xd[R8_MAXROWS], *xe[R8_MAXROWS];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++) {
+        size_t o = (size_t)(i0 + r) * t->xs;
+        xq[r] = t->xq + o, xd[r] = t->xd + o, xe[r] = t->xe + o;
+        acc[r] = _mm512_setzero_ps();
+    }
+    for (int b = 0; b < t->k / 256; b++) {
+        const uint8_t *blk = grp + 1184 * (size_t)b;
+        for (int o = 0; o < 1184; o += 64) _mm_prefetch((const char *)(blk + R8_PF + o), _MM_HINT_T0);
+        const __m512 D = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_cvtph_ps(
+                                                        _mm_loadu_si128((const __m128i *)(blk + G3_Q4KR8_D)))));
+        const __m512 Dm = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_cvtph_ps(
+                                                         _mm_loadu_si128((const __m128i *)(blk + G3_Q4KR8_DMIN)))));
+        const __m512i M1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + G3_Q4KR8_M)));
+        const __m512i M2 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + G3_Q4KR8_M + 32)));
+        __m512i isum[R8_MAXROWS];
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < MR; r++) isum[r] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 2")
+        for (int sb = 0; sb < 8; sb++) {
+            const uint8_t *qp = blk + G3_Q4KR8_Q + 128 * sb;
+            __m512i q0 = _mm512_loadu_si512(qp), q1 = _mm512_loadu_si512(qp + 64);
+            __m512i u0 = _mm512_and_si512(q0, m4), u1 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
+            __m512i u2 = _mm512_and_si512(q1, m4), u3 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
+            __m512i sc = _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(_mm256_cvtepu8_epi32(
+                                                            _mm_loadl_epi64((const __m128i *)(blk + G3_Q4KR8_SC + 8 * sb)))));
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < MR; r++) {
+                const uint8_t *x = xq[r] + 256 * (size_t)b + 32 * sb;
+                long long x0, x1, x2, x3;
+                memcpy(&x0, x, 8), memcpy(&x1, x + 8, 8), memcpy(&x2, x + 16, 8), memcpy(&x3, x + 24, 8);
+                __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u0, _mm512_set1_epi64(x0));
+                dot = _mm512_dpbusd_epi32(dot, u1, _mm512_set1_epi64(x1));
+                dot = _mm512_dpbusd_epi32(dot, u2, _mm512_set1_epi64(x2));
+                dot = _mm512_dpbusd_epi32(dot, u3, _mm512_set1_epi64(x3));
+                isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(dot, sc));
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < MR; r++) {
+            __m256i bs = _mm256_loadu_si256((const __m256i *)(xe[r] + 32 * (size_t)b));
+            __m128i xs = _mm256_cvtepi32_epi16(_mm256_madd_epi16(bs, ones)); /* the 8 sub-block sums */
+            __m512i msum = _mm512_add_epi32(_mm512_madd_epi16(M1, _mm512_permutexvar_epi16(ix1, _mm512_castsi128_si512(xs))),
+                                            _mm512_madd_epi16(M2, _mm512_permutexvar_epi16(ix2, _mm512_castsi128_si512(xs))));
+            const __m512 dx = _mm512_set1_ps(ld_f32(xd[r] + 4 * (size_t)b));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(D, dx), acc[r]);
+            acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(Dm, dx), acc[r]);
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++) {
+        __m512 sw = _mm512_add_ps(acc[r], _mm512_permute_ps(acc[r], 0xB1));
+        float tmp[16];
+        _mm512_storeu_ps(tmp, sw);
+        float *y = t->y + (size_t)(i0 + r) * t->ldy + 8 * g;
+        for (int q = 0; q < 8; q++) y[q] = t->accumulate ? y[q] + tmp[2 * q] : tmp[2 * q];
+    }
+}
+
+static void tile_q4_k_r8(const g3_tile *t) {
+    for (int g = 0; g < t->nw / 8; g++) {
+        int i = 0;
+        for (; i + 8 <= t->nx; i += 8) mk_q4k_r8(t, i, g, 8);
+        switch (t->nx - i) {
+        case 7: mk_q4k_r8(t, i, g, 7); break;
+        case 6: mk_q4k_r8(t, i, g, 6); break;
+        case 5: mk_q4k_r8(t, i, g, 5); break;
+        case 4: mk_q4k_r8(t, i, g, 4); break;
+        case 3: mk_q4k_r8(t, i, g, 3); break;
+        case 2: mk_q4k_r8(t, i, g, 2); break;
+        case 1: mk_q4k_r8(t, i, g, 1); break;
+        default: break;
+        }
+    }
+}
+
 static void tile_q8_0_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q8_0); }
 static void tile_q4_0_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q4_0); }
 static void tile_q5_0_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q5_0); }
@@ -515,6 +609,7 @@ static const g3_kernel_set set_avx512_bf16 = {
     .q5_0_r8 = tile_q5_0_r8,
     .q4_1_r8 = tile_q4_1_r8,
     .q5_1_r8 = tile_q5_1_r8,
+    .q4_k_r8 = tile_q4_k_r8,
     .prep = prep_avx512,
 };
 
@@ -537,6 +632,7 @@ static const g3_kernel_set set_avx512 = {
     .q5_0_r8 = tile_q5_0_r8,
     .q4_1_r8 = tile_q4_1_r8,
     .q5_1_r8 = tile_q5_1_r8,
+    .q4_k_r8 = tile_q4_k_r8,
     .prep = prep_avx512,
 };
 

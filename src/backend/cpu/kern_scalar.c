@@ -285,6 +285,41 @@ static void tile_q5_0_r8(const g3_tile *t) { tile_r8(t, G3_R8_Q5_0); }
 static void tile_q4_1_r8(const g3_tile *t) { tile_r8(t, G3_R8_Q4_1); }
 static void tile_q5_1_r8(const g3_tile *t) { tile_r8(t, G3_R8_Q5_1); }
 
+/* Q4_K_R8 x Q8K activations: per row, sum over sub-blocks of sc * dot(q, x) times d*dx, minus dmin*dx * sum of
+ * m * (the sub-block's activation sum, from the sums of 16) */
+static void tile_q4_k_r8(const g3_tile *t) {
+    const int nb = t->k / 256;
+    for (int i = 0; i < t->nx; i++) {
+        const int8_t *xq = (const int8_t *)(t->xq + (size_t)i * t->xs);
+        const uint8_t *xd = t->xd + (size_t)i * t->xs, *xe = t->xe + (size_t)i * t->xs;
+        for (int j = 0; j < t->nw; j++) {
+            const uint8_t *grp = t->w + (size_t)(j / 8) * 8 * t->ws;
+            const int r = j % 8;
+            float s = 0;
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *blk = grp + 1184 * (size_t)b;
+                int sumi = 0, summ = 0;
+                for (int sb = 0; sb < 8; sb++) {
+                    int dot = 0;
+                    for (int v = 0; v < 32; v++) {
+                        int lane = 4 * (2 * r + (v % 8) / 4) + v % 4, jj = v / 8;
+                        int q = (blk[G3_Q4KR8_Q + 128 * sb + 64 * (jj / 2) + lane] >> (4 * (jj % 2))) & 0x0F;
+                        dot += q * xq[256 * b + 32 * sb + v];
+                    }
+                    sumi += blk[G3_Q4KR8_SC + 8 * sb + r] * dot;
+                    int16_t b0, b1;
+                    memcpy(&b0, xe + 2 * (size_t)(16 * b + 2 * sb), 2);
+                    memcpy(&b1, xe + 2 * (size_t)(16 * b + 2 * sb + 1), 2);
+                    summ += blk[G3_Q4KR8_M + 32 * (sb % 4 >= 2) + 2 * (2 * r + sb / 4) + (sb & 1)] * (b0 + b1);
+                }
+                const float dx = ld_f32(xd, b);
+                s += dx * (g3_f16_to_f32(ld_u16(blk, r)) * (float)sumi - g3_f16_to_f32(ld_u16(blk, 8 + r)) * (float)summ);
+            }
+            put(t, i, j, s);
+        }
+    }
+}
+
 static const g3_kernel_set set_scalar = {
     .name = "scalar",
     .bf16_layout = G3_ACT_F32,
@@ -304,6 +339,7 @@ static const g3_kernel_set set_scalar = {
     .q5_0_r8 = tile_q5_0_r8,
     .q4_1_r8 = tile_q4_1_r8,
     .q5_1_r8 = tile_q5_1_r8,
+    .q4_k_r8 = tile_q4_k_r8,
 };
 
 const g3_kernel_set *g3_kernels_scalar(void) { return &set_scalar; }

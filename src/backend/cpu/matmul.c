@@ -61,6 +61,7 @@ static g3_tile_fn tile_fn(const g3_kernel_set *s, uint32_t wtype) {
     case G3_CPU_Q5_0_R8: return s->q5_0_r8 ? s->q5_0_r8 : g3_kernels_scalar()->q5_0_r8;
     case G3_CPU_Q4_1_R8: return s->q4_1_r8 ? s->q4_1_r8 : g3_kernels_scalar()->q4_1_r8;
     case G3_CPU_Q5_1_R8: return s->q5_1_r8 ? s->q5_1_r8 : g3_kernels_scalar()->q5_1_r8;
+    case G3_CPU_Q4_K_R8: return s->q4_k_r8 ? s->q4_k_r8 : g3_kernels_scalar()->q4_k_r8;
     case G3_DTYPE_F32: return s->f32;
     case G3_DTYPE_F16: return s->f16;
     case G3_DTYPE_BF16: return s->bf16;
@@ -93,7 +94,8 @@ static int layout_for(uint32_t wtype, const g3_kernel_set *s) {
     case G3_CPU_Q5_1_R8: return G3_ACT_Q8S;
     case G3_DTYPE_Q4_K:
     case G3_DTYPE_Q5_K:
-    case G3_DTYPE_Q6_K: return G3_ACT_Q8K;
+    case G3_DTYPE_Q6_K:
+    case G3_CPU_Q4_K_R8: return G3_ACT_Q8K;
     default: return G3_ACT_F32;
     }
 }
@@ -292,7 +294,7 @@ typedef struct r8_form { uint32_t rtype, src; int form; } r8_form;
 static const r8_form k_r8[] = {
     {G3_CPU_Q8_0_R8, G3_DTYPE_Q8_0, G3_R8_Q8_0}, {G3_CPU_Q4_0_R8, G3_DTYPE_Q4_0, G3_R8_Q4_0},
     {G3_CPU_Q5_0_R8, G3_DTYPE_Q5_0, G3_R8_Q5_0}, {G3_CPU_Q4_1_R8, G3_DTYPE_Q4_1, G3_R8_Q4_1},
-    {G3_CPU_Q5_1_R8, G3_DTYPE_Q5_1, G3_R8_Q5_1},
+    {G3_CPU_Q5_1_R8, G3_DTYPE_Q5_1, G3_R8_Q5_1}, {G3_CPU_Q4_K_R8, G3_DTYPE_Q4_K, G3_R8_Q4_K},
 };
 
 static const r8_form *r8_by_src(uint32_t type) {
@@ -312,8 +314,15 @@ uint32_t g3_matmul_repack_source(uint32_t rtype) {
     return f ? f->src : 0;
 }
 
+size_t g3_matmul_repack_bytes(uint32_t type, int n, int k) {
+    const r8_form *f = r8_by_src(type);
+    const int blk = f ? g3_dtype_get(type)->block : 0;
+    if (!f || n <= 0 || n % 8 || k <= 0 || k % blk) return 0;
+    return (size_t)(n / 8) * (size_t)(k / blk) * (size_t)g3_r8_bytes(f->form);
+}
+
 uint32_t g3_matmul_repack_type(uint32_t type, int n, int k) {
-    if (n <= 0 || n % 8 || k <= 0 || k % 32) return 0;
+    if (!g3_matmul_repack_bytes(type, n, k)) return 0;
     const g3_kernel_set *s = kset();
     if (s == g3_kernels_scalar()) return 0; /* its repacked kernels are references, slower than the plain ones */
     const r8_form *f = r8_by_src(type);
@@ -324,9 +333,43 @@ uint32_t g3_matmul_repack_type(uint32_t type, int n, int k) {
  * 2s+1 share the bytes of slice s (low / high nibble); with the source block's qs[i] = v[i] | v[i+16] << 4 that
  * byte is built from qs[4h+e] and qs[8+4h+e]: low nibbles for s = 0, high nibbles for s = 1. The fifth bits (Q5)
  * go to bit 4L+e of mask j. */
+/* Q4_K_R8 (layout in kernels.h): value l of sub-block s of row r is nibble s&1 of qs[32(s/2) + l] in the source */
+static void repack_q4k(const uint8_t *src, size_t rb, int g, int b, uint8_t *out) {
+    memset(out, 0, 1184); /* the nibbles are or-ed in */
+    for (int r = 0; r < 8; r++) {
+        const g3_block_q4_k *blk = (const g3_block_q4_k *)(src + (size_t)(8 * g + r) * rb) + b;
+        memcpy(out + G3_Q4KR8_D + 2 * r, &blk->d, 2);
+        memcpy(out + G3_Q4KR8_DMIN + 2 * r, &blk->dmin, 2);
+        const uint8_t *sp = blk->scales;
+        for (int s = 0; s < 8; s++) {
+            int sc, m; /* as dtype.c's q4k_scale_min */
+            if (s < 4) sc = sp[s] & 63, m = sp[s + 4] & 63;
+            else sc = (sp[s + 4] & 0x0F) | ((sp[s - 4] >> 6) << 4), m = (sp[s + 4] >> 4) | ((sp[s] >> 6) << 4);
+            out[G3_Q4KR8_SC + 8 * s + r] = (uint8_t)sc;
+            /* s = 4h + 2 second + t goes to lane 2r + h, pair position t of the first or second array */
+            out[G3_Q4KR8_M + 32 * (s % 4 >= 2) + 2 * (2 * r + s / 4) + (s & 1)] = (uint8_t)m;
+        }
+        for (int s = 0; s < 8; s++) {
+            uint8_t *o = out + G3_Q4KR8_Q + 128 * s;
+            const uint8_t *q = blk->qs + 32 * (s / 2);
+            const int sh = 4 * (s & 1);
+            for (int v = 0; v < 32; v++) { /* value v: slice j = v/8, lane 2r + (v%8)/4, byte v%4 */
+                int lane = 4 * (2 * r + (v % 8) / 4) + v % 4, j = v / 8;
+                o[64 * (j / 2) + lane] |= (uint8_t)(((q[v] >> sh) & 0x0F) << (4 * (j % 2)));
+            }
+        }
+    }
+}
+
 uint32_t g3_matmul_repack(uint32_t type, const void *w, int n, int k, void *dst) {
     const r8_form *f = r8_by_src(type);
-    if (n <= 0 || n % 8 || k <= 0 || k % 32 || !f) return 0;
+    if (!g3_matmul_repack_bytes(type, n, k)) return 0;
+    if (f->form == G3_R8_Q4_K) {
+        for (int g = 0; g < n / 8; g++)
+            for (int b = 0; b < k / 256; b++)
+                repack_q4k(w, g3_row_bytes(type, k), g, b, (uint8_t *)dst + ((size_t)g * (k / 256) + b) * 1184);
+        return f->rtype;
+    }
     const int fm = f->form, five = g3_r8_five(fm), aff = g3_r8_aff(fm), qo = g3_r8_qoff(fm), ho = g3_r8_hoff(fm);
     const size_t rb = g3_row_bytes(type, k), sb = g3_dtype_get(type)->block_bytes;
     const size_t qs_at = sb - (fm == G3_R8_Q8_0 ? 32 : 16), qh_at = qs_at - 4; /* quants last, Q5's qh before */
@@ -365,6 +408,27 @@ uint32_t g3_matmul_repack(uint32_t type, const void *w, int n, int k, void *dst)
 void g3_matmul_repacked_row(uint32_t rtype, const void *w, int k, long row, float *out) {
     const r8_form *f = r8_by_rtype(rtype);
     if (!f) return;
+    if (f->form == G3_R8_Q4_K) { /* the same float operations as g3_dequant_row's Q4_K */
+        const int r = (int)(row % 8), nb = k / 256;
+        const uint8_t *grp = (const uint8_t *)w + (size_t)(row / 8) * nb * 1184;
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *blk = grp + (size_t)b * 1184;
+            uint16_t dh, mh;
+            memcpy(&dh, blk + G3_Q4KR8_D + 2 * r, 2);
+            memcpy(&mh, blk + G3_Q4KR8_DMIN + 2 * r, 2);
+            const float d = g3_f16_to_f32(dh), dmin = g3_f16_to_f32(mh);
+            for (int s = 0; s < 8; s++) {
+                const int m = blk[G3_Q4KR8_M + 32 * (s % 4 >= 2) + 2 * (2 * r + s / 4) + (s & 1)];
+                const float sc = d * (float)blk[G3_Q4KR8_SC + 8 * s + r], mm = dmin * (float)m;
+                for (int v = 0; v < 32; v++) {
+                    int lane = 4 * (2 * r + (v % 8) / 4) + v % 4, j = v / 8;
+                    int q = (blk[G3_Q4KR8_Q + 128 * s + 64 * (j / 2) + lane] >> (4 * (j % 2))) & 0x0F;
+                    out[256 * b + 32 * s + v] = sc * (float)q - mm;
+                }
+            }
+        }
+        return;
+    }
     const int fm = f->form, nb = k / 32, r = (int)(row % 8), qo = g3_r8_qoff(fm), ho = g3_r8_hoff(fm);
     const size_t bb = (size_t)g3_r8_bytes(fm);
     const uint8_t *grp = (const uint8_t *)w + (size_t)(row / 8) * nb * bb;
@@ -469,7 +533,11 @@ void g3_matmul(g3_pool *p, const g3_act *a, const void *w, int n, float *y, int 
     if (!ti || !fn || (r8 && n % 8)) return;
     mm_job j = {.a = a, .w = w, .wrb = g3_row_bytes(base, a->k), .n = n, .y = y, .ldy = ldy, .fn = fn};
     j.kalign = ti->block;
-    j.kbytes_blk = ti->block_bytes * (r8 ? 8 : 1); /* a repacked block holds 8 rows */
+    j.kbytes_blk = ti->block_bytes;
+    if (r8) { /* a repacked block holds 8 rows; a "row" is an eighth of a group, for the kernels' group stride */
+        j.kbytes_blk = g3_matmul_repack_bytes(base, 8, ti->block);
+        j.wrb = j.kbytes_blk * (size_t)(a->k / ti->block) / 8;
+    }
     /* bytes of prepared activation per value, and the chunking that keeps an MB x KC block in L2 */
     double xb = a->layout == G3_ACT_F32 || a->layout == G3_ACT_BF16X2 ? 4.0 : 1.25;
     int kq = ti->block > 64 ? ti->block : 256; /* chunk granularity in values */
