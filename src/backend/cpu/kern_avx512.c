@@ -489,22 +489,95 @@ AI void mk_q4k_r8(const g3_tile *t, int i0, int g, const int MR) {
     }
 }
 
-static void tile_q4_k_r8(const g3_tile *t) {
-    for (int g = 0; g < t->nw / 8; g++) {
-        int i = 0;
-        for (; i + 8 <= t->nx; i += 8) mk_q4k_r8(t, i, g, 8);
-        switch (t->nx - i) {
-        case 7: mk_q4k_r8(t, i, g, 7); break;
-        case 6: mk_q4k_r8(t, i, g, 6); break;
-        case 5: mk_q4k_r8(t, i, g, 5); break;
-        case 4: mk_q4k_r8(t, i, g, 4); break;
-        case 3: mk_q4k_r8(t, i, g, 3); break;
-        case 2: mk_q4k_r8(t, i, g, 2); break;
-        case 1: mk_q4k_r8(t, i, g, 1); break;
-        default: break;
+/* ---- Q6_K_R8 x Q8K activations ---------------------------------------------------------------------------------
+ * Per sub-block: the low nibbles as Q4_0_R8's slices with the 2-bit highs or-ed in (values 0..63), slices 0-1 and
+ * 2-3 (the two groups of 16, each its own scale) summed apart; the -32 offset enters as -32 * (the group's
+ * activation sum) at the start of the even lane of each row, so that the scale multiplies it too. */
+AI void mk_q6k_r8(const g3_tile *t, int i0, int g, const int MR) {
+    const uint8_t *grp = t->w + (size_t)g * 8 * t->ws;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    __m512 acc[R8_MAXROWS];
+    const uint8_t *xq[R8_MAXROWS], *xd[R8_MAXROWS], *xe[R8_MAXROWS];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++) {
+        size_t o = (size_t)(i0 + r) * t->xs;
+        xq[r] = t->xq + o, xd[r] = t->xd + o, xe[r] = t->xe + o;
+        acc[r] = _mm512_setzero_ps();
+    }
+    for (int b = 0; b < t->k / 256; b++) {
+        const uint8_t *blk = grp + 1680 * (size_t)b;
+        for (int o = 0; o < 1680; o += 64) _mm_prefetch((const char *)(blk + R8_PF + o), _MM_HINT_T0);
+        const __m512 D = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_cvtph_ps(
+                                                        _mm_loadu_si128((const __m128i *)blk))));
+        __m512i isum[R8_MAXROWS];
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < MR; r++) isum[r] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 2")
+        for (int sb = 0; sb < 8; sb++) {
+            const uint8_t *qp = blk + G3_Q6KR8_Q + 128 * sb;
+            __m512i q0 = _mm512_loadu_si512(qp), q1 = _mm512_loadu_si512(qp + 64);
+            __m512i h = _mm512_loadu_si512(blk + G3_Q6KR8_H + 64 * sb);
+            __m512i u0 = _mm512_or_si512(_mm512_and_si512(q0, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
+            __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q0, 4), m4),
+                                         _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+            __m512i u2 = _mm512_or_si512(_mm512_and_si512(q1, m4), _mm512_and_si512(h, m30));
+            __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q1, 4), m4),
+                                         _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+            __m512i sa = _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(_mm256_cvtepi8_epi32(
+                                                            _mm_loadl_epi64((const __m128i *)(blk + G3_Q6KR8_SC + 16 * sb)))));
+            __m512i sbv = _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(_mm256_cvtepi8_epi32(
+                                                             _mm_loadl_epi64((const __m128i *)(blk + G3_Q6KR8_SC + 16 * sb + 8)))));
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < MR; r++) {
+                const uint8_t *x = xq[r] + 256 * (size_t)b + 32 * sb;
+                int16_t bs0, bs1;
+                memcpy(&bs0, xe[r] + 2 * (size_t)(16 * b + 2 * sb), 2);
+                memcpy(&bs1, xe[r] + 2 * (size_t)(16 * b + 2 * sb + 1), 2);
+                long long x0, x1, x2, x3;
+                memcpy(&x0, x, 8), memcpy(&x1, x + 8, 8), memcpy(&x2, x + 16, 8), memcpy(&x3, x + 24, 8);
+                __m512i da = _mm512_dpbusd_epi32(_mm512_maskz_set1_epi32(0x5555, -32 * bs0), u0, _mm512_set1_epi64(x0));
+                da = _mm512_dpbusd_epi32(da, u1, _mm512_set1_epi64(x1));
+                __m512i db = _mm512_dpbusd_epi32(_mm512_maskz_set1_epi32(0x5555, -32 * bs1), u2, _mm512_set1_epi64(x2));
+                db = _mm512_dpbusd_epi32(db, u3, _mm512_set1_epi64(x3));
+                isum[r] = _mm512_add_epi32(isum[r], _mm512_add_epi32(_mm512_mullo_epi32(da, sa), _mm512_mullo_epi32(db, sbv)));
+            }
         }
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < MR; r++)
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(D, _mm512_set1_ps(ld_f32(xd[r] + 4 * (size_t)b))),
+                                     acc[r]);
+    }
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++) {
+        __m512 sw = _mm512_add_ps(acc[r], _mm512_permute_ps(acc[r], 0xB1));
+        float tmp[16];
+        _mm512_storeu_ps(tmp, sw);
+        float *y = t->y + (size_t)(i0 + r) * t->ldy + 8 * g;
+        for (int q = 0; q < 8; q++) y[q] = t->accumulate ? y[q] + tmp[2 * q] : tmp[2 * q];
     }
 }
+
+#define KR8_WALK(t, MK)                                                                                         \
+    do {                                                                                                        \
+        for (int g_ = 0; g_ < (t)->nw / 8; g_++) {                                                              \
+            int i_ = 0;                                                                                         \
+            for (; i_ + 8 <= (t)->nx; i_ += 8) MK(t, i_, g_, 8);                                                \
+            switch ((t)->nx - i_) {                                                                             \
+            case 7: MK(t, i_, g_, 7); break;                                                                    \
+            case 6: MK(t, i_, g_, 6); break;                                                                    \
+            case 5: MK(t, i_, g_, 5); break;                                                                    \
+            case 4: MK(t, i_, g_, 4); break;                                                                    \
+            case 3: MK(t, i_, g_, 3); break;                                                                    \
+            case 2: MK(t, i_, g_, 2); break;                                                                    \
+            case 1: MK(t, i_, g_, 1); break;                                                                    \
+            default: break;                                                                                     \
+            }                                                                                                   \
+        }                                                                                                       \
+    } while (0)
+
+static void tile_q4_k_r8(const g3_tile *t) { KR8_WALK(t, mk_q4k_r8); }
+static void tile_q6_k_r8(const g3_tile *t) { KR8_WALK(t, mk_q6k_r8); }
 
 static void tile_q8_0_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q8_0); }
 static void tile_q4_0_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q4_0); }
@@ -610,6 +683,7 @@ static const g3_kernel_set set_avx512_bf16 = {
     .q4_1_r8 = tile_q4_1_r8,
     .q5_1_r8 = tile_q5_1_r8,
     .q4_k_r8 = tile_q4_k_r8,
+    .q6_k_r8 = tile_q6_k_r8,
     .prep = prep_avx512,
 };
 
@@ -633,6 +707,7 @@ static const g3_kernel_set set_avx512 = {
     .q4_1_r8 = tile_q4_1_r8,
     .q5_1_r8 = tile_q5_1_r8,
     .q4_k_r8 = tile_q4_k_r8,
+    .q6_k_r8 = tile_q6_k_r8,
     .prep = prep_avx512,
 };
 

@@ -320,6 +320,37 @@ static void tile_q4_k_r8(const g3_tile *t) {
     }
 }
 
+/* Q6_K_R8 x Q8K activations: per row, d*dx * sum over groups of 16 of sc * sum (q - 32) x */
+static void tile_q6_k_r8(const g3_tile *t) {
+    const int nb = t->k / 256;
+    for (int i = 0; i < t->nx; i++) {
+        const int8_t *xq = (const int8_t *)(t->xq + (size_t)i * t->xs);
+        const uint8_t *xd = t->xd + (size_t)i * t->xs;
+        for (int j = 0; j < t->nw; j++) {
+            const uint8_t *grp = t->w + (size_t)(j / 8) * 8 * t->ws;
+            const int r = j % 8;
+            float s = 0;
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *blk = grp + 1680 * (size_t)b;
+                int sumi = 0;
+                for (int gi = 0; gi < 16; gi++) {
+                    int dot = 0;
+                    for (int e = 0; e < 16; e++) {
+                        int idx = 16 * gi + e, sb = idx / 32, v = idx % 32, jj = v / 8;
+                        int lane = 4 * (2 * r + (v % 8) / 4) + v % 4;
+                        int q = ((blk[G3_Q6KR8_Q + 128 * sb + 64 * (jj / 2) + lane] >> (4 * (jj % 2))) & 0x0F) |
+                                (((blk[G3_Q6KR8_H + 64 * sb + lane] >> (2 * jj)) & 3) << 4);
+                        dot += (q - 32) * xq[256 * b + idx];
+                    }
+                    sumi += (int8_t)blk[G3_Q6KR8_SC + 8 * gi + r] * dot;
+                }
+                s += g3_f16_to_f32(ld_u16(blk, r)) * ld_f32(xd, b) * (float)sumi;
+            }
+            put(t, i, j, s);
+        }
+    }
+}
+
 static const g3_kernel_set set_scalar = {
     .name = "scalar",
     .bf16_layout = G3_ACT_F32,
@@ -340,6 +371,7 @@ static const g3_kernel_set set_scalar = {
     .q4_1_r8 = tile_q4_1_r8,
     .q5_1_r8 = tile_q5_1_r8,
     .q4_k_r8 = tile_q4_k_r8,
+    .q6_k_r8 = tile_q6_k_r8,
 };
 
 const g3_kernel_set *g3_kernels_scalar(void) { return &set_scalar; }

@@ -62,6 +62,7 @@ static g3_tile_fn tile_fn(const g3_kernel_set *s, uint32_t wtype) {
     case G3_CPU_Q4_1_R8: return s->q4_1_r8 ? s->q4_1_r8 : g3_kernels_scalar()->q4_1_r8;
     case G3_CPU_Q5_1_R8: return s->q5_1_r8 ? s->q5_1_r8 : g3_kernels_scalar()->q5_1_r8;
     case G3_CPU_Q4_K_R8: return s->q4_k_r8 ? s->q4_k_r8 : g3_kernels_scalar()->q4_k_r8;
+    case G3_CPU_Q6_K_R8: return s->q6_k_r8 ? s->q6_k_r8 : g3_kernels_scalar()->q6_k_r8;
     case G3_DTYPE_F32: return s->f32;
     case G3_DTYPE_F16: return s->f16;
     case G3_DTYPE_BF16: return s->bf16;
@@ -95,7 +96,8 @@ static int layout_for(uint32_t wtype, const g3_kernel_set *s) {
     case G3_DTYPE_Q4_K:
     case G3_DTYPE_Q5_K:
     case G3_DTYPE_Q6_K:
-    case G3_CPU_Q4_K_R8: return G3_ACT_Q8K;
+    case G3_CPU_Q4_K_R8:
+    case G3_CPU_Q6_K_R8: return G3_ACT_Q8K;
     default: return G3_ACT_F32;
     }
 }
@@ -295,6 +297,7 @@ static const r8_form k_r8[] = {
     {G3_CPU_Q8_0_R8, G3_DTYPE_Q8_0, G3_R8_Q8_0}, {G3_CPU_Q4_0_R8, G3_DTYPE_Q4_0, G3_R8_Q4_0},
     {G3_CPU_Q5_0_R8, G3_DTYPE_Q5_0, G3_R8_Q5_0}, {G3_CPU_Q4_1_R8, G3_DTYPE_Q4_1, G3_R8_Q4_1},
     {G3_CPU_Q5_1_R8, G3_DTYPE_Q5_1, G3_R8_Q5_1}, {G3_CPU_Q4_K_R8, G3_DTYPE_Q4_K, G3_R8_Q4_K},
+    {G3_CPU_Q6_K_R8, G3_DTYPE_Q6_K, G3_R8_Q6_K},
 };
 
 static const r8_form *r8_by_src(uint32_t type) {
@@ -361,13 +364,35 @@ static void repack_q4k(const uint8_t *src, size_t rb, int g, int b, uint8_t *out
     }
 }
 
+/* Q6_K_R8 (layout in kernels.h) */
+static void repack_q6k(const uint8_t *src, size_t rb, int g, int b, uint8_t *out) {
+    memset(out, 0, 1680); /* nibbles and highs are or-ed in */
+    for (int r = 0; r < 8; r++) {
+        const g3_block_q6_k *blk = (const g3_block_q6_k *)(src + (size_t)(8 * g + r) * rb) + b;
+        memcpy(out + 2 * r, &blk->d, 2);
+        for (int gi = 0; gi < 16; gi++) out[G3_Q6KR8_SC + 8 * gi + r] = (uint8_t)blk->scales[gi];
+        for (int i = 0; i < 256; i++) {
+            int half = i / 128, rr = i % 128, gq = rr / 32, l = rr % 32; /* dtype.c's q6k_get */
+            int q = ((blk->ql[64 * half + l + 32 * (gq & 1)] >> (4 * (gq >> 1))) & 0x0F) |
+                    (((blk->qh[32 * half + l] >> (2 * gq)) & 3) << 4);
+            int s = i / 32, v = i % 32, j = v / 8, lane = 4 * (2 * r + (v % 8) / 4) + v % 4;
+            out[G3_Q6KR8_Q + 128 * s + 64 * (j / 2) + lane] |= (uint8_t)((q & 0x0F) << (4 * (j % 2)));
+            out[G3_Q6KR8_H + 64 * s + lane] |= (uint8_t)((q >> 4) << (2 * j));
+        }
+    }
+}
+
 uint32_t g3_matmul_repack(uint32_t type, const void *w, int n, int k, void *dst) {
     const r8_form *f = r8_by_src(type);
     if (!g3_matmul_repack_bytes(type, n, k)) return 0;
-    if (f->form == G3_R8_Q4_K) {
+    if (f->form == G3_R8_Q4_K || f->form == G3_R8_Q6_K) {
+        const size_t bb = (size_t)g3_r8_bytes(f->form);
         for (int g = 0; g < n / 8; g++)
-            for (int b = 0; b < k / 256; b++)
-                repack_q4k(w, g3_row_bytes(type, k), g, b, (uint8_t *)dst + ((size_t)g * (k / 256) + b) * 1184);
+            for (int b = 0; b < k / 256; b++) {
+                uint8_t *o = (uint8_t *)dst + ((size_t)g * (k / 256) + b) * bb;
+                if (f->form == G3_R8_Q4_K) repack_q4k(w, g3_row_bytes(type, k), g, b, o);
+                else repack_q6k(w, g3_row_bytes(type, k), g, b, o);
+            }
         return f->rtype;
     }
     const int fm = f->form, five = g3_r8_five(fm), aff = g3_r8_aff(fm), qo = g3_r8_qoff(fm), ho = g3_r8_hoff(fm);
@@ -408,6 +433,23 @@ uint32_t g3_matmul_repack(uint32_t type, const void *w, int n, int k, void *dst)
 void g3_matmul_repacked_row(uint32_t rtype, const void *w, int k, long row, float *out) {
     const r8_form *f = r8_by_rtype(rtype);
     if (!f) return;
+    if (f->form == G3_R8_Q6_K) { /* the same float operations as g3_dequant_row's Q6_K */
+        const int r = (int)(row % 8), nb = k / 256;
+        const uint8_t *grp = (const uint8_t *)w + (size_t)(row / 8) * nb * 1680;
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *blk = grp + (size_t)b * 1680;
+            uint16_t dh;
+            memcpy(&dh, blk + 2 * r, 2);
+            const float d = g3_f16_to_f32(dh);
+            for (int i = 0; i < 256; i++) {
+                int s = i / 32, v = i % 32, j = v / 8, lane = 4 * (2 * r + (v % 8) / 4) + v % 4;
+                int q = ((blk[G3_Q6KR8_Q + 128 * s + 64 * (j / 2) + lane] >> (4 * (j % 2))) & 0x0F) |
+                        (((blk[G3_Q6KR8_H + 64 * s + lane] >> (2 * j)) & 3) << 4);
+                out[256 * b + i] = d * (float)(int8_t)blk[G3_Q6KR8_SC + 8 * (i / 16) + r] * (float)(q - 32);
+            }
+        }
+        return;
+    }
     if (f->form == G3_R8_Q4_K) { /* the same float operations as g3_dequant_row's Q4_K */
         const int r = (int)(row % 8), nb = k / 256;
         const uint8_t *grp = (const uint8_t *)w + (size_t)(row / 8) * nb * 1184;
