@@ -121,7 +121,7 @@ static uint32_t parse_type(const char *s) {
         memcpy(base, s, n - 3), base[n - 3] = 0;
         if (!g3_dtype_from_name(base, &t)) return 999;
         static const uint32_t r8[] = {G3_CPU_Q8_0_R8, G3_CPU_Q4_0_R8, G3_CPU_Q5_0_R8, G3_CPU_Q4_1_R8, G3_CPU_Q5_1_R8,
-                                      G3_CPU_Q4_K_R8, G3_CPU_Q6_K_R8};
+                                      G3_CPU_Q4_K_R8, G3_CPU_Q6_K_R8, G3_CPU_Q5_K_R8};
         for (size_t i = 0; i < sizeof r8 / sizeof r8[0]; i++)
             if (g3_matmul_repack_source(r8[i]) == (uint32_t)t) return r8[i];
         return 999;

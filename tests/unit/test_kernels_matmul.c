@@ -40,7 +40,7 @@ static const shape shapes[] = {
 static const uint32_t types[] = {G3_DTYPE_F32,  G3_DTYPE_F16,  G3_DTYPE_BF16,  G3_DTYPE_Q8_0,  G3_DTYPE_Q4_0,
                                  G3_DTYPE_Q4_K, G3_DTYPE_Q6_K, G3_CPU_Q8_0_R8, G3_CPU_Q4_0_R8, G3_DTYPE_Q4_1,
                                  G3_DTYPE_Q5_0, G3_DTYPE_Q5_1, G3_DTYPE_Q5_K, G3_CPU_Q5_0_R8, G3_CPU_Q4_1_R8,
-                                 G3_CPU_Q5_1_R8, G3_CPU_Q4_K_R8, G3_CPU_Q6_K_R8};
+                                 G3_CPU_Q5_1_R8, G3_CPU_Q4_K_R8, G3_CPU_Q6_K_R8, G3_CPU_Q5_K_R8};
 
 static uint32_t base_type(uint32_t t) { return g3_matmul_repack_source(t) ? g3_matmul_repack_source(t) : t; }
 static const char *tname(uint32_t t) {

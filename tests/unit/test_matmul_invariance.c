@@ -15,8 +15,8 @@ static void test_invariance(void **state) {
     g3_pool *p = g3_pool_create(2);
     assert_non_null(p);
     const int n = 160, k = 1280, M = 300;
-    const uint32_t types[] = {G3_DTYPE_F32, G3_DTYPE_F16, G3_DTYPE_BF16, G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K,
-                              G3_DTYPE_Q6_K};
+    const uint32_t types[] = {G3_DTYPE_F32,  G3_DTYPE_F16,  G3_DTYPE_BF16, G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K,
+                              G3_DTYPE_Q6_K, G3_DTYPE_Q4_1, G3_DTYPE_Q5_0, G3_DTYPE_Q5_1, G3_DTYPE_Q5_K};
     const char *sets[] = {"scalar", "avx2", "avx512"};
     const int ms[] = {1, 2, 7, 9, 33, 130, 300};
     float *wf = malloc(sizeof(float) * (size_t)n * k), *x = malloc(sizeof(float) * (size_t)M * k);

@@ -422,8 +422,9 @@ static const int16_t k_q4kr8_ix[2][32] = { /* X1 / X2 of lane-pair position p: x
     {0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5, 0, 1, 4, 5},
     {2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7, 2, 3, 6, 7}};
 
-AI void mk_q4k_r8(const g3_tile *t, int i0, int g, const int MR) {
+AI void mk_q4k_r8(const g3_tile *t, int i0, int g, const int MR, const int FIVE) { /* FIVE: Q5_K_R8 */
     const uint8_t *grp = t->w + (size_t)g * 8 * t->ws;
+    const size_t BB = FIVE ? 1440 : 1184;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i ix1 = _mm512_loadu_si512(k_q4kr8_ix[0]), ix2 = _mm512_loadu_si512(k_q4kr8_ix[1]);
@@ -437,8 +438,8 @@ AI void mk_q4k_r8(const g3_tile *t, int i0, int g, const int MR) {
         acc[r] = _mm512_setzero_ps();
     }
     for (int b = 0; b < t->k / 256; b++) {
-        const uint8_t *blk = grp + 1184 * (size_t)b;
-        for (int o = 0; o < 1184; o += 64) _mm_prefetch((const char *)(blk + R8_PF + o), _MM_HINT_T0);
+        const uint8_t *blk = grp + BB * (size_t)b;
+        for (size_t o = 0; o < BB; o += 64) _mm_prefetch((const char *)(blk + R8_PF + o), _MM_HINT_T0);
         const __m512 D = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_cvtph_ps(
                                                         _mm_loadu_si128((const __m128i *)(blk + G3_Q4KR8_D)))));
         const __m512 Dm = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_cvtph_ps(
@@ -454,6 +455,14 @@ AI void mk_q4k_r8(const g3_tile *t, int i0, int g, const int MR) {
             __m512i q0 = _mm512_loadu_si512(qp), q1 = _mm512_loadu_si512(qp + 64);
             __m512i u0 = _mm512_and_si512(q0, m4), u1 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
             __m512i u2 = _mm512_and_si512(q1, m4), u3 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
+            if (FIVE) {
+                uint64_t hm[4];
+                memcpy(hm, blk + G3_Q5KR8_H + 32 * sb, 32);
+                u0 = _mm512_or_si512(u0, _mm512_maskz_set1_epi8((__mmask64)hm[0], 0x10));
+                u1 = _mm512_or_si512(u1, _mm512_maskz_set1_epi8((__mmask64)hm[1], 0x10));
+                u2 = _mm512_or_si512(u2, _mm512_maskz_set1_epi8((__mmask64)hm[2], 0x10));
+                u3 = _mm512_or_si512(u3, _mm512_maskz_set1_epi8((__mmask64)hm[3], 0x10));
+            }
             __m512i sc = _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(_mm256_cvtepu8_epi32(
                                                             _mm_loadl_epi64((const __m128i *)(blk + G3_Q4KR8_SC + 8 * sb)))));
             _Pragma("GCC unroll 8")
@@ -576,7 +585,10 @@ AI void mk_q6k_r8(const g3_tile *t, int i0, int g, const int MR) {
         }                                                                                                       \
     } while (0)
 
-static void tile_q4_k_r8(const g3_tile *t) { KR8_WALK(t, mk_q4k_r8); }
+#define MK_Q4K_R8(t, i, g, MR) mk_q4k_r8(t, i, g, MR, 0)
+#define MK_Q5K_R8(t, i, g, MR) mk_q4k_r8(t, i, g, MR, 1)
+static void tile_q4_k_r8(const g3_tile *t) { KR8_WALK(t, MK_Q4K_R8); }
+static void tile_q5_k_r8(const g3_tile *t) { KR8_WALK(t, MK_Q5K_R8); }
 static void tile_q6_k_r8(const g3_tile *t) { KR8_WALK(t, mk_q6k_r8); }
 
 static void tile_q8_0_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q8_0); }
@@ -684,6 +696,7 @@ static const g3_kernel_set set_avx512_bf16 = {
     .q5_1_r8 = tile_q5_1_r8,
     .q4_k_r8 = tile_q4_k_r8,
     .q6_k_r8 = tile_q6_k_r8,
+    .q5_k_r8 = tile_q5_k_r8,
     .prep = prep_avx512,
 };
 
@@ -708,6 +721,7 @@ static const g3_kernel_set set_avx512 = {
     .q5_1_r8 = tile_q5_1_r8,
     .q4_k_r8 = tile_q4_k_r8,
     .q6_k_r8 = tile_q6_k_r8,
+    .q5_k_r8 = tile_q5_k_r8,
     .prep = prep_avx512,
 };
 

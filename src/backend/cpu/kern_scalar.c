@@ -287,8 +287,9 @@ static void tile_q5_1_r8(const g3_tile *t) { tile_r8(t, G3_R8_Q5_1); }
 
 /* Q4_K_R8 x Q8K activations: per row, sum over sub-blocks of sc * dot(q, x) times d*dx, minus dmin*dx * sum of
  * m * (the sub-block's activation sum, from the sums of 16) */
-static void tile_q4_k_r8(const g3_tile *t) {
+static void tile_qk_r8(const g3_tile *t, int five) {
     const int nb = t->k / 256;
+    const size_t bb = five ? 1440 : 1184;
     for (int i = 0; i < t->nx; i++) {
         const int8_t *xq = (const int8_t *)(t->xq + (size_t)i * t->xs);
         const uint8_t *xd = t->xd + (size_t)i * t->xs, *xe = t->xe + (size_t)i * t->xs;
@@ -297,13 +298,14 @@ static void tile_q4_k_r8(const g3_tile *t) {
             const int r = j % 8;
             float s = 0;
             for (int b = 0; b < nb; b++) {
-                const uint8_t *blk = grp + 1184 * (size_t)b;
+                const uint8_t *blk = grp + bb * (size_t)b;
                 int sumi = 0, summ = 0;
                 for (int sb = 0; sb < 8; sb++) {
                     int dot = 0;
                     for (int v = 0; v < 32; v++) {
                         int lane = 4 * (2 * r + (v % 8) / 4) + v % 4, jj = v / 8;
                         int q = (blk[G3_Q4KR8_Q + 128 * sb + 64 * (jj / 2) + lane] >> (4 * (jj % 2))) & 0x0F;
+                        if (five) q |= ((blk[G3_Q5KR8_H + 32 * sb + 8 * jj + lane / 8] >> (lane % 8)) & 1) << 4;
                         dot += q * xq[256 * b + 32 * sb + v];
                     }
                     sumi += blk[G3_Q4KR8_SC + 8 * sb + r] * dot;
@@ -319,6 +321,9 @@ static void tile_q4_k_r8(const g3_tile *t) {
         }
     }
 }
+
+static void tile_q4_k_r8(const g3_tile *t) { tile_qk_r8(t, 0); }
+static void tile_q5_k_r8(const g3_tile *t) { tile_qk_r8(t, 1); }
 
 /* Q6_K_R8 x Q8K activations: per row, d*dx * sum over groups of 16 of sc * sum (q - 32) x */
 static void tile_q6_k_r8(const g3_tile *t) {
@@ -372,6 +377,7 @@ static const g3_kernel_set set_scalar = {
     .q5_1_r8 = tile_q5_1_r8,
     .q4_k_r8 = tile_q4_k_r8,
     .q6_k_r8 = tile_q6_k_r8,
+    .q5_k_r8 = tile_q5_k_r8,
 };
 
 const g3_kernel_set *g3_kernels_scalar(void) { return &set_scalar; }

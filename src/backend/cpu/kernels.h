@@ -50,7 +50,7 @@ typedef struct g3_kernel_set {
     g3_tile_fn f32, f16, bf16, q8_0, q4_0, q4_k, q6_k;
     g3_tile_fn q4_1, q5_0, q5_1, q5_k; /* NULL: scalar's are used */
     g3_tile_fn q8_0_r8, q4_0_r8; /* repacked weights (matmul.h) with Q8S activations; NULL: scalar's are used */
-    g3_tile_fn q5_0_r8, q4_1_r8, q5_1_r8, q4_k_r8, q6_k_r8;
+    g3_tile_fn q5_0_r8, q4_1_r8, q5_1_r8, q4_k_r8, q6_k_r8, q5_k_r8;
     g3_prep_fn prep;             /* NULL: the portable one */
 } g3_kernel_set;
 
@@ -62,13 +62,13 @@ const g3_kernel_set *g3_kernels_avx512(void);
 static inline int g3_kmin(int a, int b) { return a < b ? a : b; }
 
 /* The repacked forms' block layout (matmul.h), from the form: 0 Q8_0_R8, 1 Q4_0_R8, 2 Q5_0_R8, 3 Q4_1_R8, 4 Q5_1_R8 */
-enum { G3_R8_Q8_0, G3_R8_Q4_0, G3_R8_Q5_0, G3_R8_Q4_1, G3_R8_Q5_1, G3_R8_Q4_K, G3_R8_Q6_K };
+enum { G3_R8_Q8_0, G3_R8_Q4_0, G3_R8_Q5_0, G3_R8_Q4_1, G3_R8_Q5_1, G3_R8_Q4_K, G3_R8_Q6_K, G3_R8_Q5_K };
 static inline int g3_r8_five(int f) { return f == G3_R8_Q5_0 || f == G3_R8_Q5_1; }
 static inline int g3_r8_aff(int f) { return f == G3_R8_Q4_1 || f == G3_R8_Q5_1; } /* u16 m[8] after d[8] */
 static inline int g3_r8_qoff(int f) { return g3_r8_aff(f) ? 32 : 16; }           /* the 8-bit or nibble slices */
 static inline int g3_r8_hoff(int f) { return g3_r8_qoff(f) + 128; }              /* the fifth-bit masks */
 static inline int g3_r8_bytes(int f) {
-    return f == G3_R8_Q6_K ? 1680 : f == G3_R8_Q4_K ? 1184 : f == G3_R8_Q8_0 ? 272 : 144 + (g3_r8_aff(f) ? 16 : 0) + (g3_r8_five(f) ? 32 : 0);
+    return f == G3_R8_Q5_K ? 1440 : f == G3_R8_Q6_K ? 1680 : f == G3_R8_Q4_K ? 1184 : f == G3_R8_Q8_0 ? 272 : 144 + (g3_r8_aff(f) ? 16 : 0) + (g3_r8_five(f) ? 32 : 0);
 }
 /* Q4_K_R8, per group of 8 rows and 256-value block (1184 bytes): */
 #define G3_Q4KR8_D 0     /* u16 d[8] */
@@ -77,6 +77,7 @@ static inline int g3_r8_bytes(int f) {
 #define G3_Q4KR8_M 96    /* u8 mins by lane pair, [2][32]: byte p = 2L + t (lane L = 2r + h) holds m[r][4h + t] in the
                           * first 32, m[r][4h + 2 + t] in the second */
 #define G3_Q4KR8_Q 160   /* per sub-block s, 128 bytes of nibbles in Q4_0_R8's layout */
+#define G3_Q5KR8_H 1184  /* Q5_K_R8 (1440 bytes): Q4_K_R8's, then per sub-block 4 u64 fifth-bit masks as Q5_0_R8's */
 /* Q6_K_R8, per group of 8 rows and 256-value block (1680 bytes, as 8 Q6_K blocks): */
 #define G3_Q6KR8_SC 16   /* i8 sc[16 groups of 16][8 rows], after u16 d[8] */
 #define G3_Q6KR8_Q 144   /* per sub-block s, 128 bytes of low nibbles in Q4_0_R8's layout */

@@ -63,6 +63,7 @@ static g3_tile_fn tile_fn(const g3_kernel_set *s, uint32_t wtype) {
     case G3_CPU_Q5_1_R8: return s->q5_1_r8 ? s->q5_1_r8 : g3_kernels_scalar()->q5_1_r8;
     case G3_CPU_Q4_K_R8: return s->q4_k_r8 ? s->q4_k_r8 : g3_kernels_scalar()->q4_k_r8;
     case G3_CPU_Q6_K_R8: return s->q6_k_r8 ? s->q6_k_r8 : g3_kernels_scalar()->q6_k_r8;
+    case G3_CPU_Q5_K_R8: return s->q5_k_r8 ? s->q5_k_r8 : g3_kernels_scalar()->q5_k_r8;
     case G3_DTYPE_F32: return s->f32;
     case G3_DTYPE_F16: return s->f16;
     case G3_DTYPE_BF16: return s->bf16;
@@ -97,6 +98,7 @@ static int layout_for(uint32_t wtype, const g3_kernel_set *s) {
     case G3_DTYPE_Q5_K:
     case G3_DTYPE_Q6_K:
     case G3_CPU_Q4_K_R8:
+    case G3_CPU_Q5_K_R8:
     case G3_CPU_Q6_K_R8: return G3_ACT_Q8K;
     default: return G3_ACT_F32;
     }
@@ -297,7 +299,7 @@ static const r8_form k_r8[] = {
     {G3_CPU_Q8_0_R8, G3_DTYPE_Q8_0, G3_R8_Q8_0}, {G3_CPU_Q4_0_R8, G3_DTYPE_Q4_0, G3_R8_Q4_0},
     {G3_CPU_Q5_0_R8, G3_DTYPE_Q5_0, G3_R8_Q5_0}, {G3_CPU_Q4_1_R8, G3_DTYPE_Q4_1, G3_R8_Q4_1},
     {G3_CPU_Q5_1_R8, G3_DTYPE_Q5_1, G3_R8_Q5_1}, {G3_CPU_Q4_K_R8, G3_DTYPE_Q4_K, G3_R8_Q4_K},
-    {G3_CPU_Q6_K_R8, G3_DTYPE_Q6_K, G3_R8_Q6_K},
+    {G3_CPU_Q6_K_R8, G3_DTYPE_Q6_K, G3_R8_Q6_K}, {G3_CPU_Q5_K_R8, G3_DTYPE_Q5_K, G3_R8_Q5_K},
 };
 
 static const r8_form *r8_by_src(uint32_t type) {
@@ -336,14 +338,16 @@ uint32_t g3_matmul_repack_type(uint32_t type, int n, int k) {
  * 2s+1 share the bytes of slice s (low / high nibble); with the source block's qs[i] = v[i] | v[i+16] << 4 that
  * byte is built from qs[4h+e] and qs[8+4h+e]: low nibbles for s = 0, high nibbles for s = 1. The fifth bits (Q5)
  * go to bit 4L+e of mask j. */
-/* Q4_K_R8 (layout in kernels.h): value l of sub-block s of row r is nibble s&1 of qs[32(s/2) + l] in the source */
-static void repack_q4k(const uint8_t *src, size_t rb, int g, int b, uint8_t *out) {
-    memset(out, 0, 1184); /* the nibbles are or-ed in */
+/* Q4_K_R8 / Q5_K_R8 (layouts in kernels.h): value l of sub-block s of row r is nibble s&1 of qs[32(s/2) + l] in the
+ * source (Q5_K: its fifth bit is bit s of qh[l]). Both blocks start d, dmin, scales[12]; Q5_K's qs follow qh[32]. */
+static void repack_q4k(const uint8_t *src, size_t rb, int g, int b, int five, uint8_t *out) {
+    memset(out, 0, five ? 1440 : 1184); /* the nibbles and bits are or-ed in */
+    const size_t sb_bytes = five ? 176 : 144;
     for (int r = 0; r < 8; r++) {
-        const g3_block_q4_k *blk = (const g3_block_q4_k *)(src + (size_t)(8 * g + r) * rb) + b;
-        memcpy(out + G3_Q4KR8_D + 2 * r, &blk->d, 2);
-        memcpy(out + G3_Q4KR8_DMIN + 2 * r, &blk->dmin, 2);
-        const uint8_t *sp = blk->scales;
+        const uint8_t *bp = src + (size_t)(8 * g + r) * rb + sb_bytes * (size_t)b;
+        const uint8_t *sp = bp + 4, *qs_src = bp + (five ? 48 : 16), *qh = bp + 16;
+        memcpy(out + G3_Q4KR8_D + 2 * r, bp, 2);
+        memcpy(out + G3_Q4KR8_DMIN + 2 * r, bp + 2, 2);
         for (int s = 0; s < 8; s++) {
             int sc, m; /* as dtype.c's q4k_scale_min */
             if (s < 4) sc = sp[s] & 63, m = sp[s + 4] & 63;
@@ -354,11 +358,12 @@ static void repack_q4k(const uint8_t *src, size_t rb, int g, int b, uint8_t *out
         }
         for (int s = 0; s < 8; s++) {
             uint8_t *o = out + G3_Q4KR8_Q + 128 * s;
-            const uint8_t *q = blk->qs + 32 * (s / 2);
+            const uint8_t *q = qs_src + 32 * (s / 2);
             const int sh = 4 * (s & 1);
             for (int v = 0; v < 32; v++) { /* value v: slice j = v/8, lane 2r + (v%8)/4, byte v%4 */
                 int lane = 4 * (2 * r + (v % 8) / 4) + v % 4, j = v / 8;
                 o[64 * (j / 2) + lane] |= (uint8_t)(((q[v] >> sh) & 0x0F) << (4 * (j % 2)));
+                if (five && ((qh[v] >> s) & 1)) out[G3_Q5KR8_H + 32 * s + 8 * j + lane / 8] |= (uint8_t)(1u << (lane % 8));
             }
         }
     }
@@ -385,13 +390,13 @@ static void repack_q6k(const uint8_t *src, size_t rb, int g, int b, uint8_t *out
 uint32_t g3_matmul_repack(uint32_t type, const void *w, int n, int k, void *dst) {
     const r8_form *f = r8_by_src(type);
     if (!g3_matmul_repack_bytes(type, n, k)) return 0;
-    if (f->form == G3_R8_Q4_K || f->form == G3_R8_Q6_K) {
+    if (f->form == G3_R8_Q4_K || f->form == G3_R8_Q5_K || f->form == G3_R8_Q6_K) {
         const size_t bb = (size_t)g3_r8_bytes(f->form);
         for (int g = 0; g < n / 8; g++)
             for (int b = 0; b < k / 256; b++) {
                 uint8_t *o = (uint8_t *)dst + ((size_t)g * (k / 256) + b) * bb;
-                if (f->form == G3_R8_Q4_K) repack_q4k(w, g3_row_bytes(type, k), g, b, o);
-                else repack_q6k(w, g3_row_bytes(type, k), g, b, o);
+                if (f->form == G3_R8_Q6_K) repack_q6k(w, g3_row_bytes(type, k), g, b, o);
+                else repack_q4k(w, g3_row_bytes(type, k), g, b, f->form == G3_R8_Q5_K, o);
             }
         return f->rtype;
     }
@@ -450,11 +455,12 @@ void g3_matmul_repacked_row(uint32_t rtype, const void *w, int k, long row, floa
         }
         return;
     }
-    if (f->form == G3_R8_Q4_K) { /* the same float operations as g3_dequant_row's Q4_K */
-        const int r = (int)(row % 8), nb = k / 256;
-        const uint8_t *grp = (const uint8_t *)w + (size_t)(row / 8) * nb * 1184;
+    if (f->form == G3_R8_Q4_K || f->form == G3_R8_Q5_K) { /* the same float operations as g3_dequant_row's */
+        const int r = (int)(row % 8), nb = k / 256, five = f->form == G3_R8_Q5_K;
+        const size_t bb = (size_t)g3_r8_bytes(f->form);
+        const uint8_t *grp = (const uint8_t *)w + (size_t)(row / 8) * nb * bb;
         for (int b = 0; b < nb; b++) {
-            const uint8_t *blk = grp + (size_t)b * 1184;
+            const uint8_t *blk = grp + (size_t)b * bb;
             uint16_t dh, mh;
             memcpy(&dh, blk + G3_Q4KR8_D + 2 * r, 2);
             memcpy(&mh, blk + G3_Q4KR8_DMIN + 2 * r, 2);
@@ -465,6 +471,7 @@ void g3_matmul_repacked_row(uint32_t rtype, const void *w, int k, long row, floa
                 for (int v = 0; v < 32; v++) {
                     int lane = 4 * (2 * r + (v % 8) / 4) + v % 4, j = v / 8;
                     int q = (blk[G3_Q4KR8_Q + 128 * s + 64 * (j / 2) + lane] >> (4 * (j % 2))) & 0x0F;
+                    if (five) q |= ((blk[G3_Q5KR8_H + 32 * s + 8 * j + lane / 8] >> (lane % 8)) & 1) << 4;
                     out[256 * b + 32 * s + v] = sc * (float)q - mm;
                 }
             }

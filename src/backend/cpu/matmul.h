@@ -47,11 +47,12 @@ void g3_matmul(g3_pool *p, const g3_act *a, const void *w, int n, float *y, int 
  *   Q4_K_R8  per (group of 8 rows, 256-value block): u16 d[8], dmin[8]; the 6-bit scales and mins unpacked to
  *            bytes (scales by sub-block, mins in the order the kernel's lane pairs take them: kernels.h); the 8
  *            sub-blocks' nibbles, 128 bytes each as Q4_0_R8's                                        1184 bytes
+ *   Q5_K_R8  Q4_K_R8's, then each sub-block's fifth bits as Q5_0_R8's masks                          1440 bytes
  *   Q6_K_R8  u16 d[8]; i8 scales by group of 16; each sub-block's low nibbles as Q4_0_R8's, then its 2-bit highs
  *            (4 slices' in one 64-byte vector)                                                      1680 bytes
  * Byte 4L+e of 64-byte slice j (lane L = 2r+h) holds value 8j+4h+e of row r (nibble types: slice j's nibbles are
  * in bytes of slice j/2, low nibble for even j; bit 4L+e of h[j] is that value's fifth bit). Same bytes per weight
- * as the source type, except Q4_K_R8 (+2.8%: its scales unpacked). */
+ * as the source type, except Q4_K_R8 / Q5_K_R8 (+2.8% / +2.3%: their scales unpacked). */
 #define G3_CPU_Q8_0_R8 100u
 #define G3_CPU_Q4_0_R8 101u
 #define G3_CPU_Q5_0_R8 102u
@@ -59,6 +60,7 @@ void g3_matmul(g3_pool *p, const g3_act *a, const void *w, int n, float *y, int 
 #define G3_CPU_Q5_1_R8 104u
 #define G3_CPU_Q4_K_R8 105u
 #define G3_CPU_Q6_K_R8 106u
+#define G3_CPU_Q5_K_R8 107u
 /* Bytes of the repacked copy of an n x k weight of `type` (g3_matmul_repack's dst); 0 when it has no repacked form. */
 size_t g3_matmul_repack_bytes(uint32_t type, int n, int k);
 /* The source type of a repacked type (Q8_0 for Q8_0_R8, ...), or 0 when rtype is not one. */
@@ -66,7 +68,7 @@ uint32_t g3_matmul_repack_source(uint32_t rtype);
 /* The repacked type for an n x k weight of `type` on this CPU, or 0 when it is best used as it is. */
 uint32_t g3_matmul_repack_type(uint32_t type, int n, int k);
 /* Writes the repacked copy (g3_matmul_repack_bytes bytes) of w into dst; returns its type (0: not repackable: only
- * Q8_0/Q4_0/Q5_0/Q4_1/Q5_1/Q4_K/Q6_K with n % 8 == 0; nothing written). Pass that type to g3_act_prepare and dst to
+ * Q8_0/Q4_0/Q5_0/Q4_1/Q5_1/Q4_K/Q5_K/Q6_K with n % 8 == 0; nothing written). Pass that type to g3_act_prepare and dst to
  * g3_matmul. Every kernel set can multiply repacked weights; g3_matmul_repack_type says when it pays off. */
 uint32_t g3_matmul_repack(uint32_t type, const void *w, int n, int k, void *dst);
 
