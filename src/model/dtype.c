@@ -326,22 +326,30 @@ static void kq_sub_fit(const float *x, int levels, float *scale, float *min) {
     *min = -best_b;
 }
 
-static void quant_q4_k(const float *x, g3_block_q4_k *b) {
+/* The super-block scales of a K-quant block (Q4_K / Q5_K: levels 15 / 31): each sub-block's fit, then d and dmin
+ * (f16) and the 6-bit codes sc, m of each sub-block as stored (packed into scales[12]). */
+static void kq_block_scales(const float *x, int levels, uint16_t *pd, uint16_t *pdmin, uint8_t scales[12], int sc[8],
+                            int m[8]) {
     float scale[8], min[8], max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; j++) {
-        kq_sub_fit(x + 32 * j, 15, &scale[j], &min[j]);
+        kq_sub_fit(x + 32 * j, levels, &scale[j], &min[j]);
         max_scale = fmaxf(max_scale, scale[j]);
         max_min = fmaxf(max_min, min[j]);
     }
-    b->d = g3_f32_to_f16(max_scale / 63.0f);
-    b->dmin = g3_f32_to_f16(max_min / 63.0f);
-    float d = g3_f16_to_f32(b->d), dmin = g3_f16_to_f32(b->dmin);
-    int sc[8], m[8];
+    *pd = g3_f32_to_f16(max_scale / 63.0f);
+    *pdmin = g3_f32_to_f16(max_min / 63.0f);
+    float d = g3_f16_to_f32(*pd), dmin = g3_f16_to_f32(*pdmin);
     for (int j = 0; j < 8; j++) {
         sc[j] = d > 0 ? qround(scale[j] / d, 0, 63) : 0;
         m[j] = dmin > 0 ? qround(min[j] / dmin, 0, 63) : 0;
     }
-    q4k_pack_scales(sc, m, b->scales);
+    q4k_pack_scales(sc, m, scales);
+}
+
+static void quant_q4_k(const float *x, g3_block_q4_k *b) {
+    int sc[8], m[8];
+    kq_block_scales(x, 15, &b->d, &b->dmin, b->scales, sc, m);
+    float d = g3_f16_to_f32(b->d), dmin = g3_f16_to_f32(b->dmin);
     /* re-quantize against the scales as stored */
     memset(b->qs, 0, sizeof b->qs);
     for (int j = 0; j < 8; j++) {
@@ -418,21 +426,9 @@ static void quant_affine32(const float *x, int levels, uint16_t *pd, uint16_t *p
 
 /* Q5_K: Q4_K's fit with 32 levels a sub-block; the fifth bit of value l of sub-block j is bit j of qh[l]. */
 static void quant_q5_k(const float *x, g3_block_q5_k *b) {
-    float scale[8], min[8], max_scale = 0, max_min = 0;
-    for (int j = 0; j < 8; j++) {
-        kq_sub_fit(x + 32 * j, 31, &scale[j], &min[j]);
-        max_scale = fmaxf(max_scale, scale[j]);
-        max_min = fmaxf(max_min, min[j]);
-    }
-    b->d = g3_f32_to_f16(max_scale / 63.0f);
-    b->dmin = g3_f32_to_f16(max_min / 63.0f);
-    float d = g3_f16_to_f32(b->d), dmin = g3_f16_to_f32(b->dmin);
     int sc[8], m[8];
-    for (int j = 0; j < 8; j++) {
-        sc[j] = d > 0 ? qround(scale[j] / d, 0, 63) : 0;
-        m[j] = dmin > 0 ? qround(min[j] / dmin, 0, 63) : 0;
-    }
-    q4k_pack_scales(sc, m, b->scales);
+    kq_block_scales(x, 31, &b->d, &b->dmin, b->scales, sc, m);
+    float d = g3_f16_to_f32(b->d), dmin = g3_f16_to_f32(b->dmin);
     memset(b->qs, 0, sizeof b->qs);
     memset(b->qh, 0, sizeof b->qh);
     for (int j = 0; j < 8; j++) {

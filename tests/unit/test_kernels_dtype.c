@@ -69,27 +69,11 @@ static void test_info_and_sizes(void **state) {
     assert_non_null(strstr(err.msg, "index 5"));
 }
 
-/* Q4_K decoded the way ggml's reference loop walks it: 64 values at a time from 32 bytes of qs, low nibbles
- * first, with the scale/min pair of sub-blocks is and is+1. */
-static void ref_q4k(const g3_block_q4_k *b, float *y) {
-    const uint8_t *s = b->scales, *q = b->qs;
-    float d = g3_f16_to_f32(b->d), dmin = g3_f16_to_f32(b->dmin);
-    for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
-        int sc0, m0, sc1, m1;
-        if (is < 4) sc0 = s[is] & 63, m0 = s[is + 4] & 63;
-        else sc0 = (s[is + 4] & 0xF) | ((s[is - 4] >> 6) << 4), m0 = (s[is + 4] >> 4) | ((s[is] >> 6) << 4);
-        int i1 = is + 1;
-        if (i1 < 4) sc1 = s[i1] & 63, m1 = s[i1 + 4] & 63;
-        else sc1 = (s[i1 + 4] & 0xF) | ((s[i1 - 4] >> 6) << 4), m1 = (s[i1 + 4] >> 4) | ((s[i1] >> 6) << 4);
-        for (int l = 0; l < 32; l++) *y++ = d * sc0 * (q[l] & 0xF) - dmin * m0;
-        for (int l = 0; l < 32; l++) *y++ = d * sc1 * (q[l] >> 4) - dmin * m1;
-    }
-}
-
-/* Q5_K the same way, with ggml's qh masks u1 = 1 << 2i, u2 = 2 << 2i for the i-th 64 values */
-static void ref_q5k(const g3_block_q5_k *b, float *y) {
-    const uint8_t *s = b->scales, *q = b->qs, *qh = b->qh;
-    float d = g3_f16_to_f32(b->d), dmin = g3_f16_to_f32(b->dmin);
+/* Q4_K / Q5_K decoded the way ggml's reference loops walk them: 64 values at a time from 32 bytes of qs, low
+ * nibbles first, with the scale/min pair of sub-blocks is and is+1; Q5_K (qh not NULL) adds 16 where bit u1 = 1 << 2i
+ * / u2 = 2 << 2i of qh[l] is set, for the i-th 64 values. */
+static void ref_qk(const uint8_t *s, const uint8_t *q, const uint8_t *qh, uint16_t dh, uint16_t mh, float *y) {
+    float d = g3_f16_to_f32(dh), dmin = g3_f16_to_f32(mh);
     uint8_t u1 = 1, u2 = 2;
     for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32, u1 <<= 2, u2 <<= 2) {
         int sc0, m0, sc1, m1;
@@ -98,8 +82,8 @@ static void ref_q5k(const g3_block_q5_k *b, float *y) {
         int i1 = is + 1;
         if (i1 < 4) sc1 = s[i1] & 63, m1 = s[i1 + 4] & 63;
         else sc1 = (s[i1 + 4] & 0xF) | ((s[i1 - 4] >> 6) << 4), m1 = (s[i1 + 4] >> 4) | ((s[i1] >> 6) << 4);
-        for (int l = 0; l < 32; l++) *y++ = d * sc0 * ((q[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - dmin * m0;
-        for (int l = 0; l < 32; l++) *y++ = d * sc1 * ((q[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - dmin * m1;
+        for (int l = 0; l < 32; l++) *y++ = d * sc0 * ((q[l] & 0xF) + (qh && (qh[l] & u1) ? 16 : 0)) - dmin * m0;
+        for (int l = 0; l < 32; l++) *y++ = d * sc1 * ((q[l] >> 4) + (qh && (qh[l] & u2) ? 16 : 0)) - dmin * m1;
     }
 }
 
@@ -127,7 +111,7 @@ static void test_kquant_layouts(void **state) {
         b4.dmin = g3_f32_to_f16(0.01f * rng_uniform());
         float y[256], r[256];
         g3_dequant_row(G3_DTYPE_Q4_K, &b4, y, 256);
-        ref_q4k(&b4, r);
+        ref_qk(b4.scales, b4.qs, NULL, b4.d, b4.dmin, r);
         for (int i = 0; i < 256; i++) assert_float_equal(y[i], r[i], 1e-6);
 
         g3_block_q6_k b6;
@@ -147,7 +131,7 @@ static void test_kquant_layouts(void **state) {
         b5.dmin = g3_f32_to_f16(0.01f * rng_uniform());
         float y[256], r[256];
         g3_dequant_row(G3_DTYPE_Q5_K, &b5, y, 256);
-        ref_q5k(&b5, r);
+        ref_qk(b5.scales, b5.qs, b5.qh, b5.d, b5.dmin, r);
         for (int i = 0; i < 256; i++) assert_float_equal(y[i], r[i], 1e-6);
     }
     /* Q5_0 / Q5_1 / Q4_1: bit j of qh is the fifth bit of x[j]; nibbles as Q4_0 */

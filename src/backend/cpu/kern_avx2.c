@@ -124,59 +124,11 @@ AI void mk_q8_0(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
 
 static void tile_q8_0(const g3_tile *t) { G3_TILE_WALK(t, mk_q8_0, 3, 3, 4); }
 
-/* ---- Q4_0 weights x Q8S activations ------------------------------------------------------------------------- */
 
-AI void mk_q4_0(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[G3_MRX][G3_NRX];
-    const uint8_t *wp[G3_NRX], *xq[G3_MRX], *xd[G3_MRX], *xe[G3_MRX];
-    _Pragma("GCC unroll 8")
-    for (int c = 0; c < NR; c++) wp[c] = t->w + (size_t)(j0 + c) * t->ws;
-    const size_t pf = (size_t)NR * t->ws;
-    _Pragma("GCC unroll 8")
-    for (int r = 0; r < MR; r++) {
-        size_t o = (size_t)(i0 + r) * t->xs;
-        xq[r] = t->xq + o, xd[r] = t->xd + o, xe[r] = t->xe + o;
-        _Pragma("GCC unroll 8")
-        for (int c = 0; c < NR; c++) acc[r][c] = _mm256_setzero_ps();
-    }
-    for (int b = 0; b < t->k / 32; b++) {
-        __m256i wn[G3_NRX];
-        __m256 dw[G3_NRX];
-        _Pragma("GCC unroll 8")
-        for (int c = 0; c < NR; c++) {
-            const uint8_t *blk = wp[c] + 18 * (size_t)b;
-            __m128i v = _mm_loadu_si128((const __m128i *)(blk + 2));
-            _mm_prefetch((const char *)(blk + pf), _MM_HINT_T0);
-            wn[c] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
-            dw[c] = _mm256_set1_ps(f16_at(blk));
-        }
-        _Pragma("GCC unroll 8")
-        for (int r = 0; r < MR; r++) {
-            __m256i xs = _mm256_loadu_si256((const __m256i *)(xq[r] + 32 * (size_t)b));
-            int32_t ns;
-            memcpy(&ns, xe[r] + 4 * (size_t)b, 4);
-            __m256i init = _mm256_set1_epi32(ns);
-            __m256 dx = _mm256_set1_ps(ld_f32(xd[r] + 4 * (size_t)b));
-            _Pragma("GCC unroll 8")
-            for (int c = 0; c < NR; c++) {
-                __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wn[c], xs), ones), init);
-                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), dx), dw[c], acc[r][c]);
-            }
-        }
-    }
-    _Pragma("GCC unroll 8")
-    for (int r = 0; r < MR; r++)
-        _Pragma("GCC unroll 8")
-        for (int c = 0; c < NR; c++) put_y(t, i0 + r, j0 + c, hsum256(acc[r][c]));
-}
-
-static void tile_q4_0(const g3_tile *t) { G3_TILE_WALK(t, mk_q4_0, 3, 3, 4); }
-
-/* ---- Q4_1 / Q5_0 / Q5_1 weights x Q8S activations ------------------------------------------------------------
- * Q4_0's loop with the fifth bits (qh's 32 bits spread to bytes by a shuffle and a compare) and, for the types with
- * an offset m, m*sum(x) added per block, an eighth per lane; Q5_0 (x = d*(q-16)) starts each lane at -2*sum(x). */
+/* ---- Q4_0 / Q4_1 / Q5_0 / Q5_1 weights x Q8S activations ------------------------------------------------------
+ * maddubs(nibble, x) (31 * 127 * 2 fits in i16), madd -> i32; Q4_0 (x = d*(q-8)) starts each lane at -sum(x), Q5_0
+ * (x = d*(q-16), its fifth bits: qh's 32 bits spread to bytes by a shuffle and a compare) at -2*sum(x); the types
+ * with an offset m add m*sum(x) per block, an eighth per lane. */
 
 AI __m256i bits_to_x10(uint32_t m) { /* byte j = 0x10 where bit j of m is set */
     const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
@@ -187,7 +139,7 @@ AI __m256i bits_to_x10(uint32_t m) { /* byte j = 0x10 where bit j of m is set */
 }
 
 AI void mk_q4x(const g3_tile *t, int i0, int j0, const int MR, const int NR, const int FIVE, const int AFF) {
-    const size_t BB = AFF ? (FIVE ? 24 : 20) : 22; /* Q5_1, Q4_1, Q5_0 block bytes; qs are the last 16 */
+    const size_t BB = 18 + (AFF ? 2 : 0) + (FIVE ? 4 : 0); /* Q4_0 18, Q4_1 20, Q5_0 22, Q5_1 24; qs the last 16 */
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[G3_MRX][G3_NRX];
@@ -225,7 +177,7 @@ AI void mk_q4x(const g3_tile *t, int i0, int j0, const int MR, const int NR, con
             int32_t ns;
             memcpy(&ns, xe[r] + 4 * (size_t)b, 4);
             const float dxs = ld_f32(xd[r] + 4 * (size_t)b);
-            __m256i init = AFF ? _mm256_setzero_si256() : _mm256_set1_epi32(2 * ns);
+            __m256i init = AFF ? _mm256_setzero_si256() : _mm256_set1_epi32(FIVE ? 2 * ns : ns);
             __m256 dx = _mm256_set1_ps(dxs), sx = _mm256_set1_ps(-0.125f * (float)ns * dxs);
             _Pragma("GCC unroll 8")
             for (int c = 0; c < NR; c++) {
@@ -241,9 +193,11 @@ AI void mk_q4x(const g3_tile *t, int i0, int j0, const int MR, const int NR, con
         for (int c = 0; c < NR; c++) put_y(t, i0 + r, j0 + c, hsum256(acc[r][c]));
 }
 
+#define MK_Q4_0(t, i, j, MR, NR) mk_q4x(t, i, j, MR, NR, 0, 0)
 #define MK_Q4_1(t, i, j, MR, NR) mk_q4x(t, i, j, MR, NR, 0, 1)
 #define MK_Q5_0(t, i, j, MR, NR) mk_q4x(t, i, j, MR, NR, 1, 0)
 #define MK_Q5_1(t, i, j, MR, NR) mk_q4x(t, i, j, MR, NR, 1, 1)
+static void tile_q4_0(const g3_tile *t) { G3_TILE_WALK(t, MK_Q4_0, 3, 3, 4); }
 static void tile_q4_1(const g3_tile *t) { G3_TILE_WALK(t, MK_Q4_1, 3, 3, 4); }
 static void tile_q5_0(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_0, 3, 3, 4); }
 static void tile_q5_1(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_1, 3, 3, 4); }

@@ -195,63 +195,15 @@ AI void mk_q8_0(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
 
 static void tile_q8_0(const g3_tile *t) { G3_TILE_WALK(t, mk_q8_0, 4, 3, 4); }
 
-/* ---- Q4_0 weights x Q8S activations ------------------------------------------------------------------------- */
 
-AI void mk_q4_0(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[G3_MRX][G3_NRX];
-    const uint8_t *wp[G3_NRX], *xq[G3_MRX], *xd[G3_MRX], *xe[G3_MRX];
-    _Pragma("GCC unroll 8")
-    for (int c = 0; c < NR; c++) wp[c] = t->w + (size_t)(j0 + c) * t->ws;
-    const size_t pf = (size_t)NR * t->ws; /* prefetch the next group's rows: too short to train the prefetcher */
-    _Pragma("GCC unroll 8")
-    for (int r = 0; r < MR; r++) {
-        size_t o = (size_t)(i0 + r) * t->xs;
-        xq[r] = t->xq + o, xd[r] = t->xd + o, xe[r] = t->xe + o;
-        _Pragma("GCC unroll 8")
-        for (int c = 0; c < NR; c++) acc[r][c] = _mm256_setzero_ps();
-    }
-    int nb = t->k / 32;
-    for (int b = 0; b < nb; b++) {
-        __m256i wn[G3_NRX];
-        __m256 dw[G3_NRX];
-        _Pragma("GCC unroll 8")
-        for (int c = 0; c < NR; c++) {
-            const uint8_t *blk = wp[c] + 18 * (size_t)b;
-            __m128i v = _mm_loadu_si128((const __m128i *)(blk + 2));
-            _mm_prefetch((const char *)(blk + pf), _MM_HINT_T0);
-            wn[c] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
-            dw[c] = _mm256_set1_ps(f16_at(blk));
-        }
-        _Pragma("GCC unroll 8")
-        for (int r = 0; r < MR; r++) {
-            __m256i xs = _mm256_loadu_si256((const __m256i *)(xq[r] + 32 * (size_t)b));
-            int32_t ns;
-            memcpy(&ns, xe[r] + 4 * (size_t)b, 4);
-            __m256i init = _mm256_set1_epi32(ns);
-            __m256 dx = _mm256_set1_ps(ld_f32(xd[r] + 4 * (size_t)b));
-            _Pragma("GCC unroll 8")
-            for (int c = 0; c < NR; c++) {
-                __m256i dot = _mm256_dpbusd_epi32(init, wn[c], xs);
-                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), dx), dw[c], acc[r][c]);
-            }
-        }
-    }
-    _Pragma("GCC unroll 8")
-    for (int r = 0; r < MR; r++)
-        _Pragma("GCC unroll 8")
-        for (int c = 0; c < NR; c++) put_y(t, i0 + r, j0 + c, hsum256(acc[r][c]));
-}
-
-static void tile_q4_0(const g3_tile *t) { G3_TILE_WALK(t, mk_q4_0, 4, 3, 4); }
-
-/* ---- Q4_1 / Q5_0 / Q5_1 weights x Q8S activations -----------------------------------------------------------
- * Q4_0's loop with the fifth bit of value j from bit j of qh (one masked byte broadcast) and, for the types with
- * an offset m (x = d*q + m), m*sum(x) added per block: each lane of the accumulator takes an eighth of it, so
- * the final sum over the 8 lanes holds it once. Q5_0 (x = d*(q-16)) starts each lane at -2*sum(x). */
+/* ---- Q4_0 / Q4_1 / Q5_0 / Q5_1 weights x Q8S activations ------------------------------------------------------
+ * The nibbles (values 0..15: low nibbles x[0..15], high x[16..31]) are the unsigned side; Q4_0 (x = d*(q-8)) starts
+ * each of the 8 lanes at -sum(x) (negsum), Q5_0 (x = d*(q-16), its fifth bit of value j is bit j of qh, one masked
+ * byte broadcast) at -2*sum(x); the types with an offset m (x = d*q + m) add m*sum(x) per block, an eighth in each
+ * lane, so that the final sum over the 8 lanes holds it once. */
 
 AI void mk_q4x(const g3_tile *t, int i0, int j0, const int MR, const int NR, const int FIVE, const int AFF) {
-    const size_t BB = AFF ? (FIVE ? 24 : 20) : 22; /* Q5_1, Q4_1, Q5_0 block bytes; qs are the last 16 */
+    const size_t BB = 18 + (AFF ? 2 : 0) + (FIVE ? 4 : 0); /* Q4_0 18, Q4_1 20, Q5_0 22, Q5_1 24; qs the last 16 */
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[G3_MRX][G3_NRX];
     const uint8_t *wp[G3_NRX], *xq[G3_MRX], *xd[G3_MRX], *xe[G3_MRX];
@@ -289,7 +241,7 @@ AI void mk_q4x(const g3_tile *t, int i0, int j0, const int MR, const int NR, con
             int32_t ns;
             memcpy(&ns, xe[r] + 4 * (size_t)b, 4);
             const float dxs = ld_f32(xd[r] + 4 * (size_t)b);
-            __m256i init = AFF ? _mm256_setzero_si256() : _mm256_set1_epi32(2 * ns);
+            __m256i init = AFF ? _mm256_setzero_si256() : _mm256_set1_epi32(FIVE ? 2 * ns : ns);
             __m256 dx = _mm256_set1_ps(dxs), sx = _mm256_set1_ps(-0.125f * (float)ns * dxs);
             _Pragma("GCC unroll 8")
             for (int c = 0; c < NR; c++) {
@@ -305,9 +257,11 @@ AI void mk_q4x(const g3_tile *t, int i0, int j0, const int MR, const int NR, con
         for (int c = 0; c < NR; c++) put_y(t, i0 + r, j0 + c, hsum256(acc[r][c]));
 }
 
+#define MK_Q4_0(t, i, j, MR, NR) mk_q4x(t, i, j, MR, NR, 0, 0)
 #define MK_Q4_1(t, i, j, MR, NR) mk_q4x(t, i, j, MR, NR, 0, 1)
 #define MK_Q5_0(t, i, j, MR, NR) mk_q4x(t, i, j, MR, NR, 1, 0)
 #define MK_Q5_1(t, i, j, MR, NR) mk_q4x(t, i, j, MR, NR, 1, 1)
+static void tile_q4_0(const g3_tile *t) { G3_TILE_WALK(t, MK_Q4_0, 4, 3, 4); }
 static void tile_q4_1(const g3_tile *t) { G3_TILE_WALK(t, MK_Q4_1, 4, 3, 4); }
 static void tile_q5_0(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_0, 4, 3, 4); }
 static void tile_q5_1(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_1, 4, 3, 4); }
@@ -320,6 +274,37 @@ static void tile_q5_1(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_1, 4, 3, 4); }
 
 #define R8_MAXROWS 8
 #define R8_PF 2048 /* prefetch distance in bytes */
+
+/* The 8 outputs of a group from each activation row's accumulator: row q = lanes 2q + 2q+1 */
+AI void r8_store(const g3_tile *t, int i0, int g, const int MR, const __m512 *acc) {
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++) {
+        __m512 sw = _mm512_add_ps(acc[r], _mm512_permute_ps(acc[r], 0xB1));
+        float tmp[16];
+        _mm512_storeu_ps(tmp, sw);
+        float *y = t->y + (size_t)(i0 + r) * t->ldy + 8 * g;
+        for (int q = 0; q < 8; q++) y[q] = t->accumulate ? y[q] + tmp[2 * q] : tmp[2 * q];
+    }
+}
+
+/* Every group of 8 weight rows against the activation rows, 8 at a time: MK(t, i0, g, MR) */
+#define R8_WALK(t, MK)                                                                                          \
+    do {                                                                                                        \
+        for (int g_ = 0; g_ < (t)->nw / 8; g_++) {                                                              \
+            int i_ = 0;                                                                                         \
+            for (; i_ + 8 <= (t)->nx; i_ += 8) MK(t, i_, g_, 8);                                                \
+            switch ((t)->nx - i_) {                                                                             \
+            case 7: MK(t, i_, g_, 7); break;                                                                    \
+            case 6: MK(t, i_, g_, 6); break;                                                                    \
+            case 5: MK(t, i_, g_, 5); break;                                                                    \
+            case 4: MK(t, i_, g_, 4); break;                                                                    \
+            case 3: MK(t, i_, g_, 3); break;                                                                    \
+            case 2: MK(t, i_, g_, 2); break;                                                                    \
+            case 1: MK(t, i_, g_, 1); break;                                                                    \
+            default: break;                                                                                     \
+            }                                                                                                   \
+        }                                                                                                       \
+    } while (0)
 
 AI void mk_r8(const g3_tile *t, int i0, int g, const int MR, const int FM) {
     const int Q4 = FM != G3_R8_Q8_0, FIVE = g3_r8_five(FM), AFF = g3_r8_aff(FM), QO = g3_r8_qoff(FM);
@@ -383,34 +368,9 @@ AI void mk_r8(const g3_tile *t, int i0, int g, const int MR, const int FM) {
             if (AFF) acc[r] = _mm512_fmadd_ps(m16, _mm512_set1_ps(-(float)ns * dxs), acc[r]);
         }
     }
-    _Pragma("GCC unroll 8")
-    for (int r = 0; r < MR; r++) {
-        /* add lane pairs: row q = lanes 2q + 2q+1 */
-        __m512 sw = _mm512_add_ps(acc[r], _mm512_permute_ps(acc[r], 0xB1));
-        float tmp[16];
-        _mm512_storeu_ps(tmp, sw);
-        float *y = t->y + (size_t)(i0 + r) * t->ldy + 8 * g;
-        for (int q = 0; q < 8; q++) y[q] = t->accumulate ? y[q] + tmp[2 * q] : tmp[2 * q];
-    }
+    r8_store(t, i0, g, MR, acc);
 }
 
-#define R8_WALK(t, Q4)                                                                                          \
-    do {                                                                                                        \
-        for (int g_ = 0; g_ < (t)->nw / 8; g_++) {                                                              \
-            int i_ = 0;                                                                                         \
-            for (; i_ + 8 <= (t)->nx; i_ += 8) mk_r8(t, i_, g_, 8, Q4);                                         \
-            switch ((t)->nx - i_) {                                                                             \
-            case 7: mk_r8(t, i_, g_, 7, Q4); break;                                                             \
-            case 6: mk_r8(t, i_, g_, 6, Q4); break;                                                             \
-            case 5: mk_r8(t, i_, g_, 5, Q4); break;                                                             \
-            case 4: mk_r8(t, i_, g_, 4, Q4); break;                                                             \
-            case 3: mk_r8(t, i_, g_, 3, Q4); break;                                                             \
-            case 2: mk_r8(t, i_, g_, 2, Q4); break;                                                             \
-            case 1: mk_r8(t, i_, g_, 1, Q4); break;                                                             \
-            default: break;                                                                                     \
-            }                                                                                                   \
-        }                                                                                                       \
-    } while (0)
 
 /* ---- Q4_K_R8 x Q8K activations ---------------------------------------------------------------------------------
  * Per 256-value block of a group of 8 rows: each sub-block's 32 values as Q4_0_R8's slices (lane 2r+h: row r),
@@ -488,14 +448,7 @@ AI void mk_q4k_r8(const g3_tile *t, int i0, int g, const int MR, const int FIVE)
             acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(Dm, dx), acc[r]);
         }
     }
-    _Pragma("GCC unroll 8")
-    for (int r = 0; r < MR; r++) {
-        __m512 sw = _mm512_add_ps(acc[r], _mm512_permute_ps(acc[r], 0xB1));
-        float tmp[16];
-        _mm512_storeu_ps(tmp, sw);
-        float *y = t->y + (size_t)(i0 + r) * t->ldy + 8 * g;
-        for (int q = 0; q < 8; q++) y[q] = t->accumulate ? y[q] + tmp[2 * q] : tmp[2 * q];
-    }
+    r8_store(t, i0, g, MR, acc);
 }
 
 /* ---- Q6_K_R8 x Q8K activations ---------------------------------------------------------------------------------
@@ -557,45 +510,27 @@ AI void mk_q6k_r8(const g3_tile *t, int i0, int g, const int MR) {
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(D, _mm512_set1_ps(ld_f32(xd[r] + 4 * (size_t)b))),
                                      acc[r]);
     }
-    _Pragma("GCC unroll 8")
-    for (int r = 0; r < MR; r++) {
-        __m512 sw = _mm512_add_ps(acc[r], _mm512_permute_ps(acc[r], 0xB1));
-        float tmp[16];
-        _mm512_storeu_ps(tmp, sw);
-        float *y = t->y + (size_t)(i0 + r) * t->ldy + 8 * g;
-        for (int q = 0; q < 8; q++) y[q] = t->accumulate ? y[q] + tmp[2 * q] : tmp[2 * q];
-    }
+    r8_store(t, i0, g, MR, acc);
 }
 
-#define KR8_WALK(t, MK)                                                                                         \
-    do {                                                                                                        \
-        for (int g_ = 0; g_ < (t)->nw / 8; g_++) {                                                              \
-            int i_ = 0;                                                                                         \
-            for (; i_ + 8 <= (t)->nx; i_ += 8) MK(t, i_, g_, 8);                                                \
-            switch ((t)->nx - i_) {                                                                             \
-            case 7: MK(t, i_, g_, 7); break;                                                                    \
-            case 6: MK(t, i_, g_, 6); break;                                                                    \
-            case 5: MK(t, i_, g_, 5); break;                                                                    \
-            case 4: MK(t, i_, g_, 4); break;                                                                    \
-            case 3: MK(t, i_, g_, 3); break;                                                                    \
-            case 2: MK(t, i_, g_, 2); break;                                                                    \
-            case 1: MK(t, i_, g_, 1); break;                                                                    \
-            default: break;                                                                                     \
-            }                                                                                                   \
-        }                                                                                                       \
-    } while (0)
 
 #define MK_Q4K_R8(t, i, g, MR) mk_q4k_r8(t, i, g, MR, 0)
 #define MK_Q5K_R8(t, i, g, MR) mk_q4k_r8(t, i, g, MR, 1)
-static void tile_q4_k_r8(const g3_tile *t) { KR8_WALK(t, MK_Q4K_R8); }
-static void tile_q5_k_r8(const g3_tile *t) { KR8_WALK(t, MK_Q5K_R8); }
-static void tile_q6_k_r8(const g3_tile *t) { KR8_WALK(t, mk_q6k_r8); }
+static void tile_q4_k_r8(const g3_tile *t) { R8_WALK(t, MK_Q4K_R8); }
+static void tile_q5_k_r8(const g3_tile *t) { R8_WALK(t, MK_Q5K_R8); }
+static void tile_q6_k_r8(const g3_tile *t) { R8_WALK(t, mk_q6k_r8); }
 
-static void tile_q8_0_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q8_0); }
-static void tile_q4_0_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q4_0); }
-static void tile_q5_0_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q5_0); }
-static void tile_q4_1_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q4_1); }
-static void tile_q5_1_r8(const g3_tile *t) { R8_WALK(t, G3_R8_Q5_1); }
+#define MK_R8(f) AI void mk_r8_##f(const g3_tile *t, int i0, int g, const int MR) { mk_r8(t, i0, g, MR, G3_R8_##f); }
+MK_R8(Q8_0)
+MK_R8(Q4_0)
+MK_R8(Q5_0)
+MK_R8(Q4_1)
+MK_R8(Q5_1)
+static void tile_q8_0_r8(const g3_tile *t) { R8_WALK(t, mk_r8_Q8_0); }
+static void tile_q4_0_r8(const g3_tile *t) { R8_WALK(t, mk_r8_Q4_0); }
+static void tile_q5_0_r8(const g3_tile *t) { R8_WALK(t, mk_r8_Q5_0); }
+static void tile_q4_1_r8(const g3_tile *t) { R8_WALK(t, mk_r8_Q4_1); }
+static void tile_q5_1_r8(const g3_tile *t) { R8_WALK(t, mk_r8_Q5_1); }
 
 /* ---- activation preparation (bit-identical to the portable version for the Q8 layouts) ---------------------- */
 

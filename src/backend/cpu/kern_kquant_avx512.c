@@ -1,4 +1,5 @@
-/* AVX-512 kernels for the K-quants (Q4_K, Q5_K, Q6_K) against Q8K activations: 64 values per zmm, maddubs -> i16
+/* AVX-512 kernels for the K-quants (Q4_K, Q5_K, Q6_K) as stored, against Q8K activations (used where a matrix is not
+ * repacked: kern_avx512.c's *_R8 kernels take every matrix of a multiple of 8 rows): 64 values per zmm, maddubs -> i16
  * pairs, madd with the sub-block scales -> i32; up to 8 activation rows share each unpacked weight block.
  * Registered in kern_avx512.c's kernel set (which checks the CPU). */
 #if defined(__x86_64__) || defined(__i386__)
@@ -13,8 +14,6 @@ void g3_avx512_tile_q5_k(const g3_tile *t);
  * The 12 packed scale bytes are decoded with 32-bit word arithmetic; per 64 values (sub-blocks 2c, 2c+1, which
  * share 32 bytes of nibbles) maddubs -> i16 pairs, madd with the two sub-block scales -> i32. The mins meet the
  * activation's sums of 16 through one 256-bit madd. */
-
-#define KQ_NRD 4 /* weight rows a decode step of the K-quant kernels takes at once (2: 5-10% slower, 8: no gain) */
 
 AI void q4k_scales8(const uint8_t *s, uint64_t *sc8, uint64_t *mn8) {
     uint32_t a, b, c;
@@ -94,74 +93,10 @@ AI void mk_qk_512(const g3_tile *t, int i0, int j0, const int MR, const int FIVE
     for (int r = 0; r < MR; r++) put_y(t, i0 + r, j0, _mm512_reduce_add_ps(acc[r]) - hsum256(accm[r]));
 }
 
-/* Decode (one activation row): NR weight rows at a time, each its own chain of dependent sums, so that the core
- * overlaps their latencies; the activation's 256 values of a block are loaded once for all of them. */
-AI void mk_qk_512_rows(const g3_tile *t, int i0, int j0, const int NR, const int FIVE) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
-    __m512i sel[4];
-    _Pragma("GCC unroll 4")
-    for (int c = 0; c < 4; c++)
-        sel[c] = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16((short)(2 * c)), _mm512_set1_epi16((short)(2 * c + 1)));
-    const size_t BB = FIVE ? 176 : 144, QS = FIVE ? 48 : 16;
-    const int8_t *xq = (const int8_t *)(t->xq + (size_t)i0 * t->xs);
-    const uint8_t *xd = t->xd + (size_t)i0 * t->xs, *xe = t->xe + (size_t)i0 * t->xs;
-    __m512 acc[KQ_NRD];
-    __m256 accm[KQ_NRD];
-    const uint8_t *wr[KQ_NRD];
-    _Pragma("GCC unroll 4")
-    for (int c = 0; c < NR; c++) {
-        wr[c] = t->w + (size_t)(j0 + c) * t->ws;
-        acc[c] = _mm512_setzero_ps();
-        accm[c] = _mm256_setzero_ps();
-    }
-    for (int b = 0; b < t->k / 256; b++) {
-        const int8_t *x = xq + 256 * b;
-        __m512i xv[4];
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < 4; c++) xv[c] = _mm512_loadu_si512(x + 64 * c);
-        __m256i bs = _mm256_loadu_si256((const __m256i *)(xe + 32 * (size_t)b));
-        const float dx = ld_f32(xd + 4 * (size_t)b);
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *blk = wr[r] + BB * (size_t)b;
-            _Pragma("GCC unroll 3")
-            for (size_t o = 0; o < BB; o += 64) _mm_prefetch((const char *)blk + 7 * BB + o, _MM_HINT_T0);
-            uint64_t sc8, mn8;
-            q4k_scales8(blk + 4, &sc8, &mn8);
-            __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
-            __m128i mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8));
-            __m256i mn16 = _mm256_set_m128i(_mm_unpackhi_epi16(mn, mn), _mm_unpacklo_epi16(mn, mn));
-            __m256i hb = FIVE ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
-            __m512i sumi = _mm512_setzero_si512();
-            _Pragma("GCC unroll 4")
-            for (int c = 0; c < 4; c++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(blk + QS + 32 * c));
-                __m512i q = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), m4);
-                if (FIVE) {
-                    __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_srli_epi16(hb, 2 * c)),
-                                                   _mm256_srli_epi16(hb, 2 * c + 1), 1);
-                    q = _mm512_or_si512(q, _mm512_and_si512(_mm512_slli_epi16(h, 4), b4));
-                }
-                __m512i p = _mm512_maddubs_epi16(q, xv[c]);
-                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p, _mm512_permutexvar_epi16(sel[c], sc16)));
-            }
-            uint16_t dh, mh;
-            memcpy(&dh, blk, 2);
-            memcpy(&mh, blk + 2, 2);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(_cvtsh_ss(dh) * dx), acc[r]);
-            accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mn16)), _mm256_set1_ps(_cvtsh_ss(mh) * dx),
-                                      accm[r]);
-        }
-    }
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < NR; r++) put_y(t, i0, j0 + r, _mm512_reduce_add_ps(acc[r]) - hsum256(accm[r]));
-}
-
-/* more than one activation row: one weight row against up to 8 of them (mk_qk_512); one: NR weight rows */
-#define MK_Q4_K(t, i, j, MR, NR) ((MR) == 1 ? mk_qk_512_rows(t, i, j, NR, 0) : mk_qk_512(t, i, j, MR, 0))
-#define MK_Q5_K(t, i, j, MR, NR) ((MR) == 1 ? mk_qk_512_rows(t, i, j, NR, 1) : mk_qk_512(t, i, j, MR, 1))
-void g3_avx512_tile_q4_k(const g3_tile *t) { G3_TILE_WALK(t, MK_Q4_K, 8, 1, KQ_NRD); }
-void g3_avx512_tile_q5_k(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_K, 8, 1, KQ_NRD); }
+#define MK_Q4_K(t, i, j, MR, NR) mk_qk_512(t, i, j, MR, 0)
+#define MK_Q5_K(t, i, j, MR, NR) mk_qk_512(t, i, j, MR, 1)
+void g3_avx512_tile_q4_k(const g3_tile *t) { G3_TILE_WALK(t, MK_Q4_K, 8, 1, 1); }
+void g3_avx512_tile_q5_k(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_K, 8, 1, 1); }
 
 /* ---- Q6_K weights x Q8K activations, 64 values per zmm ------------------------------------------------------
  * Each half of a block (128 values) is 64 bytes of low nibbles and 32 bytes of 2-bit high parts: values 0-63
@@ -226,60 +161,7 @@ AI void mk_q6_k_512(const g3_tile *t, int i0, int j0, const int MR, const int NR
     for (int r = 0; r < MR; r++) put_y(t, i0 + r, j0, _mm512_reduce_add_ps(acc[r]));
 }
 
-/* Decode: NR weight rows against one activation row, as mk_qk_512_rows */
-AI void mk_q6_k_512_rows(const g3_tile *t, int i0, int j0, const int NR) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
-    __m512i sel[4];
-    _Pragma("GCC unroll 4")
-    for (int i = 0; i < 4; i++)
-        sel[i] = _mm512_add_epi16(_mm512_set1_epi16((short)(4 * i)), _mm512_loadu_si512(k_lane_div8));
-    const int8_t *xq = (const int8_t *)(t->xq + (size_t)i0 * t->xs);
-    const uint8_t *xd = t->xd + (size_t)i0 * t->xs, *xe = t->xe + (size_t)i0 * t->xs;
-    __m512 acc[KQ_NRD];
-    const g3_block_q6_k *wr[KQ_NRD];
-    _Pragma("GCC unroll 4")
-    for (int c = 0; c < NR; c++) {
-        wr[c] = (const g3_block_q6_k *)(t->w + (size_t)(j0 + c) * t->ws);
-        acc[c] = _mm512_setzero_ps();
-    }
-    for (int b = 0; b < t->k / 256; b++) {
-        const int8_t *x = xq + 256 * b;
-        __m512i xv[4];
-        _Pragma("GCC unroll 4")
-        for (int i = 0; i < 4; i++) xv[i] = _mm512_loadu_si512(x + 64 * i);
-        __m256i bs = _mm256_loadu_si256((const __m256i *)(xe + 32 * (size_t)b));
-        const float dx = ld_f32(xd + 4 * (size_t)b);
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < NR; r++) {
-            const g3_block_q6_k *wb = wr[r] + b;
-            _Pragma("GCC unroll 4")
-            for (int o = 0; o < 256; o += 64) _mm_prefetch((const char *)wb + 1024 + o, _MM_HINT_T0);
-            __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales));
-            __m512i sumi = _mm512_setzero_si512();
-            _Pragma("GCC unroll 2")
-            for (int h = 0; h < 2; h++) {
-                __m512i l = _mm512_loadu_si512(wb->ql + 64 * h);
-                __m256i hb = _mm256_loadu_si256((const __m256i *)(wb->qh + 32 * h));
-                __m512i h01 = _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 2), 1);
-                __m512i h23 = _mm512_srli_epi16(h01, 4);
-                __m512i q0 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(h01, m3), 4));
-                __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                             _mm512_slli_epi16(_mm512_and_si512(h23, m3), 4));
-                __m512i p0 = _mm512_maddubs_epi16(q0, xv[2 * h]), p1 = _mm512_maddubs_epi16(q1, xv[2 * h + 1]);
-                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p0, _mm512_permutexvar_epi16(sel[2 * h], _mm512_castsi256_si512(sc16))));
-                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p1, _mm512_permutexvar_epi16(sel[2 * h + 1], _mm512_castsi256_si512(sc16))));
-            }
-            __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
-            sumi = _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(corr));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(_cvtsh_ss(wb->d) * dx), acc[r]);
-        }
-    }
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < NR; r++) put_y(t, i0, j0 + r, _mm512_reduce_add_ps(acc[r]));
-}
-
-#define MK_Q6_K(t, i, j, MR, NR) ((MR) == 1 ? mk_q6_k_512_rows(t, i, j, NR) : mk_q6_k_512(t, i, j, MR, NR))
-void g3_avx512_tile_q6_k(const g3_tile *t) { G3_TILE_WALK(t, MK_Q6_K, 8, 1, KQ_NRD); }
+void g3_avx512_tile_q6_k(const g3_tile *t) { G3_TILE_WALK(t, mk_q6_k_512, 8, 1, 1); }
 
 #else
 typedef int g3_kern_kquant_avx512_empty; /* keeps the translation unit non-empty */

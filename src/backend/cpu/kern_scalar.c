@@ -133,27 +133,29 @@ static void tile_q4_1(const g3_tile *t) { tile_q4q5(t, G3_DTYPE_Q4_1); }
 static void tile_q5_0(const g3_tile *t) { tile_q4q5(t, G3_DTYPE_Q5_0); }
 static void tile_q5_1(const g3_tile *t) { tile_q4q5(t, G3_DTYPE_Q5_1); }
 
-/* Q5_K weights x Q8K activations: Q4_K's sums with the fifth bit of value l of sub-block sb from bit sb of qh[l]. */
-static void tile_q5_k(const g3_tile *t) {
-    int nb = t->k / 256;
+/* Q4_K weights x Q8K activations: per 256 values, sum_j sc_j*dot_j*d*dx - dmin*dx*sum_j m_j*xsum_j. With `five`,
+ * Q5_K: the same with qh[32] before qs and the fifth bit of value l of sub-block j bit j of qh[l]. */
+static void tile_qk(const g3_tile *t, int five) {
+    const int nb = t->k / 256;
+    const size_t bb = five ? 176 : 144, qs_at = five ? 48 : 16;
     for (int i = 0; i < t->nx; i++) {
         const int8_t *xq = (const int8_t *)(t->xq + (size_t)i * t->xs);
         const uint8_t *xd = t->xd + (size_t)i * t->xs, *xe = t->xe + (size_t)i * t->xs;
         for (int j = 0; j < t->nw; j++) {
-            const g3_block_q5_k *b = (const g3_block_q5_k *)(t->w + (size_t)j * t->ws);
+            const uint8_t *row = t->w + (size_t)j * t->ws;
             float s = 0;
             for (int bi = 0; bi < nb; bi++) {
-                const uint8_t *sc = b[bi].scales;
+                const uint8_t *blk = row + bb * (size_t)bi, *sc = blk + 4, *qh = blk + 16;
                 const int8_t *x = xq + 256 * bi;
                 int sumi = 0, summ = 0;
                 for (int sb = 0; sb < 8; sb++) {
                     int scv, mv;
                     if (sb < 4) scv = sc[sb] & 63, mv = sc[sb + 4] & 63;
                     else scv = (sc[sb + 4] & 0xF) | ((sc[sb - 4] >> 6) << 4), mv = (sc[sb + 4] >> 4) | ((sc[sb] >> 6) << 4);
-                    const uint8_t *q = b[bi].qs + 32 * (sb / 2);
+                    const uint8_t *q = blk + qs_at + 32 * (sb / 2);
                     int shift = 4 * (sb & 1), dot = 0;
                     for (int l = 0; l < 32; l++)
-                        dot += (((q[l] >> shift) & 0x0F) | ((b[bi].qh[l] >> sb) & 1) << 4) * x[32 * sb + l];
+                        dot += (((q[l] >> shift) & 0x0F) | (five ? ((qh[l] >> sb) & 1) << 4 : 0)) * x[32 * sb + l];
                     sumi += scv * dot;
                     int16_t b0, b1;
                     memcpy(&b0, xe + 2 * (size_t)(16 * bi + 2 * sb), 2);
@@ -161,46 +163,15 @@ static void tile_q5_k(const g3_tile *t) {
                     summ += mv * (b0 + b1);
                 }
                 float dx = ld_f32(xd, bi);
-                s += dx * (g3_f16_to_f32(b[bi].d) * (float)sumi - g3_f16_to_f32(b[bi].dmin) * (float)summ);
+                s += dx * (g3_f16_to_f32(ld_u16(blk, 0)) * (float)sumi - g3_f16_to_f32(ld_u16(blk, 1)) * (float)summ);
             }
             put(t, i, j, s);
         }
     }
 }
 
-/* Q4_K weights x Q8K activations: per 256 values, sum_j sc_j*dot_j*d*dx - dmin*dx*sum_j m_j*xsum_j. */
-static void tile_q4_k(const g3_tile *t) {
-    int nb = t->k / 256;
-    for (int i = 0; i < t->nx; i++) {
-        const int8_t *xq = (const int8_t *)(t->xq + (size_t)i * t->xs);
-        const uint8_t *xd = t->xd + (size_t)i * t->xs, *xe = t->xe + (size_t)i * t->xs;
-        for (int j = 0; j < t->nw; j++) {
-            const g3_block_q4_k *b = (const g3_block_q4_k *)(t->w + (size_t)j * t->ws);
-            float s = 0;
-            for (int bi = 0; bi < nb; bi++) {
-                const uint8_t *sc = b[bi].scales;
-                const int8_t *x = xq + 256 * bi;
-                int sumi = 0, summ = 0;
-                for (int sb = 0; sb < 8; sb++) {
-                    int scv, mv;
-                    if (sb < 4) scv = sc[sb] & 63, mv = sc[sb + 4] & 63;
-                    else scv = (sc[sb + 4] & 0xF) | ((sc[sb - 4] >> 6) << 4), mv = (sc[sb + 4] >> 4) | ((sc[sb] >> 6) << 4);
-                    const uint8_t *q = b[bi].qs + 32 * (sb / 2);
-                    int shift = 4 * (sb & 1), dot = 0;
-                    for (int l = 0; l < 32; l++) dot += ((q[l] >> shift) & 0x0F) * x[32 * sb + l];
-                    sumi += scv * dot;
-                    int16_t b0, b1;
-                    memcpy(&b0, xe + 2 * (size_t)(16 * bi + 2 * sb), 2);
-                    memcpy(&b1, xe + 2 * (size_t)(16 * bi + 2 * sb + 1), 2);
-                    summ += mv * (b0 + b1);
-                }
-                float dx = ld_f32(xd, bi);
-                s += dx * (g3_f16_to_f32(b[bi].d) * (float)sumi - g3_f16_to_f32(b[bi].dmin) * (float)summ);
-            }
-            put(t, i, j, s);
-        }
-    }
-}
+static void tile_q4_k(const g3_tile *t) { tile_qk(t, 0); }
+static void tile_q5_k(const g3_tile *t) { tile_qk(t, 1); }
 
 /* Q6_K weights x Q8K activations: per 256 values, d*dx*sum_j sc_j*sum_l (q-32)*x. */
 static void tile_q6_k(const g3_tile *t) {
