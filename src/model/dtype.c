@@ -243,25 +243,32 @@ static void quant_q8_0(const float *x, g3_block_q8_0 *b) {
 }
 
 /* Q4_0: x = d*(q-8), q in 0..15. The value of largest magnitude anchors the scale (mapped near -8, where the
- * range is one step longer); a few scales around that are tried and the one with least squared error kept. */
-static void quant_q4_0(const float *x, g3_block_q4_0 *b) {
+ * range is one step longer); a few scales around that are tried and the one with least squared error kept.
+ * The f16 scale of a symmetric 32-value block with codes -half..half-1 (Q4_0: 8, Q5_0: 16): the value of largest
+ * magnitude mapped to -half .. -3/4 half, 17 tries, least squared error kept. */
+static float sym_scale_search(const float *x, int half) {
     float amax = 0, vmax = 0;
     for (int j = 0; j < 32; j++)
         if (fabsf(x[j]) > amax) amax = fabsf(x[j]), vmax = x[j];
     float best_d = 0, best_err = FLT_MAX;
     if (amax > 0) {
         for (int t = 0; t <= 16; t++) {
-            float d = vmax / (-8.0f + 0.125f * (float)t); /* -8 .. -6 */
+            float d = vmax / (-(float)half + ((float)half / 64.0f) * (float)t);
             float dq = g3_f16_to_f32(g3_f32_to_f16(d));
             if (dq == 0) continue;
             float id = 1.0f / dq, err = 0;
             for (int j = 0; j < 32; j++) {
-                float e = dq * (float)(qround(x[j] * id, -8, 7)) - x[j];
+                float e = dq * (float)(qround(x[j] * id, -half, half - 1)) - x[j];
                 err += e * e;
             }
             if (err < best_err) best_err = err, best_d = dq;
         }
     }
+    return best_d;
+}
+
+static void quant_q4_0(const float *x, g3_block_q4_0 *b) {
+    float best_d = sym_scale_search(x, 8);
     b->d = g3_f32_to_f16(best_d);
     float id = best_d != 0 ? 1.0f / best_d : 0.0f;
     uint8_t q[32];
@@ -363,25 +370,9 @@ static void quant_q4_k(const float *x, g3_block_q4_k *b) {
     }
 }
 
-/* Q5_0: x = d*(q-16), q in 0..31: Q4_0's search with twice the levels. */
+/* Q5_0: x = d*(q-16), q in 0..31: Q4_0's search over twice the levels. */
 static void quant_q5_0(const float *x, g3_block_q5_0 *b) {
-    float amax = 0, vmax = 0;
-    for (int j = 0; j < 32; j++)
-        if (fabsf(x[j]) > amax) amax = fabsf(x[j]), vmax = x[j];
-    float best_d = 0, best_err = FLT_MAX;
-    if (amax > 0) {
-        for (int t = 0; t <= 16; t++) {
-            float d = vmax / (-16.0f + 0.25f * (float)t); /* -16 .. -12 */
-            float dq = g3_f16_to_f32(g3_f32_to_f16(d));
-            if (dq == 0) continue;
-            float id = 1.0f / dq, err = 0;
-            for (int j = 0; j < 32; j++) {
-                float e = dq * (float)(qround(x[j] * id, -16, 15)) - x[j];
-                err += e * e;
-            }
-            if (err < best_err) best_err = err, best_d = dq;
-        }
-    }
+    float best_d = sym_scale_search(x, 16);
     b->d = g3_f32_to_f16(best_d);
     float id = best_d != 0 ? 1.0f / best_d : 0.0f;
     uint32_t qh = 0;
