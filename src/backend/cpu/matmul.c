@@ -293,7 +293,7 @@ void g3_act_dequant_row(const g3_act *a, int r, float *out) {
 
 /* ---- repacked weights ----------------------------------------------------------------------------------------- */
 
-/* The repacked forms: type id, source type, form (kernels.h), whether this kernel set has its own kernel */
+/* The repacked forms: type id, source type, form (kernels.h: its block layout) */
 typedef struct r8_form { uint32_t rtype, src; int form; } r8_form;
 static const r8_form k_r8[] = {
     {G3_CPU_Q8_0_R8, G3_DTYPE_Q8_0, G3_R8_Q8_0}, {G3_CPU_Q4_0_R8, G3_DTYPE_Q4_0, G3_R8_Q4_0},
@@ -334,10 +334,6 @@ uint32_t g3_matmul_repack_type(uint32_t type, int n, int k) {
     return f && tile_fn(s, f->rtype) != tile_fn(g3_kernels_scalar(), f->rtype) ? f->rtype : 0;
 }
 
-/* Byte 4L+e (lane L = 2r+h) of 64-byte slice j holds value 8j+4h+e of row r. For the nibble types, slices 2s and
- * 2s+1 share the bytes of slice s (low / high nibble); with the source block's qs[i] = v[i] | v[i+16] << 4 that
- * byte is built from qs[4h+e] and qs[8+4h+e]: low nibbles for s = 0, high nibbles for s = 1. The fifth bits (Q5)
- * go to bit 4L+e of mask j. */
 /* Q4_K_R8 / Q5_K_R8 (layouts in kernels.h): value l of sub-block s of row r is nibble s&1 of qs[32(s/2) + l] in the
  * source (Q5_K: its fifth bit is bit s of qh[l]). Both blocks start d, dmin, scales[12]; Q5_K's qs follow qh[32]. */
 static void repack_q4k(const uint8_t *src, size_t rb, int g, int b, int five, uint8_t *out) {
@@ -387,6 +383,10 @@ static void repack_q6k(const uint8_t *src, size_t rb, int g, int b, uint8_t *out
     }
 }
 
+/* Byte 4L+e (lane L = 2r+h) of 64-byte slice j holds value 8j+4h+e of row r. For the nibble types, slices 2s and
+ * 2s+1 share the bytes of slice s (low / high nibble); with the source block's qs[i] = v[i] | v[i+16] << 4 that
+ * byte is built from qs[4h+e] and qs[8+4h+e]: low nibbles for s = 0, high nibbles for s = 1. The fifth bits (Q5)
+ * go to bit 4L+e of mask j. */
 uint32_t g3_matmul_repack(uint32_t type, const void *w, int n, int k, void *dst) {
     const r8_form *f = r8_by_src(type);
     if (!g3_matmul_repack_bytes(type, n, k)) return 0;
