@@ -8,6 +8,7 @@
  *              as the unsigned side and starts at -sum(x) per lane (the -8 offset)
  *   Q4_1/Q5_0/Q5_1  Q4_0's loop with the fifth bit (one masked byte broadcast) and the offset m * sum(x)
  *   Q4_K/Q5_K/Q6_K  64 values per zmm with maddubs (kern_kquant_avx512.c)
+ *   *_R8       the repacked forms (matmul.h) of every quantized type: 8 weight rows a 512-bit dot product
  * Micro-kernels hold an MR x NR block of accumulators in registers (NR weight rows, MR activation rows). */
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -195,7 +196,6 @@ AI void mk_q8_0(const g3_tile *t, int i0, int j0, const int MR, const int NR) {
 
 static void tile_q8_0(const g3_tile *t) { G3_TILE_WALK(t, mk_q8_0, 4, 3, 4); }
 
-
 /* ---- Q4_0 / Q4_1 / Q5_0 / Q5_1 weights x Q8S activations ------------------------------------------------------
  * The nibbles (values 0..15: low nibbles x[0..15], high x[16..31]) are the unsigned side; Q4_0 (x = d*(q-8)) starts
  * each of the 8 lanes at -sum(x) (negsum), Q5_0 (x = d*(q-16), its fifth bit of value j is bit j of qh, one masked
@@ -209,7 +209,7 @@ AI void mk_q4x(const g3_tile *t, int i0, int j0, const int MR, const int NR, con
     const uint8_t *wp[G3_NRX], *xq[G3_MRX], *xd[G3_MRX], *xe[G3_MRX];
     _Pragma("GCC unroll 8")
     for (int c = 0; c < NR; c++) wp[c] = t->w + (size_t)(j0 + c) * t->ws;
-    const size_t pf = (size_t)NR * t->ws;
+    const size_t pf = (size_t)NR * t->ws; /* prefetch the next group's rows: too short to train the prefetcher */
     _Pragma("GCC unroll 8")
     for (int r = 0; r < MR; r++) {
         size_t o = (size_t)(i0 + r) * t->xs;
@@ -266,11 +266,12 @@ static void tile_q4_1(const g3_tile *t) { G3_TILE_WALK(t, MK_Q4_1, 4, 3, 4); }
 static void tile_q5_0(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_0, 4, 3, 4); }
 static void tile_q5_1(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_1, 4, 3, 4); }
 
-/* ---- repacked Q8_0_R8 / Q4_0_R8 weights x Q8S activations --------------------------------------------------
+/* ---- repacked Q8_0_R8 / Q4_0_R8 / Q5_0_R8 / Q4_1_R8 / Q5_1_R8 weights x Q8S activations ---------------------
  * One group = 8 weight rows. Per 32-value block, four 64-byte slices U_j (lane 2r+h = values 8j+4h..+3 of row r)
  * each meet the activation's 8 values x[8j..8j+7] broadcast as a qword, so lanes 2r and 2r+1 collect row r's
- * dot product. The offset (-8 for Q4_0 nibbles, +128 stored for Q8_0) is the starting value -c*sum(x)/2 of
- * each lane. Scales: 8 f16 -> 8 floats, duplicated to the 16 lanes. */
+ * dot product. The offset (-8 for Q4_0 nibbles, -16 for Q5_0, +128 stored for Q8_0) is the starting value
+ * -c*sum(x)/2 of each lane; Q4_1 / Q5_1 add half of m*sum(x) to each lane of the row. Scales: 8 f16 -> 8 floats,
+ * duplicated to the 16 lanes. */
 
 #define R8_MAXROWS 8
 #define R8_PF 2048 /* prefetch distance in bytes */
