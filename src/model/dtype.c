@@ -75,19 +75,6 @@ size_t g3_tensor_bytes(uint32_t type, int64_t k, int64_t n_rows) {
 
 /* ---- unpacking helpers --------------------------------------------------------------------------------- */
 
-/* Scale and min (6 bits each) of sub-block j (0..7) of a Q4_K block's 12 packed bytes:
- * bytes 0-3 hold sc[0..3] in their low 6 bits and the top 2 bits of sc[4..7]; bytes 4-7 the same for the mins;
- * bytes 8-11 hold the low 4 bits of sc[4..7] (low nibble) and of m[4..7] (high nibble). */
-static void q4k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 static void q4k_pack_scales(const int sc[8], const int m[8], uint8_t s[12]) {
     memset(s, 0, 12);
     for (int j = 0; j < 8; j++) {
@@ -100,17 +87,6 @@ static void q4k_pack_scales(const int sc[8], const int m[8], uint8_t s[12]) {
             s[j] |= (uint8_t)((m[j] >> 4) << 6);
         }
     }
-}
-
-/* 6-bit value (0..63) of element i (0..255) of a Q6_K block. Each half of 128 values uses 64 bytes of ql and
- * 32 of qh: element l + 32*g (l < 32, g = 0..3) takes its low 4 bits from ql[l + 32*(g&1)] (low nibble for
- * g < 2, high nibble otherwise) and its top 2 bits from bits 2g..2g+1 of qh[l]. */
-static int q6k_get(const g3_block_q6_k *b, int i) {
-    int half = i / 128, r = i % 128, g = r / 32, l = r % 32;
-    const uint8_t *ql = b->ql + 64 * half, *qh = b->qh + 32 * half;
-    int lo = (ql[l + 32 * (g & 1)] >> (4 * (g >> 1))) & 0x0F;
-    int hi = (qh[l] >> (2 * g)) & 3;
-    return lo | (hi << 4);
 }
 
 /* ---- dequantization ------------------------------------------------------------------------------------- */
@@ -147,66 +123,45 @@ void g3_dequant_row(uint32_t type, const void *src, float *dst, int64_t k) {
         }
         break;
     }
-    case G3_DTYPE_Q4_1: {
-        const g3_block_q4_1 *b = src;
-        for (int64_t i = 0; i < k / 32; i++) {
-            float d = g3_f16_to_f32(b[i].d), m = g3_f16_to_f32(b[i].m);
-            for (int j = 0; j < 16; j++) {
-                dst[i * 32 + j] = d * (float)(b[i].qs[j] & 0x0F) + m;
-                dst[i * 32 + j + 16] = d * (float)(b[i].qs[j] >> 4) + m;
-            }
-        }
-        break;
-    }
+    case G3_DTYPE_Q4_1:
     case G3_DTYPE_Q5_0:
     case G3_DTYPE_Q5_1: {
-        /* both: qh[4] and qs[16] after the f16 scale (and Q5_1's f16 offset) */
-        const size_t bb = type == G3_DTYPE_Q5_0 ? 22 : 24, hq = bb - 20;
+        /* f16 d (and Q4_1 / Q5_1's f16 offset m; Q5_0: m = -16 d), Q5's qh[4], then qs[16] */
+        const size_t bb = g3_dtype_get(type)->block_bytes;
         const uint8_t *p = src;
         for (int64_t i = 0; i < k / 32; i++, p += bb) {
             uint16_t dh, mh;
             memcpy(&dh, p, 2);
             memcpy(&mh, p + 2, 2);
             float d = g3_f16_to_f32(dh), m = type == G3_DTYPE_Q5_0 ? -16.0f * d : g3_f16_to_f32(mh);
-            uint32_t qh;
-            memcpy(&qh, p + hq, 4);
-            for (int j = 0; j < 32; j++) {
-                int q = ((p[hq + 4 + j % 16] >> (4 * (j / 16))) & 0x0F) | (int)((qh >> j) & 1u) << 4;
-                dst[i * 32 + j] = d * (float)q + m;
-            }
+            uint32_t qh = 0;
+            if (type != G3_DTYPE_Q4_1) memcpy(&qh, p + bb - 20, 4);
+            for (int j = 0; j < 32; j++) dst[i * 32 + j] = d * (float)g3_q5_code(p + bb - 16, qh, j) + m;
         }
         break;
     }
+    case G3_DTYPE_Q4_K:
     case G3_DTYPE_Q5_K: {
-        const g3_block_q5_k *b = src;
-        for (int64_t i = 0; i < k / 256; i++) {
-            float d = g3_f16_to_f32(b[i].d), dmin = g3_f16_to_f32(b[i].dmin);
+        /* both: f16 d, dmin; scales[12]; Q5_K's qh[32] (the fifth bit of value l of sub-block j is bit j of qh[l]);
+         * qs[128], where sub-blocks 2c and 2c+1 share the 32 bytes qs[32c..32c+31]: low then high nibbles */
+        const int five = type == G3_DTYPE_Q5_K;
+        const size_t bb = five ? 176 : 144;
+        const uint8_t *p = src;
+        for (int64_t i = 0; i < k / 256; i++, p += bb) {
+            uint16_t dh, mh;
+            memcpy(&dh, p, 2);
+            memcpy(&mh, p + 2, 2);
+            float d = g3_f16_to_f32(dh), dmin = g3_f16_to_f32(mh);
+            const uint8_t *qh = p + 16, *qs = p + (five ? 48 : 16);
             float *y = dst + i * 256;
             for (int j = 0; j < 8; j++) {
                 int sc, m;
-                q4k_scale_min(j, b[i].scales, &sc, &m);
+                g3_kq_scale_min(p + 4, j, &sc, &m);
                 float s = d * (float)sc, mm = dmin * (float)m;
-                const uint8_t *q = b[i].qs + 32 * (j / 2);
+                const uint8_t *q = qs + 32 * (j / 2);
                 int shift = 4 * (j & 1);
                 for (int l = 0; l < 32; l++)
-                    y[32 * j + l] = s * (float)(((q[l] >> shift) & 0x0F) | ((b[i].qh[l] >> j) & 1) << 4) - mm;
-            }
-        }
-        break;
-    }
-    case G3_DTYPE_Q4_K: {
-        const g3_block_q4_k *b = src;
-        for (int64_t i = 0; i < k / 256; i++) {
-            float d = g3_f16_to_f32(b[i].d), dmin = g3_f16_to_f32(b[i].dmin);
-            float *y = dst + i * 256;
-            for (int j = 0; j < 8; j++) {
-                int sc, m;
-                q4k_scale_min(j, b[i].scales, &sc, &m);
-                float s = d * (float)sc, mm = dmin * (float)m;
-                /* sub-blocks 2c and 2c+1 share the 32 bytes qs[32c..32c+31]: low then high nibbles */
-                const uint8_t *q = b[i].qs + 32 * (j / 2);
-                int shift = 4 * (j & 1);
-                for (int l = 0; l < 32; l++) y[32 * j + l] = s * (float)((q[l] >> shift) & 0x0F) - mm;
+                    y[32 * j + l] = s * (float)(((q[l] >> shift) & 0x0F) | (five ? ((qh[l] >> j) & 1) << 4 : 0)) - mm;
             }
         }
         break;
@@ -216,7 +171,7 @@ void g3_dequant_row(uint32_t type, const void *src, float *dst, int64_t k) {
         for (int64_t i = 0; i < k / 256; i++) {
             float d = g3_f16_to_f32(b[i].d);
             for (int e = 0; e < 256; e++)
-                dst[i * 256 + e] = d * (float)b[i].scales[e / 16] * (float)(q6k_get(&b[i], e) - 32);
+                dst[i * 256 + e] = d * (float)b[i].scales[e / 16] * (float)(g3_q6k_code(&b[i], e) - 32);
         }
         break;
     }
@@ -309,28 +264,25 @@ static float fit_affine(const float *x, const int *q, int n, int nonpos_b, float
     return (float)err;
 }
 
-/* Best (scale >= 0, min >= 0) for one K-quant sub-block of 32 values: x ~ scale*q - min, q in 0..levels (15 for
- * Q4_K, 31 for Q5_K). Tries a range of grid spacings around (max - min)/levels, refits scale and offset by least
- * squares for each, keeps the best. */
-static void kq_sub_fit(const float *x, int levels, float *scale, float *min) {
-    float lo = 0, hi = -FLT_MAX;
+/* Best x ~ a*q + b (a >= 0) over 32 values for codes q in 0..levels: grid spacings around (max - lo)/levels are tried,
+ * each refit by least squares (fit_affine), the best kept. `nonpos`: b <= 0 and lo = min(0, min x) (the K-quants'
+ * x = scale*q - min with min >= 0); else b free and lo = min x (Q4_1 / Q5_1). A constant block gets a = 0, b = lo. */
+static void affine_grid_fit(const float *x, int levels, int nonpos, float *pa, float *pb) {
+    float lo = nonpos ? 0 : FLT_MAX, hi = -FLT_MAX;
     for (int i = 0; i < 32; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
-    if (hi <= lo) { /* constant block, at or below zero */
-        *scale = 0;
-        *min = -lo;
-        return;
-    }
     float best_err = FLT_MAX, best_a = 0, best_b = lo;
-    int q[32];
-    for (int t = -8; t <= 12; t++) {
-        float iscale = ((float)levels + 0.1f * (float)t) / (hi - lo);
-        for (int i = 0; i < 32; i++) q[i] = qround((x[i] - lo) * iscale, 0, levels);
-        float a, b;
-        float err = fit_affine(x, q, 32, 1, &a, &b);
-        if (err < best_err) best_err = err, best_a = a, best_b = b;
+    if (hi > lo) {
+        int q[32];
+        for (int t = -8; t <= 12; t++) {
+            float iscale = ((float)levels + 0.1f * (float)t) / (hi - lo);
+            for (int i = 0; i < 32; i++) q[i] = qround((x[i] - lo) * iscale, 0, levels);
+            float a, b;
+            float err = fit_affine(x, q, 32, nonpos, &a, &b);
+            if (err < best_err) best_err = err, best_a = a, best_b = b;
+        }
     }
-    *scale = best_a;
-    *min = -best_b;
+    *pa = best_a;
+    *pb = best_b;
 }
 
 /* The super-block scales of a K-quant block (Q4_K / Q5_K: levels 15 / 31): each sub-block's fit, then d and dmin
@@ -339,7 +291,9 @@ static void kq_block_scales(const float *x, int levels, uint16_t *pd, uint16_t *
                             int m[8]) {
     float scale[8], min[8], max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; j++) {
-        kq_sub_fit(x + 32 * j, levels, &scale[j], &min[j]);
+        float b;
+        affine_grid_fit(x + 32 * j, levels, 1, &scale[j], &b);
+        min[j] = -b;
         max_scale = fmaxf(max_scale, scale[j]);
         max_min = fmaxf(max_min, min[j]);
     }
@@ -353,19 +307,23 @@ static void kq_block_scales(const float *x, int levels, uint16_t *pd, uint16_t *
     q4k_pack_scales(sc, m, scales);
 }
 
-static void quant_q4_k(const float *x, g3_block_q4_k *b) {
+/* Q4_K / Q5_K (qh not NULL): the block scales, then each value's code against the scales as stored; Q5_K's fifth
+ * bit of value l of sub-block j is bit j of qh[l]. Both blocks start d, dmin, scales[12]. */
+static void quant_kq(const float *x, int levels, uint16_t *pd, uint16_t *pdmin, uint8_t scales[12], uint8_t *qh,
+                     uint8_t qs[128]) {
     int sc[8], m[8];
-    kq_block_scales(x, 15, &b->d, &b->dmin, b->scales, sc, m);
-    float d = g3_f16_to_f32(b->d), dmin = g3_f16_to_f32(b->dmin);
-    /* re-quantize against the scales as stored */
-    memset(b->qs, 0, sizeof b->qs);
+    kq_block_scales(x, levels, pd, pdmin, scales, sc, m);
+    float d = g3_f16_to_f32(*pd), dmin = g3_f16_to_f32(*pdmin);
+    memset(qs, 0, 128);
+    if (qh) memset(qh, 0, 32);
     for (int j = 0; j < 8; j++) {
         float s = d * (float)sc[j], mm = dmin * (float)m[j];
         float is = s > 0 ? 1.0f / s : 0.0f;
-        uint8_t *q = b->qs + 32 * (j / 2);
+        uint8_t *q = qs + 32 * (j / 2);
         for (int l = 0; l < 32; l++) {
-            int v = qround((x[32 * j + l] + mm) * is, 0, 15);
-            q[l] |= (uint8_t)(v << (4 * (j & 1)));
+            int v = qround((x[32 * j + l] + mm) * is, 0, levels);
+            q[l] |= (uint8_t)((v & 0x0F) << (4 * (j & 1)));
+            if (qh) qh[l] |= (uint8_t)((v >> 4) << j);
         }
     }
 }
@@ -385,23 +343,11 @@ static void quant_q5_0(const float *x, g3_block_q5_0 *b) {
     memcpy(b->qh, &qh, 4);
 }
 
-/* Q4_1 / Q5_1: x = d*q + m, q in 0..levels (15 or 31), both f16. Grid spacings around (max - min)/levels are
- * tried, each refit by least squares; the codes are then taken against the scale and offset as stored. */
+/* Q4_1 / Q5_1: x = d*q + m, q in 0..levels (15 or 31), both f16: the grid fit, then the codes taken against the
+ * scale and offset as stored. */
 static void quant_affine32(const float *x, int levels, uint16_t *pd, uint16_t *pm, uint8_t qs[16], uint8_t *qh) {
-    float lo = FLT_MAX, hi = -FLT_MAX;
-    for (int i = 0; i < 32; i++) lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
-    float best_a = 0, best_b = lo;
-    if (hi > lo) {
-        float best_err = FLT_MAX;
-        int q[32];
-        for (int t = -8; t <= 12; t++) {
-            float iscale = ((float)levels + 0.1f * (float)t) / (hi - lo);
-            for (int i = 0; i < 32; i++) q[i] = qround((x[i] - lo) * iscale, 0, levels);
-            float a, bb;
-            float err = fit_affine(x, q, 32, 0, &a, &bb);
-            if (err < best_err) best_err = err, best_a = a, best_b = bb;
-        }
-    }
+    float best_a, best_b;
+    affine_grid_fit(x, levels, 0, &best_a, &best_b);
     *pd = g3_f32_to_f16(best_a);
     *pm = g3_f32_to_f16(best_b);
     float d = g3_f16_to_f32(*pd), m = g3_f16_to_f32(*pm), id = d > 0 ? 1.0f / d : 0.0f;
@@ -415,24 +361,6 @@ static void quant_affine32(const float *x, int levels, uint16_t *pd, uint16_t *p
     if (qh) memcpy(qh, &h, 4);
 }
 
-/* Q5_K: Q4_K's fit with 32 levels a sub-block; the fifth bit of value l of sub-block j is bit j of qh[l]. */
-static void quant_q5_k(const float *x, g3_block_q5_k *b) {
-    int sc[8], m[8];
-    kq_block_scales(x, 31, &b->d, &b->dmin, b->scales, sc, m);
-    float d = g3_f16_to_f32(b->d), dmin = g3_f16_to_f32(b->dmin);
-    memset(b->qs, 0, sizeof b->qs);
-    memset(b->qh, 0, sizeof b->qh);
-    for (int j = 0; j < 8; j++) {
-        float s = d * (float)sc[j], mm = dmin * (float)m[j];
-        float is = s > 0 ? 1.0f / s : 0.0f;
-        uint8_t *q = b->qs + 32 * (j / 2);
-        for (int l = 0; l < 32; l++) {
-            int v = qround((x[32 * j + l] + mm) * is, 0, 31);
-            q[l] |= (uint8_t)((v & 0x0F) << (4 * (j & 1)));
-            b->qh[l] |= (uint8_t)((v >> 4) << j);
-        }
-    }
-}
 
 /* Best signed scale for one Q6_K group of 16 values: x ~ s*q, q in -32..31. The largest-magnitude value is put
  * near either end of the code range, and s is refit by least squares for each candidate. */
@@ -521,7 +449,10 @@ g3_status g3_quantize_row(uint32_t type, const float *src, void *dst, int64_t k,
         for (int64_t i = 0; i < k / 32; i++) quant_q4_0(src + 32 * i, (g3_block_q4_0 *)dst + i);
         break;
     case G3_DTYPE_Q4_K:
-        for (int64_t i = 0; i < k / 256; i++) quant_q4_k(src + 256 * i, (g3_block_q4_k *)dst + i);
+        for (int64_t i = 0; i < k / 256; i++) {
+            g3_block_q4_k *b = (g3_block_q4_k *)dst + i;
+            quant_kq(src + 256 * i, 15, &b->d, &b->dmin, b->scales, NULL, b->qs);
+        }
         break;
     case G3_DTYPE_Q6_K:
         for (int64_t i = 0; i < k / 256; i++) quant_q6_k(src + 256 * i, (g3_block_q6_k *)dst + i);
@@ -542,7 +473,10 @@ g3_status g3_quantize_row(uint32_t type, const float *src, void *dst, int64_t k,
         }
         break;
     case G3_DTYPE_Q5_K:
-        for (int64_t i = 0; i < k / 256; i++) quant_q5_k(src + 256 * i, (g3_block_q5_k *)dst + i);
+        for (int64_t i = 0; i < k / 256; i++) {
+            g3_block_q5_k *b = (g3_block_q5_k *)dst + i;
+            quant_kq(src + 256 * i, 31, &b->d, &b->dmin, b->scales, b->qh, b->qs);
+        }
         break;
     default: return g3_fail(err, G3_ERR_UNSUPPORTED, "quantize: no quantizer for %s", t->name);
     }

@@ -48,6 +48,32 @@ size_t g3_row_bytes(uint32_t type, int64_t k);
 /* Checked n_rows * row_bytes; returns 0 on overflow or bad shape. */
 size_t g3_tensor_bytes(uint32_t type, int64_t k, int64_t n_rows);
 
+/* Code of value j (0..31) of a Q4_0 / Q4_1 / Q5_0 / Q5_1 block from its qs[16] (low nibbles values 0..15, high
+ * nibbles 16..31) and qh (bit j: the fifth bit; 0 for the 4-bit types). */
+static inline int g3_q5_code(const uint8_t *qs, uint32_t qh, int j) {
+    return ((qs[j % 16] >> (4 * (j / 16))) & 0x0F) | (int)((qh >> j) & 1u) << 4;
+}
+/* Scale and min (6 bits each) of sub-block j (0..7) from a Q4_K / Q5_K block's 12 packed bytes: bytes 0-3 hold
+ * sc[0..3] in their low 6 bits and the top 2 bits of sc[4..7]; bytes 4-7 the same for the mins; bytes 8-11 the
+ * low 4 bits of sc[4..7] (low nibble) and of m[4..7] (high nibble). */
+static inline void g3_kq_scale_min(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+/* 6-bit value (0..63) of element i (0..255) of a Q6_K block. Each half of 128 values uses 64 bytes of ql and 32 of
+ * qh: element l + 32*g (l < 32, g = 0..3) takes its low 4 bits from ql[l + 32*(g&1)] (low nibble for g < 2, high
+ * nibble otherwise) and its top 2 bits from bits 2g..2g+1 of qh[l]. */
+static inline int g3_q6k_code(const g3_block_q6_k *b, int i) {
+    int half = i / 128, r = i % 128, g = r / 32, l = r % 32;
+    const uint8_t *ql = b->ql + 64 * half, *qh = b->qh + 32 * half;
+    return ((ql[l + 32 * (g & 1)] >> (4 * (g >> 1))) & 0x0F) | (((qh[l] >> (2 * g)) & 3) << 4);
+}
+
 /* Portable reference conversions of one row of k values (k a multiple of the block size). */
 void g3_dequant_row(uint32_t type, const void *src, float *dst, int64_t k);
 /* Returns G3_ERR_UNSUPPORTED for types without a quantizer. Q4_K/Q6_K use a search for good scales. */

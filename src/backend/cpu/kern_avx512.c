@@ -276,6 +276,17 @@ static void tile_q5_1(const g3_tile *t) { G3_TILE_WALK(t, MK_Q5_1, 4, 3, 4); }
 #define R8_MAXROWS 8
 #define R8_PF 2048 /* prefetch distance in bytes */
 
+/* The MR activation rows' pointers (values, scales, sums) and zeroed accumulators */
+AI void r8_rows(const g3_tile *t, int i0, const int MR, const uint8_t **xq, const uint8_t **xd, const uint8_t **xe,
+                __m512 *acc) {
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < MR; r++) {
+        size_t o = (size_t)(i0 + r) * t->xs;
+        xq[r] = t->xq + o, xd[r] = t->xd + o, xe[r] = t->xe + o;
+        acc[r] = _mm512_setzero_ps();
+    }
+}
+
 /* The 8 outputs of a group from each activation row's accumulator: row q = lanes 2q + 2q+1 */
 AI void r8_store(const g3_tile *t, int i0, int g, const int MR, const __m512 *acc) {
     _Pragma("GCC unroll 8")
@@ -315,12 +326,7 @@ AI void mk_r8(const g3_tile *t, int i0, int g, const int MR, const int FM) {
     const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     __m512 acc[R8_MAXROWS];
     const uint8_t *xq[R8_MAXROWS], *xd[R8_MAXROWS], *xe[R8_MAXROWS];
-    _Pragma("GCC unroll 8")
-    for (int r = 0; r < MR; r++) {
-        size_t o = (size_t)(i0 + r) * t->xs;
-        xq[r] = t->xq + o, xd[r] = t->xd + o, xe[r] = t->xe + o;
-        acc[r] = _mm512_setzero_ps();
-    }
+    r8_rows(t, i0, MR, xq, xd, xe, acc);
     for (int b = 0; b < t->k / 32; b++) {
         const uint8_t *blk = grp + bb * (size_t)b;
         /* one linear stream per thread: prefetch well ahead to keep enough misses in flight */
@@ -392,12 +398,7 @@ AI void mk_q4k_r8(const g3_tile *t, int i0, int g, const int MR, const int FIVE)
     const __m256i ones = _mm256_set1_epi16(1);
     __m512 acc[R8_MAXROWS];
     const uint8_t *xq[R8_MAXROWS], *xd[R8_MAXROWS], *xe[R8_MAXROWS];
-    _Pragma("GCC unroll 8")
-    for (int r = 0; r < MR; r++) {
-        size_t o = (size_t)(i0 + r) * t->xs;
-        xq[r] = t->xq + o, xd[r] = t->xd + o, xe[r] = t->xe + o;
-        acc[r] = _mm512_setzero_ps();
-    }
+    r8_rows(t, i0, MR, xq, xd, xe, acc);
     for (int b = 0; b < t->k / 256; b++) {
         const uint8_t *blk = grp + BB * (size_t)b;
         for (size_t o = 0; o < BB; o += 64) _mm_prefetch((const char *)(blk + R8_PF + o), _MM_HINT_T0);
@@ -462,12 +463,7 @@ AI void mk_q6k_r8(const g3_tile *t, int i0, int g, const int MR) {
     const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     __m512 acc[R8_MAXROWS];
     const uint8_t *xq[R8_MAXROWS], *xd[R8_MAXROWS], *xe[R8_MAXROWS];
-    _Pragma("GCC unroll 8")
-    for (int r = 0; r < MR; r++) {
-        size_t o = (size_t)(i0 + r) * t->xs;
-        xq[r] = t->xq + o, xd[r] = t->xd + o, xe[r] = t->xe + o;
-        acc[r] = _mm512_setzero_ps();
-    }
+    r8_rows(t, i0, MR, xq, xd, xe, acc);
     for (int b = 0; b < t->k / 256; b++) {
         const uint8_t *blk = grp + 1680 * (size_t)b;
         for (int o = 0; o < 1680; o += 64) _mm_prefetch((const char *)(blk + R8_PF + o), _MM_HINT_T0);

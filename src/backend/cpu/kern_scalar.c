@@ -115,10 +115,7 @@ static void tile_q4q5(const g3_tile *t, uint32_t wtype) {
                 uint32_t qh = 0;
                 if (five) memcpy(&qh, blk + qs_at - 4, 4);
                 int sum = 0;
-                for (int l = 0; l < 32; l++) {
-                    int q = ((blk[qs_at + l % 16] >> (4 * (l / 16))) & 0x0F) | (int)((qh >> l) & 1u) << 4;
-                    sum += q * xq[32 * bi + l];
-                }
+                for (int l = 0; l < 32; l++) sum += g3_q5_code(blk + qs_at, qh, l) * xq[32 * bi + l];
                 int32_t negsum;
                 memcpy(&negsum, xe + 4 * (size_t)bi, 4);
                 float d = g3_f16_to_f32(ld_u16(blk, 0)), m = has_m ? g3_f16_to_f32(ld_u16(blk, 1)) : -16.0f * d;
@@ -150,8 +147,7 @@ static void tile_qk(const g3_tile *t, int five) {
                 int sumi = 0, summ = 0;
                 for (int sb = 0; sb < 8; sb++) {
                     int scv, mv;
-                    if (sb < 4) scv = sc[sb] & 63, mv = sc[sb + 4] & 63;
-                    else scv = (sc[sb + 4] & 0xF) | ((sc[sb - 4] >> 6) << 4), mv = (sc[sb + 4] >> 4) | ((sc[sb] >> 6) << 4);
+                    g3_kq_scale_min(sc, sb, &scv, &mv);
                     const uint8_t *q = blk + qs_at + 32 * (sb / 2);
                     int shift = 4 * (sb & 1), dot = 0;
                     for (int l = 0; l < 32; l++)

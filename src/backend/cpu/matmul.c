@@ -345,9 +345,8 @@ static void repack_q4k(const uint8_t *src, size_t rb, int g, int b, int five, ui
         memcpy(out + G3_Q4KR8_D + 2 * r, bp, 2);
         memcpy(out + G3_Q4KR8_DMIN + 2 * r, bp + 2, 2);
         for (int s = 0; s < 8; s++) {
-            int sc, m; /* as dtype.c's q4k_scale_min */
-            if (s < 4) sc = sp[s] & 63, m = sp[s + 4] & 63;
-            else sc = (sp[s + 4] & 0x0F) | ((sp[s - 4] >> 6) << 4), m = (sp[s + 4] >> 4) | ((sp[s] >> 6) << 4);
+            int sc, m;
+            g3_kq_scale_min(sp, s, &sc, &m);
             out[G3_Q4KR8_SC + 8 * s + r] = (uint8_t)sc;
             /* s = 4h + 2 second + t goes to lane 2r + h, pair position t of the first or second array */
             out[G3_Q4KR8_M + 32 * (s % 4 >= 2) + 2 * (2 * r + s / 4) + (s & 1)] = (uint8_t)m;
@@ -373,9 +372,7 @@ static void repack_q6k(const uint8_t *src, size_t rb, int g, int b, uint8_t *out
         memcpy(out + 2 * r, &blk->d, 2);
         for (int gi = 0; gi < 16; gi++) out[G3_Q6KR8_SC + 8 * gi + r] = (uint8_t)blk->scales[gi];
         for (int i = 0; i < 256; i++) {
-            int half = i / 128, rr = i % 128, gq = rr / 32, l = rr % 32; /* dtype.c's q6k_get */
-            int q = ((blk->ql[64 * half + l + 32 * (gq & 1)] >> (4 * (gq >> 1))) & 0x0F) |
-                    (((blk->qh[32 * half + l] >> (2 * gq)) & 3) << 4);
+            int q = g3_q6k_code(blk, i);
             int s = i / 32, v = i % 32, j = v / 8, lane = 4 * (2 * r + (v % 8) / 4) + v % 4;
             out[G3_Q6KR8_Q + 128 * s + 64 * (j / 2) + lane] |= (uint8_t)((q & 0x0F) << (4 * (j % 2)));
             out[G3_Q6KR8_H + 64 * s + lane] |= (uint8_t)((q >> 4) << (2 * j));

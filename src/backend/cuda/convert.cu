@@ -65,11 +65,11 @@ __device__ __forceinline__ float q6k_s(const uint8_t *blk, int j) {
     return h2f(blk + 208) * (float)(int8_t)blk[192 + 8 * n + 2 * qu + (l >> 4)];
 }
 
+/* nibble of value j (0..31) of a 32-value block's qs[16]: low nibbles values 0..15, high nibbles 16..31 */
+__device__ __forceinline__ int q4_q(const uint8_t *qs, int j) { return j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4); }
 /* 5-bit code of value j (0..31) of a Q5_0 / Q5_1 block whose qh starts at byte h (qs 4 bytes later) */
 __device__ __forceinline__ int q5_q(const uint8_t *blk, int h, int j) {
-    const uint8_t *qs = blk + h + 4;
-    int lo = j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4);
-    return lo | (((blk[h + j / 8] >> (j % 8)) & 1) << 4);
+    return q4_q(blk + h + 4, j) | (((blk[h + j / 8] >> (j % 8)) & 1) << 4);
 }
 /* 5-bit code of value j (0..255) of a Q5_K block (176 bytes: d, dmin, scales[12], qh[32], qs[128]) */
 __device__ __forceinline__ int q5k_q(const uint8_t *blk, int j) {
@@ -89,8 +89,7 @@ __device__ float src_val(const uint8_t *row, uint32_t t, int i) {
     }
     case G3_DTYPE_Q4_0: {
         const uint8_t *b = row + (size_t)(i / 32) * 18;
-        int j = i % 32, q = j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4);
-        return h2f(b) * (float)(q - 8);
+        return h2f(b) * (float)(q4_q(b + 2, i % 32) - 8);
     }
     case G3_DTYPE_Q4_K: {
         const uint8_t *b = row + (size_t)(i / 256) * 144;
@@ -104,8 +103,7 @@ __device__ float src_val(const uint8_t *row, uint32_t t, int i) {
     }
     case G3_DTYPE_Q4_1: {
         const uint8_t *b = row + (size_t)(i / 32) * 20;
-        int j = i % 32, q = j < 16 ? (b[4 + j] & 15) : (b[4 + j - 16] >> 4);
-        return h2f(b) * (float)q + h2f(b + 2);
+        return h2f(b) * (float)q4_q(b + 4, i % 32) + h2f(b + 2);
     }
     case G3_DTYPE_Q5_0: {
         const uint8_t *b = row + (size_t)(i / 32) * 22;
@@ -267,30 +265,18 @@ __global__ void k_convert(const uint8_t *src, size_t src_rb, uint32_t t, g3_dmat
     /* int4 */
     uint8_t *o = (uint8_t *)d.q + n * (k / 2);
     float *s = d.s + n * ng, *z = d.z + n * ng;
-    if (t == G3_DTYPE_Q4_0) {
+    if (t == G3_DTYPE_Q4_0 || t == G3_DTYPE_Q4_1) { /* exact: s = d, z = -8 d (Q4_0) or the block's m (Q4_1) */
+        const int bb = t == G3_DTYPE_Q4_0 ? 18 : 20;
         for (int j = threadIdx.x; j < k / 2; j += blockDim.x) {
-            const uint8_t *b = row + (size_t)(j / 16) * 18;
-            int i0 = (2 * j) % 32, q0 = i0 < 16 ? (b[2 + i0] & 15) : (b[2 + i0 - 16] >> 4);
-            int i1 = i0 + 1, q1 = i1 < 16 ? (b[2 + i1] & 15) : (b[2 + i1 - 16] >> 4);
-            o[j] = (uint8_t)(q0 | (q1 << 4));
+            const uint8_t *qs = row + (size_t)(j / 16) * bb + bb - 16;
+            const int i0 = (2 * j) % 32;
+            o[j] = (uint8_t)(q4_q(qs, i0) | (q4_q(qs, i0 + 1) << 4));
         }
         for (int b = threadIdx.x; b < ng; b += blockDim.x) {
-            float dd = h2f(row + (size_t)b * 18);
-            s[b] = dd, z[b] = -8.f * dd;
-            if (d.kc) d.kc[n * ng + b] = u16le(row + (size_t)b * 18);
-        }
-        return;
-    }
-    if (t == G3_DTYPE_Q4_1) { /* exact: s = d, z = m */
-        for (int j = threadIdx.x; j < k / 2; j += blockDim.x) {
-            const uint8_t *b = row + (size_t)(j / 16) * 20;
-            int i0 = (2 * j) % 32, q0 = i0 < 16 ? (b[4 + i0] & 15) : (b[4 + i0 - 16] >> 4);
-            int i1 = i0 + 1, q1 = i1 < 16 ? (b[4 + i1] & 15) : (b[4 + i1 - 16] >> 4);
-            o[j] = (uint8_t)(q0 | (q1 << 4));
-        }
-        for (int b = threadIdx.x; b < ng; b += blockDim.x) {
-            s[b] = h2f(row + (size_t)b * 20);
-            z[b] = h2f(row + (size_t)b * 20 + 2);
+            const uint8_t *blk = row + (size_t)b * bb;
+            float dd = h2f(blk);
+            s[b] = dd, z[b] = t == G3_DTYPE_Q4_0 ? -8.f * dd : h2f(blk + 2);
+            if (d.kc) d.kc[n * ng + b] = u16le(blk); /* Q4_0 only (g3cb_kcodes_wanted) */
         }
         return;
     }

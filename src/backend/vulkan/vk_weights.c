@@ -68,8 +68,7 @@ static void repack_row(uint32_t type, const uint8_t *src, int64_t k, uint8_t *da
             aux[i] = blk.d;
             uint32_t qh;
             memcpy(&qh, blk.qh, 4);
-            for (int j = 0; j < 32; j++)
-                data[32 * i + j] = (uint8_t)(int8_t)((((blk.qs[j % 16] >> (4 * (j / 16))) & 0x0F) | (int)((qh >> j) & 1u) << 4) - 16);
+            for (int j = 0; j < 32; j++) data[32 * i + j] = (uint8_t)(int8_t)(g3_q5_code(blk.qs, qh, j) - 16);
         }
         break;
     }
@@ -105,12 +104,10 @@ static void repack_row(uint32_t type, const uint8_t *src, int64_t k, uint8_t *da
             memcpy(&blk, src + (size_t)i * sizeof blk, sizeof blk);
             uint8_t *o = data + 208 * i;
             memset(o, 0, 192);
-            for (int e = 0; e < 256; e++) { /* as dtype.c's q6k_get */
-                int half = e / 128, r = e % 128, g = r / 32, l = r % 32;
-                int lo = (blk.ql[64 * half + l + 32 * (g & 1)] >> (4 * (g >> 1))) & 0x0F;
-                int hi = (blk.qh[32 * half + l] >> (2 * g)) & 3;
-                set_nibble(o, e, lo);
-                o[128 + e / 4] |= (uint8_t)(hi << (2 * (e % 4)));
+            for (int e = 0; e < 256; e++) {
+                int q = g3_q6k_code(&blk, e);
+                set_nibble(o, e, q & 0x0F);
+                o[128 + e / 4] |= (uint8_t)((q >> 4) << (2 * (e % 4)));
             }
             memcpy(o + 192, blk.scales, 16);
             aux[i] = blk.d;
