@@ -1612,27 +1612,28 @@ static void test_qgemv_gd(void **state) {
     run_qgemv_gd("fp8", 1152, 6912);   /* no ring */
 }
 
-/* int4 in groups of 128 with the half2 (s, z) pairs ($G3_CUDA_Q4SZ=1 as the weights are built, g3_dmat.sz): the
+/* int4 in groups of 128 with the half2 (s, z) pairs (built with the weights unless $G3_CUDA_Q4SZ=0, g3_dmat.sz): the
  * one-row products that read them instead of s and z, every variant of k_qgemv_p they take (the ring at steps of 3 and 2
  * chunks, K-slices, GeGLU, the add-norm prologue; 1 and 2 rows) and the fused gate/up + down launch, against the host
  * arithmetic on the dequantized weights (run_qgemv's, run_qgemv_pn's and run_qgemv_gd's checks: the pairs hold the
  * values of s and z, which the quantization rounds to float16). The policy first: the pairs are taken where they were
- * built and $G3_CUDA_Q4SZ is not 0 at the call, for int4 in groups of 128 without the residual plane only. */
+ * built (by default) and $G3_CUDA_Q4SZ is not 0 at the call, for int4 in groups of 128 without the residual plane
+ * only. */
 static void test_qgemv_q4sz(void **state) {
     (void)state;
     need_gpu();
     unsetenv("G3_CUDA_Q4LO"), unsetenv("G3_CUDA_QGEMVP"), unsetenv("G3_CUDA_QGEMV"), unsetenv("G3_CUDA_QPRING");
     unsetenv("G3_CUDA_QPGS"), unsetenv("G3_CUDA_QPKS"), unsetenv("G3_CUDA_QPD"), unsetenv("G3_CUDA_QPU");
-    unsetenv("G3_CUDA_Q4SZ");
-    const int off = g3_cuda_test_qp_sz(45, 5376, 1, 0, 0); /* not built by default */
-    setenv("G3_CUDA_Q4SZ", "1", 1);
+    setenv("G3_CUDA_Q4SZ", "0", 1);
+    const int off = g3_cuda_test_qp_sz(45, 5376, 1, 0, 0); /* =0: not built */
+    unsetenv("G3_CUDA_Q4SZ"); /* the default: built and read */
     const int p1 = g3_cuda_test_qp_sz(45, 5376, 1, 0, 0), p2 = g3_cuda_test_qp_sz(46, 5376, 2, 1, 1);
     const int pk = g3_cuda_test_qp_sz(37, 21504, 1, 0, 0), p9 = g3_cuda_test_qp_sz(45, 5376, 9, 0, 0);
     const int p64 = g3_cuda_test_qp_sz(45, 5440, 1, 0, 0); /* 5440 = 85 x 64: groups of 64, no pairs */
     setenv("G3_CUDA_Q4LO", "2", 1); /* with int4's residual plane: the kernels of run-time groups */
     const int plo = g3_cuda_test_qp_sz(45, 5376, 1, 0, 0);
     unsetenv("G3_CUDA_Q4LO");
-    printf("  int4 half2 pairs: unset %d; =1: 1 row %d, 2 rows (GeGLU, prologue) %d, K-slices %d, 9 rows %d, groups of "
+    printf("  int4 half2 pairs: =0 %d; unset: 1 row %d, 2 rows (GeGLU, prologue) %d, K-slices %d, 9 rows %d, groups of "
            "64 %d, with the residual plane %d\n", off, p1, p2, pk, p9, p64, plo);
     assert_int_equal(off, 0), assert_int_equal(p1, 1), assert_int_equal(p2, 1), assert_int_equal(pk, 1);
     assert_int_equal(p9, 0), assert_int_equal(p64, 0), assert_int_equal(plo, 0);
@@ -1651,6 +1652,12 @@ static void test_qgemv_q4sz(void **state) {
     unsetenv("G3_CUDA_QPRING");
     run_qgemv_gd("int4", 2560, 10240); /* the fused pairs: down in steps of 3 */
     run_qgemv_gd("int4", 1152, 6912);  /* ... of 2 */
+    setenv("G3_CUDA_Q4SZ", "0", 1); /* the float s and z again, which the default no longer reads at 1-2 rows */
+    for (int m = 1; m <= 2; m++) {
+        run_qgemv(G3_DTYPE_F32, "int4", 45, 5376, m, 0);
+        run_qgemv(G3_DTYPE_F32, "int4", 37, 21504, m, 0);
+        run_qgemv_pn(G3_DTYPE_F32, "int4", 9002, 1152, m, 1);
+    }
     unsetenv("G3_CUDA_Q4SZ");
 }
 

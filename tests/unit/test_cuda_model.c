@@ -809,14 +809,15 @@ static void test_gd_fused(void **state) {
     one_row_switch("1b", 29, 7, "G3_CUDA_QPGD", "1", NULL, "gate/up + down in one launch against two", 1);
 }
 
-/* One-row decode steps with int4's half2 scale pairs ($G3_CUDA_Q4SZ=1 at create: the one-row products read g3_dmat.sz)
- * against s and z (unset), one_row_switch's shapes: the pairs hold the values of s and z, so the logits agree up to
- * the order of the products' atomic additions, where a pair decoded wrong (halves swapped, a group off) would make them
- * unrelated. The same launches either way (no node count to tell); test_cuda_matmul's test_qgemv_q4sz checks that the
- * pairs are taken. int8 and fp8 run as controls (nothing changes for them). */
+/* One-row decode steps with int4's float scales and offsets ($G3_CUDA_Q4SZ=0 at create: no half2 pairs built, the
+ * one-row products read s and z) against the default (the pairs, g3_dmat.sz), one_row_switch's shapes: the pairs hold
+ * the values of s and z, so the logits agree up to the order of the products' atomic additions, where a pair decoded
+ * wrong (halves swapped, a group off) would make them unrelated. The same launches either way (no node count to tell);
+ * test_cuda_matmul's test_qgemv_q4sz checks that the pairs are taken. int8 and fp8 run as controls (nothing changes for
+ * them). */
 static void test_q4sz_model(void **state) {
     (void)state;
-    one_row_switch("1b", 31, 5, "G3_CUDA_Q4SZ", "1", NULL, "int4 scale pairs against s and z", 0);
+    one_row_switch("1b", 31, 5, "G3_CUDA_Q4SZ", "0", NULL, "int4 s and z against the scale pairs", 0);
 }
 
 /* The decode graphs captured when the backend is prepared (the engine does it at create): before any step every

@@ -46,7 +46,7 @@ typedef struct g3_dmat {
      * NULL (s = d, Q4_0's z = -8 d). The same floats as s and z. */
     uint16_t *kc;
     uint32_t *kd;
-    /* int4 quantized here from floats in groups of 128 ($G3_CUDA_Q4SZ=1 at create), or NULL: (s, z) of each group as
+    /* int4 quantized here from floats in groups of 128 (unless $G3_CUDA_Q4SZ=0 at create), or NULL: (s, z) of each group as
      * a half2 (s low), the one-row products' copy (4 bytes a group of 64 weight bytes instead of s and z's 8); s and z
      * are rounded to float16 when quantized, so these are the same values bit for bit */
     uint32_t *sz;
@@ -62,7 +62,7 @@ g3_status g3cb_alloc_dmat(g3_dmat *d, int qt, int n, int k, int g, g3_error *err
  * $G3_CUDA_Q4KC=0: none (the one-row products read s and z) */
 g3_status g3cb_alloc_kcodes(g3_dmat *d, uint32_t src_type, g3_error *err);
 int g3cb_kcodes_wanted(const g3_dmat *d, uint32_t src_type); /* g3cb_alloc_kcodes allocates them for d */
-/* g3_dmat.sz for int4 in groups of 128 from a float source where $G3_CUDA_Q4SZ=1 (before the conversion) */
+/* g3_dmat.sz for int4 in groups of 128 from a float source unless $G3_CUDA_Q4SZ=0 (before the conversion) */
 g3_status g3cb_alloc_sz(g3_dmat *d, uint32_t src_type, g3_error *err);
 int g3cb_q4sz_wanted(const g3_dmat *d, uint32_t src_type);
 void g3cb_free_dmat(g3_dmat *d);

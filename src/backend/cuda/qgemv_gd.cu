@@ -118,7 +118,11 @@ static int qp_gd_pick(const g3_dmat *gu, const g3_dmat *dn, int m, qp_var *vg, q
     return -1;
 }
 
-int g3c_qgemv_gd_enabled(void) { /* $G3_CUDA_QPGD=1; read at every call */
+/* $G3_CUDA_QPGD=1; read at every call. Off: measured slower on an H100 (session 45 run 01, one row, tok/s fused /
+ * two launches): g3cuda_bench 27B int8 92 / 98, fp8 93 / 98, int4 135 / 150; gemma3 bench 1B int4 998 / 1190, 4B int8
+ * 439 / 498. CUPTI, 27B int8 a layer: the fused launch ~126 us effective against ~119 for gate/up + down
+ * (bench/logs/2026-12-05-session45/kprof_gd0.txt, kprof_gd1.txt). */
+int g3c_qgemv_gd_enabled(void) {
     const char *e = getenv("G3_CUDA_QPGD");
     return e && !strcmp(e, "1");
 }

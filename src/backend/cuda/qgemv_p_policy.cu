@@ -183,11 +183,12 @@ int g3c_qp_opt(int m) {
     return (q && !strcmp(q, "0") ? 0 : 1) | qp_pn_w() << 1 | qp_ring_depth(m) << 2 | qp_ring_pre() << 5;
 }
 
-/* $G3_CUDA_Q4SZ: int4 in groups of 128 with their half2 (s, z) pairs (g3_dmat.sz, allocated where $G3_CUDA_Q4SZ=1 at
- * create) read them instead of s and z (4 bytes a group of 64 weight bytes instead of 8: 0.531 bytes a weight instead
- * of 0.5625, 5.6% less to stream at one row, and one load a group instead of two); =0 at a call: s and z. Not yet
- * measured (session 42 had no device), hence not allocated by default. The GGUF scale codes, the same idea at groups
- * of 32, took 27B Q4_K one row from 149-150 to 176 tok/s (session 33). */
+/* $G3_CUDA_Q4SZ: int4 in groups of 128 with their half2 (s, z) pairs (g3_dmat.sz, built at create unless
+ * $G3_CUDA_Q4SZ=0) read them instead of s and z (4 bytes a group of 64 weight bytes instead of 8: 0.531 bytes a weight
+ * instead of 0.5625, 5.6% less to stream at one row, and one load a group instead of two); =0 at a call: s and z.
+ * Measured on an H100 (session 45 run 01, g3cuda_bench one row, tok/s, pairs / s and z, two rounds): 27B int4 157 / 150,
+ * 2 rows 296 / 281, 4B int4 703 / 684. The GGUF scale codes, the same idea at groups of 32, took 27B Q4_K one row from
+ * 149-150 to 176 tok/s (session 33, H200). */
 static int qp_q4sz(void) {
     const char *e = getenv("G3_CUDA_Q4SZ");
     return !(e && !strcmp(e, "0"));
