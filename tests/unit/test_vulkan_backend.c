@@ -140,8 +140,8 @@ static void compare(uint32_t type, float attn_cap, float final_cap, int n, int c
 static void test_vs_cpu_all_types(void **state) {
     (void)state;
     if (!have_device()) skip();
-    static const uint32_t types[] = {G3_DTYPE_F32, G3_DTYPE_F16, G3_DTYPE_BF16, G3_DTYPE_Q8_0,
-                                     G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K};
+    static const uint32_t types[] = {G3_DTYPE_F32,  G3_DTYPE_F16,  G3_DTYPE_BF16, G3_DTYPE_Q8_0, G3_DTYPE_Q4_0,
+                                     G3_DTYPE_Q4_K, G3_DTYPE_Q6_K, G3_DTYPE_Q4_1, G3_DTYPE_Q5_1, G3_DTYPE_Q5_K};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) compare(types[t], 0, 0, 40, 16);
     compare(G3_DTYPE_F32, 20.0f, 10.0f, 40, 16); /* softcaps */
     compare(G3_DTYPE_BF16, 0, 0, 150, 1);        /* decode path at every position: split attention, 3 chunks */

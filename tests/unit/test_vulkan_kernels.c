@@ -118,10 +118,11 @@ static void test_matmul_all_types(void **state) {
     if (!have_device()) skip();
     setenv("G3_VULKAN_MVQ", "0", 1); /* float-activation kernels: the int8 products in test_vulkan_mvq */
     setenv("G3_VULKAN_COOPMAT", "0", 1); /* the portable matmul (f32): cooperative matrices in test_coopmat */
-    static const uint32_t types[] = {G3_DTYPE_F32,  G3_DTYPE_F16,  G3_DTYPE_BF16, G3_DTYPE_Q8_0,
-                                     G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K, G3_DTYPE_Q5_0}; /* Q5_0: as Q8_0 */
+    static const uint32_t types[] = {G3_DTYPE_F32,  G3_DTYPE_F16,  G3_DTYPE_BF16, G3_DTYPE_Q8_0, G3_DTYPE_Q4_0,
+                                     G3_DTYPE_Q4_K, G3_DTYPE_Q6_K, G3_DTYPE_Q5_0, /* Q5_0: as Q8_0 */
+                                     G3_DTYPE_Q4_1, G3_DTYPE_Q5_1, G3_DTYPE_Q5_K};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        int k = types[t] == G3_DTYPE_Q4_K || types[t] == G3_DTYPE_Q6_K ? 512 : 160;
+        int k = g3_dtype_get(types[t])->block == 256 ? 512 : 160;
         check_matmul(types[t], 37, k, 1, 1, 0);  /* odd n: the last matvec workgroup has one channel */
         check_matmul(types[t], 37, k, 1, 1, 1);  /* one row: matvec1 for F16/BF16/Q8_0/Q4_0, GeGLU */
         check_matmul(types[t], 37, 1024, 1, 1, 0); /* one row, several chunks per thread (and a partial pair) */
@@ -164,6 +165,8 @@ static void test_matmul_without_subgroups(void **state) {
     setenv("G3_VULKAN_NO_SUBGROUPS", "1", 1);
     check_matmul(G3_DTYPE_Q8_0, 37, 160, 3, 1, 0);
     check_matmul(G3_DTYPE_Q4_K, 70, 512, 5, 1, 1);
+    check_matmul(G3_DTYPE_Q5_K, 37, 512, 1, 1, 0);
+    check_matmul(G3_DTYPE_Q5_1, 45, 160, 9, 2, 1);
     check_matmul(G3_DTYPE_BF16, 70, 160, 70, 2, 0);
     unsetenv("G3_VULKAN_NO_SUBGROUPS");
     check_matmul(G3_DTYPE_Q4_0, 37, 1024, 1, 1, 1);
@@ -285,9 +288,10 @@ static void coopmat_checks(void) {
      * (the metric of check_matmul weighs the gate's error through gelu and the product); a broken fragment or an
      * overflow is off by ~1 */
     const double plain = 5e-4, geglu = 5e-3;
-    static const uint32_t types[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K};
+    static const uint32_t types[] = {G3_DTYPE_Q8_0, G3_DTYPE_Q4_0, G3_DTYPE_Q4_K, G3_DTYPE_Q6_K,
+                                     G3_DTYPE_Q4_1, G3_DTYPE_Q5_1, G3_DTYPE_Q5_K};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        int k = types[t] == G3_DTYPE_Q4_K || types[t] == G3_DTYPE_Q6_K ? 512 : 160;
+        int k = g3_dtype_get(types[t])->block == 256 ? 512 : 160;
         tol = plain;
         check_matmul(types[t], 70, k, 70, 2, 0);
         check_matmul(types[t], 130, k, 200, 2, 0);

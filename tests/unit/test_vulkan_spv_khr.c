@@ -128,7 +128,7 @@ static void check_khr(const char *name, const uint32_t *w, size_t n, seen *s) {
                  cap_vmm, ext_khr, vk_model);
 }
 
-static const char *const types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"};
+static const char *const types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "q4_1", "q5_1", "q5_k"};
 
 static void test_embedded_khr_modules(void **state) {
     (void)state;
@@ -162,7 +162,7 @@ static void test_embedded_khr_modules(void **state) {
             free(out);
             checked++;
         }
-    assert_int_equal(checked, 14);
+    assert_int_equal(checked, 20);
 }
 
 /* A copy of the NV module to break. */

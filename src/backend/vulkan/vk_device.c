@@ -345,7 +345,8 @@ static const struct {
     uint32_t type;
     const char *suffix;
 } types[G3VK_NTYPES] = {{G3_DTYPE_F32, "f32"},   {G3_DTYPE_F16, "f16"},   {G3_DTYPE_BF16, "bf16"}, {G3_DTYPE_Q8_0, "q8_0"},
-                        {G3_DTYPE_Q4_0, "q4_0"}, {G3_DTYPE_Q4_K, "q4_k"}, {G3_DTYPE_Q6_K, "q6_k"}};
+                        {G3_DTYPE_Q4_0, "q4_0"}, {G3_DTYPE_Q4_K, "q4_k"}, {G3_DTYPE_Q6_K, "q6_k"}, {G3_DTYPE_Q4_1, "q4_1"},
+                        {G3_DTYPE_Q5_1, "q5_1"}, {G3_DTYPE_Q5_K, "q5_k"}};
 
 int g3vk_type_index(uint32_t type) {
     for (int i = 0; i < G3VK_NTYPES; i++)

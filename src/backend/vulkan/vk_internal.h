@@ -74,7 +74,7 @@ enum { G3VK_K_MATVEC, G3VK_K_MATVEC_GEGLU, G3VK_K_MATMUL, G3VK_K_MATMUL_GEGLU, G
 enum { G3VK_K_QK_ROPE = G3VK_K_TYPED, G3VK_K_ATTN, G3VK_K_ATTN_COMBINE, G3VK_K_ADD_NORM, G3VK_K_GATHER, G3VK_K_GEGLU,
        G3VK_K_ARGMAX, G3VK_K_TEST_SINCOS, G3VK_K_QK_ROPE_KV16, G3VK_K_ATTN_KV16, G3VK_K_Q8ACT, G3VK_K_CM_SCALE,
        G3VK_K_COUNT };
-#define G3VK_NTYPES 7 /* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K */
+#define G3VK_NTYPES 10 /* F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q4_1, Q5_1, Q5_K */
 #define G3VK_NPIPES (G3VK_K_TYPED * G3VK_NTYPES + (G3VK_K_COUNT - G3VK_K_TYPED))
 
 /* Memory placement of a buffer. */
@@ -142,7 +142,7 @@ typedef struct g3vk_weight {
     uint32_t type;
     int n, k;
     g3vk_buf buf;
-    uint64_t addr, aux; /* data and (Q8_0, Q4_0, Q6_K) f16 scale array */
+    uint64_t addr, aux; /* data and (Q8_0, Q4_0, Q4_1, Q5_1, Q6_K) f16 scale array */
 } g3vk_weight;
 
 /* Streams bytes into device buffers: memcpy where the buffer is mapped, through a staging buffer otherwise. */

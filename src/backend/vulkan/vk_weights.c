@@ -1,5 +1,6 @@
 /* Weights on the device: the file's blocks repacked once, at upload, into the layouts of shaders/dequant.glsl
- * (aligned quants with scales split off for Q8_0/Q4_0/Q6_K, nibbles in value order for the 4-bit types), written
+ * (aligned quants with scales split off for Q8_0/Q4_0/Q4_1/Q5_1/Q6_K, nibbles in value order for the 4- and 5-bit
+ * types, fifth bits in value order), written
  * straight into mapped memory where device memory is host-visible (UMA, lavapipe) or through a staging buffer. */
 #include <stddef.h>
 #include <stdlib.h>
@@ -16,18 +17,23 @@ static size_t row_dev_bytes(uint32_t type, int64_t k) {
     case G3_DTYPE_F16:
     case G3_DTYPE_BF16: return (size_t)k * 2;
     case G3_DTYPE_Q8_0: return (size_t)k;
-    case G3_DTYPE_Q4_0: return (size_t)k / 2;
+    case G3_DTYPE_Q4_0:
+    case G3_DTYPE_Q4_1:
+    case G3_DTYPE_Q5_1: return (size_t)k / 2;
     case G3_DTYPE_Q4_K: return (size_t)k / 256 * 144;
+    case G3_DTYPE_Q5_K: return (size_t)k / 256 * 176;
     case G3_DTYPE_Q6_K: return (size_t)k / 256 * 208;
     default: return 0;
     }
 }
 
-/* f16 scales per row kept apart from the quants */
+/* f16 scales per row kept apart from the quants (Q4_1: d, m a block; Q5_1: d, m and the block's 32 fifth bits) */
 static size_t row_aux_halves(uint32_t type, int64_t k) {
     switch (type) {
     case G3_DTYPE_Q8_0:
     case G3_DTYPE_Q4_0: return (size_t)k / 32;
+    case G3_DTYPE_Q4_1: return (size_t)k / 16;
+    case G3_DTYPE_Q5_1: return (size_t)k / 8;
     case G3_DTYPE_Q6_K: return (size_t)k / 256;
     default: return 0;
     }
@@ -81,6 +87,47 @@ static void repack_row(uint32_t type, const uint8_t *src, int64_t k, uint8_t *da
             for (int j = 0; j < 16; j++) { /* value j: low nibble of qs[j]; value j + 16: high nibble */
                 set_nibble(o, j, blk.qs[j] & 0x0F);
                 set_nibble(o, j + 16, blk.qs[j] >> 4);
+            }
+        }
+        break;
+    }
+    case G3_DTYPE_Q4_1: {
+        for (int64_t i = 0; i < k / 32; i++) {
+            g3_block_q4_1 blk;
+            memcpy(&blk, src + (size_t)i * sizeof blk, sizeof blk);
+            aux[2 * i] = blk.d, aux[2 * i + 1] = blk.m;
+            uint8_t *o = data + 16 * i;
+            for (int j = 0; j < 16; j++) {
+                set_nibble(o, j, blk.qs[j] & 0x0F);
+                set_nibble(o, j + 16, blk.qs[j] >> 4);
+            }
+        }
+        break;
+    }
+    case G3_DTYPE_Q5_1: { /* nibbles as Q4_1; the fifth bits (bit j: value j) as two halves after d and m */
+        for (int64_t i = 0; i < k / 32; i++) {
+            g3_block_q5_1 blk;
+            memcpy(&blk, src + (size_t)i * sizeof blk, sizeof blk);
+            uint32_t qh;
+            memcpy(&qh, blk.qh, 4);
+            aux[4 * i] = blk.d, aux[4 * i + 1] = blk.m;
+            aux[4 * i + 2] = (uint16_t)(qh & 0xFFFFu), aux[4 * i + 3] = (uint16_t)(qh >> 16);
+            uint8_t *o = data + 16 * i;
+            for (int j = 0; j < 32; j++) set_nibble(o, j, g3_q5_code(blk.qs, qh, j) & 0x0F);
+        }
+        break;
+    }
+    case G3_DTYPE_Q5_K: { /* Q4_K's 144 bytes (fifth bits aside), then 32 bytes of fifth bits in value order */
+        for (int64_t i = 0; i < k / 256; i++) {
+            g3_block_q5_k blk;
+            memcpy(&blk, src + (size_t)i * sizeof blk, sizeof blk);
+            uint8_t *o = data + 176 * i;
+            memcpy(o, &blk.d, 2), memcpy(o + 2, &blk.dmin, 2), memcpy(o + 4, blk.scales, 12);
+            memset(o + 144, 0, 32);
+            for (int e = 0; e < 256; e++) { /* value l of sub-block j: qs as Q4_K, fifth bit = bit j of qh[l] */
+                int j = e / 32, l = e % 32;
+                set_nibble(o + 16, e, (blk.qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0x0F);
+                o[144 + e / 8] |= (uint8_t)(((blk.qh[l] >> j) & 1) << (e % 8));
             }
         }
         break;

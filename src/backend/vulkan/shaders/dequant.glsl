@@ -7,11 +7,19 @@
 //                                                                        x = d*sc[j]*q - dmin*m[j], j = i/32
 //   Q6_K  row: K/256 blocks of 208 B: u8 ql[128] (low 4 bits, nibble i); u8 qh[64] (high 2 bits, 2-bit field i);
 //              i8 scales[16] (one per 16 values); block scales f16 d[K/256] in aux      x = d*sc[i/16]*(q-32)
+//   Q4_1  row: as Q4_0;              aux: f16 (d, m) a block of 32 (one 32-bit word)     x = d*q + m
+//   Q5_1  row: low nibbles as Q4_0;  aux: f16 d, m, then the block's 32 fifth bits (bit i: value i) as two halves
+//                                                                                         x = d*q + m, q = 0..31
+//   Q5_K  row: K/256 blocks of 176 B: Q4_K's 144 B (low nibbles), then u8 qh[32] (bit i: value i's fifth bit)
+//                                                                        x = d*sc[j]*q - dmin*m[j], q = 0..31
 #define T_F32 0
 #define T_F16 1
 #define T_Q4_0 2
+#define T_Q4_1 3
+#define T_Q5_1 7
 #define T_Q8_0 8
 #define T_Q4_K 12
+#define T_Q5_K 13
 #define T_Q6_K 14
 #define T_BF16 30
 
@@ -21,10 +29,12 @@
 #define ROW_BYTES(K) (uint64_t(K) * 2)
 #elif WTYPE == T_Q8_0
 #define ROW_BYTES(K) (uint64_t(K))
-#elif WTYPE == T_Q4_0
+#elif WTYPE == T_Q4_0 || WTYPE == T_Q4_1 || WTYPE == T_Q5_1
 #define ROW_BYTES(K) (uint64_t(K) / 2)
 #elif WTYPE == T_Q4_K
 #define ROW_BYTES(K) (uint64_t(K) / 256 * 144)
+#elif WTYPE == T_Q5_K
+#define ROW_BYTES(K) (uint64_t(K) / 256 * 176)
 #elif WTYPE == T_Q6_K
 #define ROW_BYTES(K) (uint64_t(K) / 256 * 208)
 #else
@@ -89,9 +99,13 @@ void dq16(uint64_t w, uint64_t aux, uint row, uint K, uint u, out float v[16]) {
         v[i] = d * u8f((q.x >> (4u * i)) & 15u, 8.0);
         v[8 + i] = d * u8f((q.y >> (4u * i)) & 15u, 8.0);
     }
-#elif WTYPE == T_Q4_K
+#elif WTYPE == T_Q4_K || WTYPE == T_Q5_K
     uint b = u >> 4, j16 = u & 15u, sub = j16 >> 1;
+#if WTYPE == T_Q4_K
     uint64_t bp = rp + uint64_t(b) * 144u;
+#else
+    uint64_t bp = rp + uint64_t(b) * 176u;
+#endif
     uvec4 hd = U4Buf(bp).v[0];
     vec2 dd = unpackHalf2x16(hd.x);
     // scales bytes s[0..11] = hd.y, hd.z, hd.w (little endian)
@@ -108,9 +122,28 @@ void dq16(uint64_t w, uint64_t aux, uint row, uint K, uint u, out float v[16]) {
     }
     float s = dd.x * float(sc), mm = dd.y * float(m);
     uvec2 q = U2Buf(bp + 16u).v[j16];
+#if WTYPE == T_Q4_K
+    uint h = 0u;
+#else
+    uint h = UBuf(bp + 144u).v[j16 >> 1] >> (16u * (j16 & 1u)); // the 16 values' fifth bits
+#endif
     [[unroll]] for (uint i = 0; i < 8; i++) {
-        v[i] = s * u8f((q.x >> (4u * i)) & 15u, 0.0) - mm;
-        v[8 + i] = s * u8f((q.y >> (4u * i)) & 15u, 0.0) - mm;
+        v[i] = s * u8f(((q.x >> (4u * i)) & 15u) | (((h >> i) & 1u) << 4), 0.0) - mm;
+        v[8 + i] = s * u8f(((q.y >> (4u * i)) & 15u) | (((h >> (8u + i)) & 1u) << 4), 0.0) - mm;
+    }
+#elif WTYPE == T_Q4_1 || WTYPE == T_Q5_1
+    uvec2 q = U2Buf(rp).v[u];
+#if WTYPE == T_Q4_1
+    vec2 dm = unpackHalf2x16(UBuf(aux).v[row * (K / 32u) + (u >> 1)]);
+    uint h = 0u;
+#else
+    uint bw = row * (K / 16u) + 2u * (u >> 1); // the block's words: (d, m), fifth bits
+    vec2 dm = unpackHalf2x16(UBuf(aux).v[bw]);
+    uint h = UBuf(aux).v[bw + 1u] >> (16u * (u & 1u));
+#endif
+    [[unroll]] for (uint i = 0; i < 8; i++) {
+        v[i] = dm.x * u8f(((q.x >> (4u * i)) & 15u) | (((h >> i) & 1u) << 4), 0.0) + dm.y;
+        v[8 + i] = dm.x * u8f(((q.y >> (4u * i)) & 15u) | (((h >> (8u + i)) & 1u) << 4), 0.0) + dm.y;
     }
 #elif WTYPE == T_Q6_K
     uint b = u >> 4, j = u & 15u;
