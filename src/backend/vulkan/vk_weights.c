@@ -78,69 +78,44 @@ static void repack_row(uint32_t type, const uint8_t *src, int64_t k, uint8_t *da
         }
         break;
     }
-    case G3_DTYPE_Q4_0: {
+    case G3_DTYPE_Q4_0:
+    case G3_DTYPE_Q4_1:
+    case G3_DTYPE_Q5_1: { /* value j's low 4 bits in nibble j; the block's d (Q4_1 / Q5_1: d, m; Q5_1: then its
+                           * fifth bits, bit j for value j, as two halves) in aux */
+        const size_t bb = g3_dtype_get(type)->block_bytes;
+        const size_t qs_at = type == G3_DTYPE_Q4_0   ? offsetof(g3_block_q4_0, qs)
+                             : type == G3_DTYPE_Q4_1 ? offsetof(g3_block_q4_1, qs)
+                                                     : offsetof(g3_block_q5_1, qs);
+        const size_t na = row_aux_halves(type, 32); /* halves a block: 1, 2, 4 */
         for (int64_t i = 0; i < k / 32; i++) {
-            g3_block_q4_0 blk;
-            memcpy(&blk, src + (size_t)i * sizeof blk, sizeof blk);
-            aux[i] = blk.d;
-            uint8_t *o = data + 16 * i;
-            for (int j = 0; j < 16; j++) { /* value j: low nibble of qs[j]; value j + 16: high nibble */
-                set_nibble(o, j, blk.qs[j] & 0x0F);
-                set_nibble(o, j + 16, blk.qs[j] >> 4);
+            const uint8_t *blk = src + (size_t)i * bb;
+            memcpy(&aux[na * i], blk, 2 * (na < 2 ? na : 2)); /* d (and m) lead every block */
+            uint32_t qh = 0;
+            if (type == G3_DTYPE_Q5_1) {
+                memcpy(&qh, blk + offsetof(g3_block_q5_1, qh), 4);
+                aux[na * i + 2] = (uint16_t)(qh & 0xFFFFu), aux[na * i + 3] = (uint16_t)(qh >> 16);
             }
+            for (int j = 0; j < 32; j++) set_nibble(data + 16 * i, j, g3_q5_code(blk + qs_at, qh, j) & 0x0F);
         }
         break;
     }
-    case G3_DTYPE_Q4_1: {
-        for (int64_t i = 0; i < k / 32; i++) {
-            g3_block_q4_1 blk;
-            memcpy(&blk, src + (size_t)i * sizeof blk, sizeof blk);
-            aux[2 * i] = blk.d, aux[2 * i + 1] = blk.m;
-            uint8_t *o = data + 16 * i;
-            for (int j = 0; j < 16; j++) {
-                set_nibble(o, j, blk.qs[j] & 0x0F);
-                set_nibble(o, j + 16, blk.qs[j] >> 4);
-            }
-        }
-        break;
-    }
-    case G3_DTYPE_Q5_1: { /* nibbles as Q4_1; the fifth bits (bit j: value j) as two halves after d and m */
-        for (int64_t i = 0; i < k / 32; i++) {
-            g3_block_q5_1 blk;
-            memcpy(&blk, src + (size_t)i * sizeof blk, sizeof blk);
-            uint32_t qh;
-            memcpy(&qh, blk.qh, 4);
-            aux[4 * i] = blk.d, aux[4 * i + 1] = blk.m;
-            aux[4 * i + 2] = (uint16_t)(qh & 0xFFFFu), aux[4 * i + 3] = (uint16_t)(qh >> 16);
-            uint8_t *o = data + 16 * i;
-            for (int j = 0; j < 32; j++) set_nibble(o, j, g3_q5_code(blk.qs, qh, j) & 0x0F);
-        }
-        break;
-    }
-    case G3_DTYPE_Q5_K: { /* Q4_K's 144 bytes (fifth bits aside), then 32 bytes of fifth bits in value order */
+    case G3_DTYPE_Q4_K:
+    case G3_DTYPE_Q5_K: { /* d, dmin and the 12 scale bytes as in the file, then value-ordered low nibbles; Q5_K:
+                           * then 32 bytes of fifth bits in value order */
+        const int five = type == G3_DTYPE_Q5_K;
+        const size_t bb = five ? sizeof(g3_block_q5_k) : sizeof(g3_block_q4_k), ob = five ? 176 : 144;
         for (int64_t i = 0; i < k / 256; i++) {
-            g3_block_q5_k blk;
-            memcpy(&blk, src + (size_t)i * sizeof blk, sizeof blk);
-            uint8_t *o = data + 176 * i;
-            memcpy(o, &blk.d, 2), memcpy(o + 2, &blk.dmin, 2), memcpy(o + 4, blk.scales, 12);
-            memset(o + 144, 0, 32);
-            for (int e = 0; e < 256; e++) { /* value l of sub-block j: qs as Q4_K, fifth bit = bit j of qh[l] */
+            const uint8_t *blk = src + (size_t)i * bb;
+            const uint8_t *qs = blk + (five ? offsetof(g3_block_q5_k, qs) : offsetof(g3_block_q4_k, qs));
+            const uint8_t *qh = blk + offsetof(g3_block_q5_k, qh); /* read for Q5_K only */
+            uint8_t *o = data + ob * i;
+            memcpy(o, blk, 16);
+            if (five) memset(o + 144, 0, 32);
+            for (int e = 0; e < 256; e++) { /* value l of sub-block j: sub-blocks 2c, 2c+1 share qs[32c..] (low,
+                                             * then high nibbles); Q5_K's fifth bit is bit j of qh[l] */
                 int j = e / 32, l = e % 32;
-                set_nibble(o + 16, e, (blk.qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0x0F);
-                o[144 + e / 8] |= (uint8_t)(((blk.qh[l] >> j) & 1) << (e % 8));
-            }
-        }
-        break;
-    }
-    case G3_DTYPE_Q4_K: {
-        for (int64_t i = 0; i < k / 256; i++) {
-            g3_block_q4_k blk;
-            memcpy(&blk, src + (size_t)i * sizeof blk, sizeof blk);
-            uint8_t *o = data + 144 * i;
-            memcpy(o, &blk.d, 2), memcpy(o + 2, &blk.dmin, 2), memcpy(o + 4, blk.scales, 12);
-            for (int e = 0; e < 256; e++) { /* sub-blocks 2c, 2c+1 share qs[32c..]: low then high nibbles */
-                int j = e / 32, l = e % 32;
-                set_nibble(o + 16, e, (blk.qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0x0F);
+                set_nibble(o + 16, e, (qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0x0F);
+                if (five) o[144 + e / 8] |= (uint8_t)(((qh[l] >> j) & 1) << (e % 8));
             }
         }
         break;
