@@ -142,8 +142,7 @@ void g3_dequant_row(uint32_t type, const void *src, float *dst, int64_t k) {
     }
     case G3_DTYPE_Q4_K:
     case G3_DTYPE_Q5_K: {
-        /* both: f16 d, dmin; scales[12]; Q5_K's qh[32] (the fifth bit of value l of sub-block j is bit j of qh[l]);
-         * qs[128], where sub-blocks 2c and 2c+1 share the 32 bytes qs[32c..32c+31]: low then high nibbles */
+        /* both: f16 d, dmin; scales[12]; Q5_K's qh[32]; qs[128] (g3_kq_code) */
         const int five = type == G3_DTYPE_Q5_K;
         const size_t bb = five ? 176 : 144;
         const uint8_t *p = src;
@@ -152,16 +151,13 @@ void g3_dequant_row(uint32_t type, const void *src, float *dst, int64_t k) {
             memcpy(&dh, p, 2);
             memcpy(&mh, p + 2, 2);
             float d = g3_f16_to_f32(dh), dmin = g3_f16_to_f32(mh);
-            const uint8_t *qh = p + 16, *qs = p + (five ? 48 : 16);
+            const uint8_t *qh = five ? p + 16 : NULL, *qs = p + (five ? 48 : 16);
             float *y = dst + i * 256;
             for (int j = 0; j < 8; j++) {
                 int sc, m;
                 g3_kq_scale_min(p + 4, j, &sc, &m);
                 float s = d * (float)sc, mm = dmin * (float)m;
-                const uint8_t *q = qs + 32 * (j / 2);
-                int shift = 4 * (j & 1);
-                for (int l = 0; l < 32; l++)
-                    y[32 * j + l] = s * (float)(((q[l] >> shift) & 0x0F) | (five ? ((qh[l] >> j) & 1) << 4 : 0)) - mm;
+                for (int l = 0; l < 32; l++) y[32 * j + l] = s * (float)g3_kq_code(qs, qh, 32 * j + l) - mm;
             }
         }
         break;

@@ -53,6 +53,13 @@ size_t g3_tensor_bytes(uint32_t type, int64_t k, int64_t n_rows);
 static inline int g3_q5_code(const uint8_t *qs, uint32_t qh, int j) {
     return ((qs[j % 16] >> (4 * (j / 16))) & 0x0F) | (int)((qh >> j) & 1u) << 4;
 }
+/* Code of value e (0..255) of a Q4_K / Q5_K block from its qs[128] (sub-blocks 2c and 2c+1 share qs[32c..32c+31]:
+ * low, then high nibbles) and Q5_K's qh[32] (the fifth bit of value l of sub-block j is bit j of qh[l]; NULL for
+ * Q4_K). */
+static inline int g3_kq_code(const uint8_t *qs, const uint8_t *qh, int e) {
+    const int j = e / 32, l = e % 32;
+    return ((qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0x0F) | (qh ? ((qh[l] >> j) & 1) << 4 : 0);
+}
 /* Scale and min (6 bits each) of sub-block j (0..7) from a Q4_K / Q5_K block's 12 packed bytes: bytes 0-3 hold
  * sc[0..3] in their low 6 bits and the top 2 bits of sc[4..7]; bytes 4-7 the same for the mins; bytes 8-11 the
  * low 4 bits of sc[4..7] (low nibble) and of m[4..7] (high nibble). */

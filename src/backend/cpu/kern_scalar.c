@@ -131,7 +131,7 @@ static void tile_q5_0(const g3_tile *t) { tile_q4q5(t, G3_DTYPE_Q5_0); }
 static void tile_q5_1(const g3_tile *t) { tile_q4q5(t, G3_DTYPE_Q5_1); }
 
 /* Q4_K weights x Q8K activations: per 256 values, sum_j sc_j*dot_j*d*dx - dmin*dx*sum_j m_j*xsum_j. With `five`,
- * Q5_K: the same with qh[32] before qs and the fifth bit of value l of sub-block j bit j of qh[l]. */
+ * Q5_K: the same with qh[32] before qs (g3_kq_code). */
 static void tile_qk(const g3_tile *t, int five) {
     const int nb = t->k / 256;
     const size_t bb = five ? 176 : 144, qs_at = five ? 48 : 16;
@@ -142,16 +142,14 @@ static void tile_qk(const g3_tile *t, int five) {
             const uint8_t *row = t->w + (size_t)j * t->ws;
             float s = 0;
             for (int bi = 0; bi < nb; bi++) {
-                const uint8_t *blk = row + bb * (size_t)bi, *sc = blk + 4, *qh = blk + 16;
+                const uint8_t *blk = row + bb * (size_t)bi, *sc = blk + 4, *qh = five ? blk + 16 : NULL;
                 const int8_t *x = xq + 256 * bi;
                 int sumi = 0, summ = 0;
                 for (int sb = 0; sb < 8; sb++) {
                     int scv, mv;
                     g3_kq_scale_min(sc, sb, &scv, &mv);
-                    const uint8_t *q = blk + qs_at + 32 * (sb / 2);
-                    int shift = 4 * (sb & 1), dot = 0;
-                    for (int l = 0; l < 32; l++)
-                        dot += (((q[l] >> shift) & 0x0F) | (five ? ((qh[l] >> sb) & 1) << 4 : 0)) * x[32 * sb + l];
+                    int dot = 0;
+                    for (int l = 0; l < 32; l++) dot += g3_kq_code(blk + qs_at, qh, 32 * sb + l) * x[32 * sb + l];
                     sumi += scv * dot;
                     int16_t b0, b1;
                     memcpy(&b0, xe + 2 * (size_t)(16 * bi + 2 * sb), 2);

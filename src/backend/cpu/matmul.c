@@ -341,7 +341,7 @@ static void repack_q4k(const uint8_t *src, size_t rb, int g, int b, int five, ui
     const size_t sb_bytes = five ? 176 : 144;
     for (int r = 0; r < 8; r++) {
         const uint8_t *bp = src + (size_t)(8 * g + r) * rb + sb_bytes * (size_t)b;
-        const uint8_t *sp = bp + 4, *qs_src = bp + (five ? 48 : 16), *qh = bp + 16;
+        const uint8_t *sp = bp + 4, *qs_src = bp + (five ? 48 : 16), *qh = five ? bp + 16 : NULL;
         memcpy(out + G3_Q4KR8_D + 2 * r, bp, 2);
         memcpy(out + G3_Q4KR8_DMIN + 2 * r, bp + 2, 2);
         for (int s = 0; s < 8; s++) {
@@ -353,12 +353,10 @@ static void repack_q4k(const uint8_t *src, size_t rb, int g, int b, int five, ui
         }
         for (int s = 0; s < 8; s++) {
             uint8_t *o = out + G3_Q4KR8_Q + 128 * s;
-            const uint8_t *q = qs_src + 32 * (s / 2);
-            const int sh = 4 * (s & 1);
             for (int v = 0; v < 32; v++) { /* value v: slice j = v/8, lane 2r + (v%8)/4, byte v%4 */
-                int lane = 4 * (2 * r + (v % 8) / 4) + v % 4, j = v / 8;
-                o[64 * (j / 2) + lane] |= (uint8_t)(((q[v] >> sh) & 0x0F) << (4 * (j % 2)));
-                if (five && ((qh[v] >> s) & 1)) out[G3_Q5KR8_H + 32 * s + 8 * j + lane / 8] |= (uint8_t)(1u << (lane % 8));
+                int lane = 4 * (2 * r + (v % 8) / 4) + v % 4, j = v / 8, c = g3_kq_code(qs_src, qh, 32 * s + v);
+                o[64 * (j / 2) + lane] |= (uint8_t)((c & 0x0F) << (4 * (j % 2)));
+                if (c >> 4) out[G3_Q5KR8_H + 32 * s + 8 * j + lane / 8] |= (uint8_t)(1u << (lane % 8));
             }
         }
     }

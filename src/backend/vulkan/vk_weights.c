@@ -82,20 +82,17 @@ static void repack_row(uint32_t type, const uint8_t *src, int64_t k, uint8_t *da
     case G3_DTYPE_Q4_1:
     case G3_DTYPE_Q5_1: { /* value j's low 4 bits in nibble j; the block's d (Q4_1 / Q5_1: d, m; Q5_1: then its
                            * fifth bits, bit j for value j, as two halves) in aux */
-        const size_t bb = g3_dtype_get(type)->block_bytes;
-        const size_t qs_at = type == G3_DTYPE_Q4_0   ? offsetof(g3_block_q4_0, qs)
-                             : type == G3_DTYPE_Q4_1 ? offsetof(g3_block_q4_1, qs)
-                                                     : offsetof(g3_block_q5_1, qs);
+        const size_t bb = g3_dtype_get(type)->block_bytes; /* qs[16] ends each block, Q5_1's qh[4] before it */
         const size_t na = row_aux_halves(type, 32); /* halves a block: 1, 2, 4 */
         for (int64_t i = 0; i < k / 32; i++) {
             const uint8_t *blk = src + (size_t)i * bb;
             memcpy(&aux[na * i], blk, 2 * (na < 2 ? na : 2)); /* d (and m) lead every block */
             uint32_t qh = 0;
             if (type == G3_DTYPE_Q5_1) {
-                memcpy(&qh, blk + offsetof(g3_block_q5_1, qh), 4);
+                memcpy(&qh, blk + bb - 20, 4);
                 aux[na * i + 2] = (uint16_t)(qh & 0xFFFFu), aux[na * i + 3] = (uint16_t)(qh >> 16);
             }
-            for (int j = 0; j < 32; j++) set_nibble(data + 16 * i, j, g3_q5_code(blk + qs_at, qh, j) & 0x0F);
+            for (int j = 0; j < 32; j++) set_nibble(data + 16 * i, j, g3_q5_code(blk + bb - 16, qh, j) & 0x0F);
         }
         break;
     }
@@ -107,15 +104,14 @@ static void repack_row(uint32_t type, const uint8_t *src, int64_t k, uint8_t *da
         for (int64_t i = 0; i < k / 256; i++) {
             const uint8_t *blk = src + (size_t)i * bb;
             const uint8_t *qs = blk + (five ? offsetof(g3_block_q5_k, qs) : offsetof(g3_block_q4_k, qs));
-            const uint8_t *qh = blk + offsetof(g3_block_q5_k, qh); /* read for Q5_K only */
+            const uint8_t *qh = five ? blk + offsetof(g3_block_q5_k, qh) : NULL;
             uint8_t *o = data + ob * i;
             memcpy(o, blk, 16);
             if (five) memset(o + 144, 0, 32);
-            for (int e = 0; e < 256; e++) { /* value l of sub-block j: sub-blocks 2c, 2c+1 share qs[32c..] (low,
-                                             * then high nibbles); Q5_K's fifth bit is bit j of qh[l] */
-                int j = e / 32, l = e % 32;
-                set_nibble(o + 16, e, (qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0x0F);
-                if (five) o[144 + e / 8] |= (uint8_t)(((qh[l] >> j) & 1) << (e % 8));
+            for (int e = 0; e < 256; e++) {
+                const int c = g3_kq_code(qs, qh, e);
+                set_nibble(o + 16, e, c & 0x0F);
+                if (five) o[144 + e / 8] |= (uint8_t)((c >> 4) << (e % 8));
             }
         }
         break;
